@@ -1,0 +1,411 @@
+//! Codec ids as stored in frames, and the CPU codecs (none, zstd, lz4) behind one `Codec` trait.
+//!
+//! Compression contexts are kept per thread, so a worker pool compresses frames without
+//! allocating a context per frame.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// Codec of a stored frame, as written in the frame header and index (one byte).
+///
+/// Ids below 16 are standard formats any host decodes; ids from 16 are GPU-only formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum CodecId {
+    /// Stored as is.
+    None = 0,
+    /// A standard zstd frame (RFC 8878) with the content size set.
+    Zstd = 1,
+    /// A raw LZ4 block (no LZ4 frame header); the raw length comes from the frame header.
+    Lz4 = 2,
+    /// A raw deflate stream (RFC 1951). Reserved for the GPU back end.
+    Deflate = 3,
+    /// A raw Snappy block. Reserved for the GPU back end.
+    Snappy = 4,
+    /// nVCOMP GDeflate (GPU only).
+    GDeflate = 16,
+    /// nVCOMP Cascaded (GPU only).
+    Cascaded = 17,
+    /// nVCOMP Bitcomp (GPU only).
+    Bitcomp = 18,
+    /// nVCOMP ANS (GPU only).
+    Ans = 19,
+}
+
+impl CodecId {
+    /// All codec ids this build knows.
+    pub const ALL: [CodecId; 9] = [
+        CodecId::None,
+        CodecId::Zstd,
+        CodecId::Lz4,
+        CodecId::Deflate,
+        CodecId::Snappy,
+        CodecId::GDeflate,
+        CodecId::Cascaded,
+        CodecId::Bitcomp,
+        CodecId::Ans,
+    ];
+
+    /// Reads a stored codec byte.
+    pub fn from_u8(v: u8) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| *c as u8 == v)
+            .ok_or(Error::UnknownCodec(v))
+    }
+
+    /// The codec's name, as used on the command line and in `inspect`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CodecId::None => "none",
+            CodecId::Zstd => "zstd",
+            CodecId::Lz4 => "lz4",
+            CodecId::Deflate => "deflate",
+            CodecId::Snappy => "snappy",
+            CodecId::GDeflate => "gdeflate",
+            CodecId::Cascaded => "cascaded",
+            CodecId::Bitcomp => "bitcomp",
+            CodecId::Ans => "ans",
+        }
+    }
+
+    /// Whether only nVCOMP on a GPU can decode this codec.
+    pub fn gpu_only(self) -> bool {
+        (self as u8) >= 16
+    }
+}
+
+impl fmt::Display for CodecId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CodecId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::InvalidOption(format!("unknown codec {s:?}")))
+    }
+}
+
+/// A zstd dictionary, identified by the id zstd stores in it.
+pub struct Dictionary {
+    id: u32,
+    bytes: Vec<u8>,
+}
+
+impl Dictionary {
+    /// Wraps dictionary bytes (as made by `zstd --train`); rejects bytes that are not one.
+    pub fn new(bytes: Vec<u8>) -> Result<Self> {
+        let id = zstd::zstd_safe::get_dict_id_from_dict(&bytes)
+            .map(|id| id.get())
+            .ok_or_else(|| {
+                Error::InvalidOption("not a zstd dictionary (no dictionary id)".into())
+            })?;
+        Ok(Dictionary { id, bytes })
+    }
+
+    /// The dictionary id zstd records in frames compressed with it.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Dictionary(id {}, {} bytes)", self.id, self.bytes.len())
+    }
+}
+
+/// Why a payload did not decode.
+#[derive(Debug)]
+pub enum DecodeFailure {
+    /// This host has no decoder for the codec.
+    Unavailable(&'static str),
+    /// The payload is not valid data of the codec.
+    Corrupt(String),
+}
+
+/// A frame codec: compresses one frame's bytes, decompresses one payload.
+///
+/// Every implementation, CPU or GPU, must pass the same conformance suite (`tests/conformance`).
+pub trait Codec: Send + Sync {
+    /// The id written into frames this codec produces.
+    fn id(&self) -> CodecId;
+
+    /// Compresses `raw` into `out` (replacing its contents). Returns `false`, leaving `out`
+    /// unspecified, when the result would not be smaller than `raw`.
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool;
+
+    /// Decompresses `stored` into `out` (replacing its contents), which must come to exactly
+    /// `raw_len` bytes.
+    fn decompress(
+        &self,
+        stored: &[u8],
+        raw_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeFailure>;
+}
+
+/// Stores bytes as they are.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoneCodec;
+
+impl Codec for NoneCodec {
+    fn id(&self) -> CodecId {
+        CodecId::None
+    }
+    fn compress(&self, _raw: &[u8], _out: &mut Vec<u8>) -> bool {
+        false
+    }
+    fn decompress(
+        &self,
+        stored: &[u8],
+        raw_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeFailure> {
+        if stored.len() != raw_len {
+            return Err(DecodeFailure::Corrupt(format!(
+                "{} stored bytes for {raw_len} raw",
+                stored.len()
+            )));
+        }
+        out.clear();
+        out.extend_from_slice(stored);
+        Ok(())
+    }
+}
+
+/// zstd at a level from 1 to 19, optionally with a dictionary.
+#[derive(Debug, Clone)]
+pub struct ZstdCodec {
+    level: i32,
+    dict: Option<Arc<Dictionary>>,
+}
+
+/// Per-thread zstd contexts, rebuilt only when the level or dictionary changes.
+struct ZstdContexts {
+    compressor: Option<(zstd::bulk::Compressor<'static>, i32, u32)>,
+    decompressor: Option<(zstd::bulk::Decompressor<'static>, u32)>,
+}
+
+thread_local! {
+    static ZSTD: RefCell<ZstdContexts> = const { RefCell::new(ZstdContexts { compressor: None, decompressor: None }) };
+}
+
+impl ZstdCodec {
+    /// Highest level accepted.
+    pub const MAX_LEVEL: i32 = 19;
+
+    /// A zstd codec at `level` (1..=19).
+    pub fn new(level: i32, dict: Option<Arc<Dictionary>>) -> Result<Self> {
+        if !(1..=Self::MAX_LEVEL).contains(&level) {
+            return Err(Error::InvalidOption(format!(
+                "zstd level must be 1 to 19, not {level}"
+            )));
+        }
+        Ok(ZstdCodec { level, dict })
+    }
+
+    fn dict_id(&self) -> u32 {
+        self.dict.as_ref().map_or(0, |d| d.id)
+    }
+}
+
+impl Codec for ZstdCodec {
+    fn id(&self) -> CodecId {
+        CodecId::Zstd
+    }
+
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        ZSTD.with(|z| {
+            let mut z = z.borrow_mut();
+            let want = (self.level, self.dict_id());
+            let fresh = !matches!(&z.compressor, Some((_, l, d)) if (*l, *d) == want);
+            if fresh {
+                let bytes = self.dict.as_ref().map_or(&[][..], |d| &d.bytes[..]);
+                match zstd::bulk::Compressor::with_dictionary(self.level, bytes) {
+                    Ok(c) => z.compressor = Some((c, want.0, want.1)),
+                    Err(_) => return false,
+                }
+            }
+            let (c, _, _) = z.compressor.as_mut().expect("set above");
+            out.clear();
+            // Room for one byte less than the input: zstd stops with "destination too small"
+            // as soon as the frame would not be smaller, which is also the cheapest way out.
+            out.reserve_exact(raw.len().saturating_sub(1));
+            match c.compress_to_buffer(raw, out) {
+                Ok(n) => n < raw.len(),
+                Err(_) => false,
+            }
+        })
+    }
+
+    fn decompress(
+        &self,
+        stored: &[u8],
+        raw_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeFailure> {
+        decompress_zstd(stored, raw_len, self.dict.as_deref(), out)
+    }
+}
+
+/// Decompresses one zstd frame of exactly `raw_len` bytes, with an optional dictionary.
+fn decompress_zstd(
+    stored: &[u8],
+    raw_len: usize,
+    dict: Option<&Dictionary>,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeFailure> {
+    ZSTD.with(|z| {
+        let mut z = z.borrow_mut();
+        let want = dict.map_or(0, |d| d.id);
+        if !matches!(&z.decompressor, Some((_, d)) if *d == want) {
+            let bytes = dict.map_or(&[][..], |d| &d.bytes[..]);
+            let d = zstd::bulk::Decompressor::with_dictionary(bytes)
+                .map_err(|e| DecodeFailure::Corrupt(format!("zstd context: {e}")))?;
+            z.decompressor = Some((d, want));
+        }
+        let (d, _) = z.decompressor.as_mut().expect("set above");
+        out.clear();
+        out.reserve_exact(raw_len);
+        let n = d
+            .decompress_to_buffer(stored, out)
+            .map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
+        if n != raw_len {
+            return Err(DecodeFailure::Corrupt(format!(
+                "decoded {n} bytes, expected {raw_len}"
+            )));
+        }
+        Ok(())
+    })
+}
+
+/// LZ4 block format, as nVCOMP's LZ4 also writes it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Lz4Codec;
+
+impl Codec for Lz4Codec {
+    fn id(&self) -> CodecId {
+        CodecId::Lz4
+    }
+
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        out.resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+        match lz4_flex::block::compress_into(raw, out) {
+            Ok(n) if n < raw.len() => {
+                out.truncate(n);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn decompress(
+        &self,
+        stored: &[u8],
+        raw_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeFailure> {
+        out.clear();
+        out.resize(raw_len, 0);
+        let n = lz4_flex::block::decompress_into(stored, out)
+            .map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
+        if n != raw_len {
+            return Err(DecodeFailure::Corrupt(format!(
+                "decoded {n} bytes, expected {raw_len}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What an encoder should compress with.
+#[derive(Debug, Clone)]
+pub struct CodecParams {
+    /// The codec to try first (frames that do not shrink are stored with `none`).
+    pub codec: CodecId,
+    /// Compression level (zstd: 1..=19; ignored by the others).
+    pub level: i32,
+    /// Optional zstd dictionary.
+    pub dict: Option<Arc<Dictionary>>,
+}
+
+impl Default for CodecParams {
+    fn default() -> Self {
+        CodecParams {
+            codec: CodecId::Zstd,
+            level: 1,
+            dict: None,
+        }
+    }
+}
+
+impl CodecParams {
+    /// Builds the CPU codec these parameters name.
+    pub fn cpu_codec(&self) -> Result<Box<dyn Codec>> {
+        Ok(match self.codec {
+            CodecId::None => Box::new(NoneCodec),
+            CodecId::Zstd => Box::new(ZstdCodec::new(self.level, self.dict.clone())?),
+            CodecId::Lz4 => Box::new(Lz4Codec),
+            other => {
+                return Err(Error::InvalidOption(format!(
+                    "codec {other} has no CPU encoder"
+                )));
+            }
+        })
+    }
+}
+
+/// Decodes a payload of any codec this host can decode on the CPU.
+pub fn decompress_cpu(
+    codec: CodecId,
+    stored: &[u8],
+    raw_len: usize,
+    dict: Option<&Dictionary>,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeFailure> {
+    match codec {
+        CodecId::None => NoneCodec.decompress(stored, raw_len, out),
+        CodecId::Zstd => decompress_zstd(stored, raw_len, dict, out),
+        CodecId::Lz4 => Lz4Codec.decompress(stored, raw_len, out),
+        CodecId::Deflate | CodecId::Snappy => Err(DecodeFailure::Unavailable(
+            "this build has no CPU decoder for it yet",
+        )),
+        _ => Err(DecodeFailure::Unavailable(
+            "it is a GPU-only codec; decode on a host with nVCOMP",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_roundtrip_through_bytes_and_names() {
+        for c in CodecId::ALL {
+            assert_eq!(CodecId::from_u8(c as u8).unwrap(), c);
+            assert_eq!(c.name().parse::<CodecId>().unwrap(), c);
+        }
+        assert!(matches!(
+            CodecId::from_u8(0x53),
+            Err(Error::UnknownCodec(0x53))
+        ));
+    }
+
+    #[test]
+    fn zstd_level_out_of_range_is_an_option_error() {
+        assert!(ZstdCodec::new(0, None).is_err());
+        assert!(ZstdCodec::new(20, None).is_err());
+    }
+}

@@ -1,0 +1,509 @@
+//! Byte layout of format version 1: object header, frame header, index and footer (docs/FORMAT.md).
+//!
+//! Everything is little-endian and fixed-size except the index, whose length follows from its
+//! entry count. Each structure carries a CRC-32C so a flipped byte is named, never decoded.
+
+use crate::codec::CodecId;
+use crate::error::{Error, Result};
+
+/// Format version written by this build, and the newest one it reads.
+pub const VERSION: u16 = 1;
+/// First 8 bytes of every shrinkfs object.
+pub const HEAD_MAGIC: [u8; 8] = *b"\x89SHRKFS\n";
+/// Last 8 bytes of every shrinkfs object.
+pub const FOOT_MAGIC: [u8; 8] = *b"\nSHRKFS\x89";
+/// First 4 bytes of the index. `S` (0x53) is never a codec id, so a sequential reader tells
+/// the index from the next frame header by its first byte.
+pub const INDEX_MAGIC: [u8; 4] = *b"SKIX";
+
+/// Size of the object header.
+pub const HEADER_LEN: usize = 64;
+/// Size of a frame header.
+pub const FRAME_HEADER_LEN: usize = 24;
+/// Size of one index entry.
+pub const ENTRY_LEN: usize = 32;
+/// Size of the index's fixed part before the entries (magic, count, header copy).
+pub const INDEX_FIXED_LEN: usize = 8 + HEADER_LEN;
+/// Size of the footer.
+pub const FOOTER_LEN: usize = 48;
+/// Size of the AES-GCM tag that ends a sealed frame payload and a sealed index.
+pub const TAG_LEN: usize = 16;
+
+/// Header flag: frames and index are sealed with AES-256-GCM.
+pub const FLAG_SEALED: u16 = 1;
+/// Frame flag: the payload is sealed.
+pub const FRAME_FLAG_SEALED: u8 = 1;
+
+/// Smallest frame size an encoder accepts.
+pub const MIN_FRAME_SIZE: u32 = 4 * 1024;
+/// Largest raw frame a reader accepts; bounds the memory one frame can make a reader allocate.
+pub const MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn need(what: &'static str, bytes: &[u8], len: usize) -> Result<()> {
+    if bytes.len() < len {
+        return Err(Error::Truncated {
+            what,
+            expected: len as u64,
+            actual: bytes.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// The object header: identity and parameters shared by every frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Header flags (`FLAG_SEALED`).
+    pub flags: u16,
+    /// Nominal raw frame size the writer used (informational; frames may be shorter).
+    pub frame_size: u32,
+    /// Random per-object id: salt of the per-object key and part of every frame's associated data.
+    pub object_id: [u8; 16],
+    /// First bytes of a value derived from the key, so a wrong key is named before any frame is tried.
+    pub key_check: [u8; 8],
+    /// zstd dictionary id the frames were compressed with, 0 for none.
+    pub dict_id: u32,
+}
+
+impl Header {
+    /// Whether frames are sealed.
+    pub fn sealed(&self) -> bool {
+        self.flags & FLAG_SEALED != 0
+    }
+
+    /// Serializes the header.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(&HEAD_MAGIC);
+        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        b[10..12].copy_from_slice(&self.flags.to_le_bytes());
+        b[12..16].copy_from_slice(&self.frame_size.to_le_bytes());
+        b[16..32].copy_from_slice(&self.object_id);
+        b[32..40].copy_from_slice(&self.key_check);
+        b[40..44].copy_from_slice(&self.dict_id.to_le_bytes());
+        // 44..60 reserved, zero.
+        let c = crc(&b[..60]);
+        b[60..64].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Whether `head` begins like a shrinkfs object (magic only; no checksum).
+    pub fn has_magic(head: &[u8]) -> bool {
+        head.len() >= 8 && head[..8] == HEAD_MAGIC
+    }
+
+    /// Parses and verifies a header.
+    pub fn parse(b: &[u8]) -> Result<Self> {
+        need("header", b, HEADER_LEN)?;
+        if b[..8] != HEAD_MAGIC {
+            return Err(Error::BadMagic { what: "header" });
+        }
+        if crc(&b[..60]) != u32_at(b, 60) {
+            return Err(Error::HeaderChecksum { what: "header" });
+        }
+        let version = u16_at(b, 8);
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion(version));
+        }
+        let flags = u16_at(b, 10);
+        if flags & !FLAG_SEALED != 0 {
+            return Err(Error::Inconsistent(format!(
+                "unknown header flags {flags:#x}"
+            )));
+        }
+        Ok(Header {
+            flags,
+            frame_size: u32_at(b, 12),
+            object_id: b[16..32].try_into().expect("16 bytes"),
+            key_check: b[32..40].try_into().expect("8 bytes"),
+            dict_id: u32_at(b, 40),
+        })
+    }
+}
+
+/// The header in front of every frame's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Codec of the payload.
+    pub codec: CodecId,
+    /// Frame flags (`FRAME_FLAG_SEALED`).
+    pub flags: u8,
+    /// Length of the decoded bytes.
+    pub raw_len: u32,
+    /// Length of the payload that follows the header (with the GCM tag when sealed).
+    pub stored_len: u32,
+    /// CRC-32C of the decoded bytes; 0 when sealed (the GCM tag authenticates them instead).
+    pub raw_crc: u32,
+    /// CRC-32C of the payload as stored.
+    pub stored_crc: u32,
+}
+
+impl FrameHeader {
+    /// Whether the payload is sealed.
+    pub fn sealed(&self) -> bool {
+        self.flags & FRAME_FLAG_SEALED != 0
+    }
+
+    /// Serializes the frame header.
+    pub fn to_bytes(&self) -> [u8; FRAME_HEADER_LEN] {
+        let mut b = [0u8; FRAME_HEADER_LEN];
+        b[0] = self.codec as u8;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.raw_len.to_le_bytes());
+        b[8..12].copy_from_slice(&self.stored_len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.raw_crc.to_le_bytes());
+        b[16..20].copy_from_slice(&self.stored_crc.to_le_bytes());
+        let c = crc(&b[..20]);
+        b[20..24].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Parses and verifies the header of frame number `frame`.
+    pub fn parse(b: &[u8], frame: u64) -> Result<Self> {
+        need("frame header", b, FRAME_HEADER_LEN)?;
+        if crc(&b[..20]) != u32_at(b, 20) {
+            return Err(Error::FrameHeaderChecksum { frame });
+        }
+        let flags = b[1];
+        if flags & !FRAME_FLAG_SEALED != 0 || u16_at(b, 2) != 0 {
+            return Err(Error::Inconsistent(format!(
+                "frame {frame}: unknown flags {flags:#x}"
+            )));
+        }
+        let h = FrameHeader {
+            codec: CodecId::from_u8(b[0])?,
+            flags,
+            raw_len: u32_at(b, 4),
+            stored_len: u32_at(b, 8),
+            raw_crc: u32_at(b, 12),
+            stored_crc: u32_at(b, 16),
+        };
+        if h.raw_len > MAX_FRAME_SIZE {
+            return Err(Error::Inconsistent(format!(
+                "frame {frame}: raw length {} exceeds the {MAX_FRAME_SIZE}-byte limit",
+                h.raw_len
+            )));
+        }
+        let tag = if h.sealed() { TAG_LEN as u32 } else { 0 };
+        let max_stored = h.raw_len.saturating_add(tag);
+        if h.stored_len > max_stored || h.stored_len < tag {
+            return Err(Error::Inconsistent(format!(
+                "frame {frame}: stored length {} does not fit raw length {}",
+                h.stored_len, h.raw_len
+            )));
+        }
+        Ok(h)
+    }
+
+    /// Bytes of this header covered by a sealed frame's associated data (codec, flags, lengths).
+    pub fn aad_bytes(&self) -> [u8; 12] {
+        self.to_bytes()[..12].try_into().expect("12 bytes")
+    }
+}
+
+/// One index entry: where a frame is stored and which logical bytes it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Offset of the frame header in the object.
+    pub stored_offset: u64,
+    /// Offset of the frame's first byte in the logical (decoded) file.
+    pub raw_offset: u64,
+    /// Payload length (the frame occupies `FRAME_HEADER_LEN + stored_len` bytes).
+    pub stored_len: u32,
+    /// Decoded length.
+    pub raw_len: u32,
+    /// Codec of the frame.
+    pub codec: CodecId,
+    /// Frame flags, as in the frame header.
+    pub flags: u8,
+    /// CRC-32C of the decoded bytes (0 when sealed).
+    pub raw_crc: u32,
+}
+
+impl IndexEntry {
+    fn write(&self, b: &mut [u8]) {
+        b[0..8].copy_from_slice(&self.stored_offset.to_le_bytes());
+        b[8..16].copy_from_slice(&self.raw_offset.to_le_bytes());
+        b[16..20].copy_from_slice(&self.stored_len.to_le_bytes());
+        b[20..24].copy_from_slice(&self.raw_len.to_le_bytes());
+        b[24] = self.codec as u8;
+        b[25] = self.flags;
+        b[26..28].copy_from_slice(&0u16.to_le_bytes());
+        b[28..32].copy_from_slice(&self.raw_crc.to_le_bytes());
+    }
+
+    fn read(b: &[u8]) -> Result<Self> {
+        Ok(IndexEntry {
+            stored_offset: u64_at(b, 0),
+            raw_offset: u64_at(b, 8),
+            stored_len: u32_at(b, 16),
+            raw_len: u32_at(b, 20),
+            codec: CodecId::from_u8(b[24])?,
+            flags: b[25],
+            raw_crc: u32_at(b, 28),
+        })
+    }
+
+    /// Whether this entry describes the same frame as a parsed frame header.
+    pub fn matches(&self, h: &FrameHeader) -> bool {
+        self.codec == h.codec
+            && self.flags == h.flags
+            && self.raw_len == h.raw_len
+            && self.stored_len == h.stored_len
+            && self.raw_crc == h.raw_crc
+    }
+
+    /// The stored byte range of the whole frame (header and payload).
+    pub fn stored_range(&self) -> std::ops::Range<u64> {
+        self.stored_offset..self.stored_offset + FRAME_HEADER_LEN as u64 + self.stored_len as u64
+    }
+
+    /// The logical byte range the frame decodes to.
+    pub fn raw_range(&self) -> std::ops::Range<u64> {
+        self.raw_offset..self.raw_offset + self.raw_len as u64
+    }
+}
+
+/// Serializes an index body (without the seal tag): magic, count, header copy, entries.
+pub fn index_body(header: &Header, entries: &[IndexEntry]) -> Vec<u8> {
+    let mut b = vec![0u8; INDEX_FIXED_LEN + ENTRY_LEN * entries.len()];
+    b[0..4].copy_from_slice(&INDEX_MAGIC);
+    b[4..8].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+    b[8..8 + HEADER_LEN].copy_from_slice(&header.to_bytes());
+    for (i, e) in entries.iter().enumerate() {
+        let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
+        e.write(&mut b[at..at + ENTRY_LEN]);
+    }
+    b
+}
+
+/// Length of the index of `count` entries, with the tag when `sealed`.
+pub fn index_len(count: usize, sealed: bool) -> usize {
+    INDEX_FIXED_LEN + ENTRY_LEN * count + if sealed { TAG_LEN } else { 0 }
+}
+
+/// A parsed index body; the seal tag (if any) is checked by the caller that holds the key.
+#[derive(Debug, Clone)]
+pub struct IndexBody {
+    /// The copy of the object header kept in the index, so the tail alone is enough to read.
+    pub header: Header,
+    /// One entry per frame, in stored order.
+    pub entries: Vec<IndexEntry>,
+}
+
+impl IndexBody {
+    /// Parses an index body of exactly `count` entries and checks that the entries tile the object:
+    /// frames follow one another from the header to `data_end`, and their raw ranges follow one
+    /// another from 0 to `logical_size`.
+    pub fn parse(b: &[u8], count: u32, data_end: u64, logical_size: u64) -> Result<Self> {
+        if b.len() < 8 || b[..4] != INDEX_MAGIC {
+            return Err(Error::BadMagic { what: "index" });
+        }
+        if u32_at(b, 4) != count {
+            return Err(Error::Inconsistent(
+                "index entry count differs from the footer's".into(),
+            ));
+        }
+        let body_len = INDEX_FIXED_LEN + ENTRY_LEN * count as usize;
+        need("index", b, body_len)?;
+        let header = Header::parse(&b[8..8 + HEADER_LEN])?;
+        let mut entries = Vec::with_capacity(count as usize);
+        let mut stored = HEADER_LEN as u64;
+        let mut raw = 0u64;
+        for i in 0..count as usize {
+            let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
+            let e = IndexEntry::read(&b[at..at + ENTRY_LEN])?;
+            let sealed_ok = (e.flags & FRAME_FLAG_SEALED != 0) == header.sealed();
+            if e.stored_offset != stored
+                || e.raw_offset != raw
+                || e.raw_len == 0
+                || e.raw_len > MAX_FRAME_SIZE
+                || e.flags & !FRAME_FLAG_SEALED != 0
+                || !sealed_ok
+            {
+                return Err(Error::Inconsistent(format!(
+                    "index entry {i} is out of place"
+                )));
+            }
+            stored = e.stored_range().end;
+            raw += e.raw_len as u64;
+            entries.push(e);
+        }
+        if stored != data_end {
+            return Err(Error::Inconsistent(
+                "frames do not end where the index starts".into(),
+            ));
+        }
+        if raw != logical_size {
+            return Err(Error::Inconsistent(
+                "frame sizes do not add up to the logical size".into(),
+            ));
+        }
+        Ok(IndexBody { header, entries })
+    }
+}
+
+/// The footer: the last 48 bytes of an object, pointing at the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footer {
+    /// Offset of the index in the object.
+    pub index_offset: u64,
+    /// Length of the index, tag included.
+    pub index_len: u32,
+    /// Number of frames.
+    pub frame_count: u32,
+    /// Length of the decoded file.
+    pub logical_size: u64,
+    /// CRC-32C of the whole index, tag included.
+    pub index_crc: u32,
+    /// The header flags, repeated so `inspect` can say "sealed" from the footer alone.
+    pub flags: u16,
+}
+
+impl Footer {
+    /// Serializes the footer.
+    pub fn to_bytes(&self) -> [u8; FOOTER_LEN] {
+        let mut b = [0u8; FOOTER_LEN];
+        b[0..8].copy_from_slice(&self.index_offset.to_le_bytes());
+        b[8..12].copy_from_slice(&self.index_len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.frame_count.to_le_bytes());
+        b[16..24].copy_from_slice(&self.logical_size.to_le_bytes());
+        b[24..28].copy_from_slice(&self.index_crc.to_le_bytes());
+        b[28..30].copy_from_slice(&VERSION.to_le_bytes());
+        b[30..32].copy_from_slice(&self.flags.to_le_bytes());
+        // 32..36 reserved, zero.
+        let c = crc(&b[..36]);
+        b[36..40].copy_from_slice(&c.to_le_bytes());
+        b[40..48].copy_from_slice(&FOOT_MAGIC);
+        b
+    }
+
+    /// Whether `tail` (the last bytes of an object) ends with the footer magic.
+    pub fn has_magic(tail: &[u8]) -> bool {
+        tail.len() >= 8 && tail[tail.len() - 8..] == FOOT_MAGIC
+    }
+
+    /// Parses the footer from the last `FOOTER_LEN` bytes of `tail`, and checks it against the
+    /// total object length.
+    pub fn parse(tail: &[u8], object_len: u64) -> Result<Self> {
+        if !Self::has_magic(tail) {
+            return Err(Error::NotShrinkfs);
+        }
+        need("footer", tail, FOOTER_LEN)?;
+        let b = &tail[tail.len() - FOOTER_LEN..];
+        if crc(&b[..36]) != u32_at(b, 36) {
+            return Err(Error::HeaderChecksum { what: "footer" });
+        }
+        let version = u16_at(b, 28);
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion(version));
+        }
+        let f = Footer {
+            index_offset: u64_at(b, 0),
+            index_len: u32_at(b, 8),
+            frame_count: u32_at(b, 12),
+            logical_size: u64_at(b, 16),
+            index_crc: u32_at(b, 24),
+            flags: u16_at(b, 30),
+        };
+        let sealed = f.flags & FLAG_SEALED != 0;
+        let fits = index_len(f.frame_count as usize, sealed) as u64 == f.index_len as u64
+            && f.index_offset >= HEADER_LEN as u64
+            && f.index_offset
+                .checked_add(f.index_len as u64 + FOOTER_LEN as u64)
+                == Some(object_len);
+        if !fits {
+            return Err(Error::Inconsistent(
+                "footer does not fit the object's length".into(),
+            ));
+        }
+        Ok(f)
+    }
+
+    /// Stored byte range of the index.
+    pub fn index_range(&self) -> std::ops::Range<u64> {
+        self.index_offset..self.index_offset + self.index_len as u64
+    }
+
+    /// Whether the object is sealed.
+    pub fn sealed(&self) -> bool {
+        self.flags & FLAG_SEALED != 0
+    }
+}
+
+/// CRC-32C as used throughout the format.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    crc(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            flags: 0,
+            frame_size: 1 << 20,
+            object_id: [7; 16],
+            key_check: [0; 8],
+            dict_id: 0,
+        }
+    }
+
+    #[test]
+    fn header_roundtrips_and_names_flipped_bytes() {
+        let h = header();
+        let b = h.to_bytes();
+        assert_eq!(Header::parse(&b).unwrap(), h);
+        for i in 0..HEADER_LEN {
+            let mut c = b;
+            c[i] ^= 0x40;
+            assert!(Header::parse(&c).is_err(), "flip at {i} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn footer_rejects_wrong_object_length() {
+        let f = Footer {
+            index_offset: 64,
+            index_len: index_len(0, false) as u32,
+            frame_count: 0,
+            logical_size: 0,
+            index_crc: 0,
+            flags: 0,
+        };
+        let b = f.to_bytes();
+        let len = 64 + index_len(0, false) as u64 + FOOTER_LEN as u64;
+        assert_eq!(Footer::parse(&b, len).unwrap(), f);
+        assert!(matches!(
+            Footer::parse(&b, len + 1),
+            Err(Error::Inconsistent(_))
+        ));
+    }
+
+    #[test]
+    fn newer_version_is_named() {
+        let mut b = header().to_bytes();
+        b[8] = 9;
+        let c = crc(&b[..60]);
+        b[60..64].copy_from_slice(&c.to_le_bytes());
+        assert!(matches!(
+            Header::parse(&b),
+            Err(Error::UnsupportedVersion(9))
+        ));
+    }
+}

@@ -1,0 +1,261 @@
+//! Encoding one frame (detect, compress, fall back, seal, checksum) and decoding it back (verify,
+//! open, decompress, verify). Pure functions of their inputs, safe to call from any thread.
+
+use std::sync::Arc;
+
+use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
+use crate::detect;
+use crate::error::{Error, Result};
+use crate::format::{
+    FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, checksum,
+};
+use crate::seal::{MasterKey, ObjectKey};
+
+/// What every frame of one object shares: its header, its key and its dictionary.
+#[derive(Debug)]
+pub struct ObjectContext {
+    /// The object header.
+    pub header: Header,
+    key: Option<ObjectKey>,
+    dict: Option<Arc<Dictionary>>,
+}
+
+impl ObjectContext {
+    /// The context to read an object with this header. Checks the key against the header's key
+    /// check, and that the dictionary the object needs is among `dicts`.
+    pub fn for_reading(
+        header: Header,
+        master: Option<&MasterKey>,
+        dicts: &[Arc<Dictionary>],
+    ) -> Result<Self> {
+        let key = if header.sealed() {
+            let master = master.ok_or(Error::KeyRequired)?;
+            let key = ObjectKey::derive(master, &header.object_id);
+            if key.key_check() != header.key_check {
+                return Err(Error::WrongKey);
+            }
+            Some(key)
+        } else {
+            None
+        };
+        let dict = match header.dict_id {
+            0 => None,
+            id => Some(
+                dicts
+                    .iter()
+                    .find(|d| d.id() == id)
+                    .cloned()
+                    .ok_or(Error::DictionaryRequired(id))?,
+            ),
+        };
+        Ok(ObjectContext { header, key, dict })
+    }
+
+    /// The context to write a new object: draws a fresh random object id.
+    pub fn for_writing(
+        frame_size: u32,
+        master: Option<&MasterKey>,
+        dict: Option<Arc<Dictionary>>,
+    ) -> Self {
+        let object_id: [u8; 16] = rand::random();
+        let key = master.map(|m| ObjectKey::derive(m, &object_id));
+        let header = Header {
+            flags: if key.is_some() {
+                crate::format::FLAG_SEALED
+            } else {
+                0
+            },
+            frame_size,
+            object_id,
+            key_check: key.as_ref().map_or([0; 8], |k| k.key_check()),
+            dict_id: dict.as_ref().map_or(0, |d| d.id()),
+        };
+        ObjectContext { header, key, dict }
+    }
+
+    /// The object's key, when sealed.
+    pub fn key(&self) -> Option<&ObjectKey> {
+        self.key.as_ref()
+    }
+
+    /// The zstd dictionary the object uses, if any.
+    pub fn dict(&self) -> Option<&Arc<Dictionary>> {
+        self.dict.as_ref()
+    }
+}
+
+/// One encoded frame: its bytes as stored (header and payload) and its index entry (offsets unset).
+#[derive(Debug, Clone)]
+pub struct EncodedFrame {
+    /// Frame header followed by payload.
+    pub bytes: Vec<u8>,
+    /// The frame header's fields.
+    pub header: FrameHeader,
+}
+
+impl EncodedFrame {
+    /// The index entry of this frame when placed at `stored_offset`, holding raw bytes from `raw_offset`.
+    pub fn entry(&self, stored_offset: u64, raw_offset: u64) -> IndexEntry {
+        IndexEntry {
+            stored_offset,
+            raw_offset,
+            stored_len: self.header.stored_len,
+            raw_len: self.header.raw_len,
+            codec: self.header.codec,
+            flags: self.header.flags,
+            raw_crc: self.header.raw_crc,
+        }
+    }
+}
+
+/// Encodes frame number `frame` of an object: compresses with `codec` unless the bytes look
+/// already compressed or do not shrink (then stores them), seals when the object has a key.
+pub fn encode_frame(
+    ctx: &ObjectContext,
+    codec: &dyn Codec,
+    frame: u64,
+    raw: &[u8],
+) -> EncodedFrame {
+    let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + raw.len() + crate::format::TAG_LEN);
+    bytes.resize(FRAME_HEADER_LEN, 0);
+    let mut scratch = Vec::new();
+    let compressed = codec.id() != CodecId::None
+        && !detect::looks_compressed(raw)
+        && codec.compress(raw, &mut scratch);
+    let codec_id = if compressed {
+        bytes.extend_from_slice(&scratch);
+        codec.id()
+    } else {
+        bytes.extend_from_slice(raw);
+        CodecId::None
+    };
+    finish_frame(ctx, frame, raw, codec_id, bytes)
+}
+
+/// Completes a frame whose payload (compressed with `codec_id`) already follows a
+/// `FRAME_HEADER_LEN`-byte gap in `bytes`: seals it if the object is sealed, fills in the header.
+/// Other back ends (the GPU) produce payloads and finish them here.
+pub fn finish_frame(
+    ctx: &ObjectContext,
+    frame: u64,
+    raw: &[u8],
+    codec_id: CodecId,
+    mut bytes: Vec<u8>,
+) -> EncodedFrame {
+    let payload_len = bytes.len() - FRAME_HEADER_LEN;
+    let sealed = ctx.key.is_some();
+    let mut header = FrameHeader {
+        codec: codec_id,
+        flags: if sealed { FRAME_FLAG_SEALED } else { 0 },
+        raw_len: raw.len() as u32,
+        stored_len: (payload_len + if sealed { crate::format::TAG_LEN } else { 0 }) as u32,
+        // A checksum of the plaintext would leak information about sealed data; the tag covers it.
+        raw_crc: if sealed { 0 } else { checksum(raw) },
+        stored_crc: 0,
+    };
+    if let Some(key) = &ctx.key {
+        let mut payload = bytes.split_off(FRAME_HEADER_LEN);
+        key.seal_frame(
+            &ctx.header.object_id,
+            frame,
+            &header.aad_bytes(),
+            &mut payload,
+        );
+        bytes.extend_from_slice(&payload);
+    }
+    header.stored_crc = checksum(&bytes[FRAME_HEADER_LEN..]);
+    bytes[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
+    EncodedFrame { bytes, header }
+}
+
+/// Decodes frame number `frame` from its stored bytes (header and payload) into `out`.
+///
+/// When `expected` is given (read through the index) the frame header must agree with it.
+/// Every check runs before any byte is handed out: header CRC, payload CRC, GCM tag, codec, raw CRC.
+pub fn decode_frame(
+    ctx: &ObjectContext,
+    frame: u64,
+    stored: &[u8],
+    expected: Option<&IndexEntry>,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let header = FrameHeader::parse(stored, frame)?;
+    decode_payload(
+        ctx,
+        frame,
+        &header,
+        &stored[FRAME_HEADER_LEN..],
+        expected,
+        out,
+    )
+}
+
+/// Like `decode_frame`, with the header already parsed and the payload separate.
+pub fn decode_payload(
+    ctx: &ObjectContext,
+    frame: u64,
+    header: &FrameHeader,
+    payload: &[u8],
+    expected: Option<&IndexEntry>,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    if let Some(e) = expected {
+        if !e.matches(header) {
+            return Err(Error::Inconsistent(format!(
+                "frame {frame}: header disagrees with the index"
+            )));
+        }
+    }
+    if header.sealed() != ctx.header.sealed() {
+        return Err(Error::Inconsistent(format!(
+            "frame {frame}: sealed flag disagrees with the object"
+        )));
+    }
+    if payload.len() != header.stored_len as usize {
+        return Err(Error::Truncated {
+            what: "frame payload",
+            expected: header.stored_len as u64,
+            actual: payload.len() as u64,
+        });
+    }
+    if checksum(payload) != header.stored_crc {
+        return Err(Error::FrameChecksum { frame });
+    }
+    let mut opened = Vec::new();
+    let compressed: &[u8] = match &ctx.key {
+        Some(key) => {
+            opened.extend_from_slice(payload);
+            key.open_frame(
+                &ctx.header.object_id,
+                frame,
+                &header.aad_bytes(),
+                &mut opened,
+            )?;
+            &opened
+        }
+        None => payload,
+    };
+    decompress_cpu(
+        header.codec,
+        compressed,
+        header.raw_len as usize,
+        ctx.dict.as_deref(),
+        out,
+    )
+    .map_err(|f| match f {
+        DecodeFailure::Unavailable(why) => Error::CodecUnavailable {
+            frame,
+            codec: header.codec,
+            why,
+        },
+        DecodeFailure::Corrupt(detail) => Error::Corrupt {
+            frame,
+            codec: header.codec,
+            detail,
+        },
+    })?;
+    if !header.sealed() && checksum(out) != header.raw_crc {
+        return Err(Error::RawChecksum { frame });
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! Building an object: cutting a byte stream into frames, and laying encoded frames out with their
+//! index and footer. The caller moves the bytes; nothing here does I/O.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::codec::{Codec, CodecParams, Dictionary};
+use crate::error::{Error, Result};
+use crate::format::{
+    self, FOOTER_LEN, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, checksum,
+    index_body,
+};
+use crate::frame::{EncodedFrame, ObjectContext, encode_frame};
+use crate::seal::MasterKey;
+
+/// Default raw frame size: 1 MiB. See docs/FORMAT.md ("Choosing the frame size") for the measurements.
+pub const DEFAULT_FRAME_SIZE: u32 = 1024 * 1024;
+
+/// Everything an encoder needs to know to write objects.
+#[derive(Debug, Clone)]
+pub struct EncodeConfig {
+    /// Codec, level and dictionary.
+    pub params: CodecParams,
+    /// Raw bytes per frame (the last frame may be shorter).
+    pub frame_size: u32,
+    /// Seal frames with a key derived from this one.
+    pub key: Option<MasterKey>,
+}
+
+impl Default for EncodeConfig {
+    fn default() -> Self {
+        EncodeConfig {
+            params: CodecParams::default(),
+            frame_size: DEFAULT_FRAME_SIZE,
+            key: None,
+        }
+    }
+}
+
+impl EncodeConfig {
+    /// Checks every option and builds the codec it names.
+    pub fn codec(&self) -> Result<Box<dyn Codec>> {
+        if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&self.frame_size) {
+            return Err(Error::InvalidOption(format!(
+                "frame size must be between {} KiB and {} MiB, not {} bytes",
+                MIN_FRAME_SIZE / 1024,
+                MAX_FRAME_SIZE >> 20,
+                self.frame_size
+            )));
+        }
+        self.params.cpu_codec()
+    }
+
+    /// A fresh context (new object id) for one object written with this configuration.
+    pub fn new_object(&self) -> ObjectContext {
+        ObjectContext::for_writing(self.frame_size, self.key.as_ref(), self.params.dict.clone())
+    }
+
+    /// The dictionary, if any.
+    pub fn dict(&self) -> Option<&Arc<Dictionary>> {
+        self.params.dict.as_ref()
+    }
+}
+
+/// Cuts a stream of bytes, pushed in pieces of any size, into frames of exactly `size` bytes.
+#[derive(Debug)]
+pub struct FrameCutter {
+    size: usize,
+    buf: Vec<u8>,
+}
+
+impl FrameCutter {
+    /// A cutter producing frames of `size` bytes.
+    pub fn new(size: u32) -> Self {
+        FrameCutter {
+            size: size as usize,
+            buf: Vec::with_capacity(size as usize),
+        }
+    }
+
+    /// Adds bytes; calls `emit` with every frame that fills up.
+    pub fn push(&mut self, mut data: &[u8], mut emit: impl FnMut(Vec<u8>)) {
+        while !data.is_empty() {
+            let take = (self.size - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.buf.len() == self.size {
+                emit(std::mem::replace(
+                    &mut self.buf,
+                    Vec::with_capacity(self.size),
+                ));
+            }
+        }
+    }
+
+    /// Bytes waiting for a frame to fill.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The last, short frame, if any bytes are left.
+    pub fn finish(self) -> Option<Vec<u8>> {
+        (!self.buf.is_empty()).then_some(self.buf)
+    }
+}
+
+/// Lays out one object: header, frames in order, then index and footer.
+///
+/// Invariant: frames are pushed in frame-number order, each exactly once.
+#[derive(Debug)]
+pub struct ObjectWriter {
+    ctx: Arc<ObjectContext>,
+    entries: Vec<IndexEntry>,
+    stored: u64,
+    raw: u64,
+}
+
+impl ObjectWriter {
+    /// A writer for the object described by `ctx`.
+    pub fn new(ctx: Arc<ObjectContext>) -> Self {
+        ObjectWriter {
+            ctx,
+            entries: Vec::new(),
+            stored: HEADER_LEN as u64,
+            raw: 0,
+        }
+    }
+
+    /// The object's context.
+    pub fn context(&self) -> &Arc<ObjectContext> {
+        &self.ctx
+    }
+
+    /// The bytes that start the object.
+    pub fn header_bytes(&self) -> [u8; HEADER_LEN] {
+        self.ctx.header.to_bytes()
+    }
+
+    /// Number of the next frame to push.
+    pub fn next_frame(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// Records the next frame; the caller writes `frame.bytes` right after the previous ones.
+    pub fn push(&mut self, frame: &EncodedFrame) {
+        let e = frame.entry(self.stored, self.raw);
+        self.stored = e.stored_range().end;
+        self.raw += e.raw_len as u64;
+        self.entries.push(e);
+    }
+
+    /// Raw bytes pushed so far.
+    pub fn raw_len(&self) -> u64 {
+        self.raw
+    }
+
+    /// Stored bytes so far (header and frames).
+    pub fn stored_len(&self) -> u64 {
+        self.stored
+    }
+
+    /// The index and footer that end the object.
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = index_body(&self.ctx.header, &self.entries);
+        if let Some(key) = self.ctx.key() {
+            let tag = key.index_tag(&out);
+            out.extend_from_slice(&tag);
+        }
+        let footer = Footer {
+            index_offset: self.stored,
+            index_len: out.len() as u32,
+            frame_count: self.entries.len() as u32,
+            logical_size: self.raw,
+            index_crc: checksum(&out),
+            flags: self.ctx.header.flags,
+        };
+        out.extend_from_slice(&footer.to_bytes());
+        debug_assert_eq!(
+            out.len(),
+            format::index_len(self.entries.len(), self.ctx.key().is_some()) + FOOTER_LEN
+        );
+        out
+    }
+}
+
+/// Encodes a whole in-memory buffer into one object, compressing frames on all cores.
+pub fn encode_all(config: &EncodeConfig, data: &[u8]) -> Result<Vec<u8>> {
+    let codec = config.codec()?;
+    let ctx = Arc::new(config.new_object());
+    let frames: Vec<EncodedFrame> = data
+        .par_chunks(config.frame_size as usize)
+        .enumerate()
+        .map(|(i, raw)| encode_frame(&ctx, codec.as_ref(), i as u64, raw))
+        .collect();
+    let mut w = ObjectWriter::new(ctx);
+    let mut out = Vec::with_capacity(data.len() / 2 + 1024);
+    out.extend_from_slice(&w.header_bytes());
+    for f in &frames {
+        w.push(f);
+        out.extend_from_slice(&f.bytes);
+    }
+    out.extend_from_slice(&w.finish());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutter_makes_full_frames_from_any_pieces() {
+        let mut c = FrameCutter::new(4096);
+        let mut frames = Vec::new();
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        for piece in data.chunks(777) {
+            c.push(piece, |f| frames.push(f));
+        }
+        frames.extend(c.finish());
+        assert_eq!(
+            frames.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![4096, 4096, 1808]
+        );
+        assert_eq!(frames.concat(), data);
+    }
+
+    #[test]
+    fn frame_size_out_of_range_is_rejected() {
+        let c = EncodeConfig {
+            frame_size: 100,
+            ..Default::default()
+        };
+        assert!(matches!(c.codec(), Err(Error::InvalidOption(_))));
+    }
+}
