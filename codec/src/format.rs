@@ -496,6 +496,11 @@ mod tests {
     }
 
     #[test]
+    fn checksum_is_crc32c_as_documented() {
+        assert_eq!(checksum(b"123456789"), 0xE306_9283);
+    }
+
+    #[test]
     fn newer_version_is_named() {
         let mut b = header().to_bytes();
         b[8] = 9;

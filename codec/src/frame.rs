@@ -144,13 +144,14 @@ pub fn finish_frame(
 ) -> EncodedFrame {
     let payload_len = bytes.len() - FRAME_HEADER_LEN;
     let sealed = ctx.key.is_some();
+    let raw_crc = if sealed { 0 } else { checksum(raw) };
     let mut header = FrameHeader {
         codec: codec_id,
         flags: if sealed { FRAME_FLAG_SEALED } else { 0 },
         raw_len: raw.len() as u32,
         stored_len: (payload_len + if sealed { crate::format::TAG_LEN } else { 0 }) as u32,
         // A checksum of the plaintext would leak information about sealed data; the tag covers it.
-        raw_crc: if sealed { 0 } else { checksum(raw) },
+        raw_crc,
         stored_crc: 0,
     };
     if let Some(key) = &ctx.key {
@@ -163,7 +164,12 @@ pub fn finish_frame(
         );
         bytes.extend_from_slice(&payload);
     }
-    header.stored_crc = checksum(&bytes[FRAME_HEADER_LEN..]);
+    // Stored as is and unsealed: the payload is the raw bytes, whose checksum is already known.
+    header.stored_crc = if codec_id == CodecId::None && !sealed {
+        raw_crc
+    } else {
+        checksum(&bytes[FRAME_HEADER_LEN..])
+    };
     bytes[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
     EncodedFrame { bytes, header }
 }
@@ -199,12 +205,12 @@ pub fn decode_payload(
     expected: Option<&IndexEntry>,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    if let Some(e) = expected {
-        if !e.matches(header) {
-            return Err(Error::Inconsistent(format!(
-                "frame {frame}: header disagrees with the index"
-            )));
-        }
+    if let Some(e) = expected
+        && !e.matches(header)
+    {
+        return Err(Error::Inconsistent(format!(
+            "frame {frame}: header disagrees with the index"
+        )));
     }
     if header.sealed() != ctx.header.sealed() {
         return Err(Error::Inconsistent(format!(

@@ -1,0 +1,41 @@
+//! Writes valid objects into codec/fuzz/corpus/<target>/ so the fuzzers start deep in the format.
+//! Run from the repository root: `cargo run -p shrinkfs-codec --example fuzz_seeds`.
+
+use shrinkfs_codec::{CodecId, CodecParams, EncodeConfig, MasterKey, encode_all};
+
+fn main() -> std::io::Result<()> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let text: Vec<u8> = (0..3000u32)
+        .flat_map(|i| format!("{i} GET /a/{} 200\n", i % 17).into_bytes())
+        .collect();
+    let mut n = 0;
+    for codec in [CodecId::None, CodecId::Zstd, CodecId::Lz4] {
+        for sealed in [false, true] {
+            for len in [0usize, 1, 4096, text.len()] {
+                let cfg = EncodeConfig {
+                    params: CodecParams {
+                        codec,
+                        level: 1,
+                        dict: None,
+                    },
+                    frame_size: 4096,
+                    key: sealed.then(|| MasterKey::from_bytes(&[0x5a; 32]).expect("32 bytes")),
+                };
+                let obj = encode_all(&cfg, &text[..len]).expect("valid config");
+                let targets: &[&str] = if sealed {
+                    &["sealed_frame", "stream", "footer", "index"]
+                } else {
+                    &["frame", "stream", "footer", "index"]
+                };
+                for t in targets {
+                    let dir = root.join(t);
+                    std::fs::create_dir_all(&dir)?;
+                    std::fs::write(dir.join(format!("seed-{codec}-{sealed}-{len}")), &obj)?;
+                }
+                n += 1;
+            }
+        }
+    }
+    println!("wrote {n} seed objects under {}", root.display());
+    Ok(())
+}

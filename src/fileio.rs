@@ -1,0 +1,135 @@
+//! Local inputs and outputs of the CLI: `-` for stdin/stdout, outputs written under a temporary
+//! name and renamed into place only when complete, and progress bars on a terminal.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// An input stream and its length when known.
+pub struct Input {
+    /// The reader.
+    pub reader: Box<dyn Read + Send>,
+    /// Total bytes, when the input is a regular file.
+    pub len: Option<u64>,
+}
+
+/// Opens `path` for reading; `-` is stdin.
+pub fn open_input(path: &Path) -> anyhow::Result<Input> {
+    if path == Path::new("-") {
+        return Ok(Input {
+            reader: Box::new(io::stdin()),
+            len: None,
+        });
+    }
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    Ok(Input {
+        reader: Box::new(f),
+        len,
+    })
+}
+
+/// An output that appears under its real name only once `commit` succeeds.
+pub struct Output {
+    writer: Option<BufWriter<Box<dyn Write + Send>>>,
+    paths: Option<(PathBuf, PathBuf)>,
+}
+
+impl Output {
+    /// Creates `path` (through a temporary file beside it); `-` is stdout.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        if path == Path::new("-") {
+            let w: Box<dyn Write + Send> = Box::new(io::stdout());
+            return Ok(Output {
+                writer: Some(BufWriter::with_capacity(1 << 20, w)),
+                paths: None,
+            });
+        }
+        let name = path
+            .file_name()
+            .with_context(|| format!("{} is not a file name", path.display()))?;
+        let tmp = path.with_file_name(format!(
+            ".{}.shrinkfs-tmp.{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let w: Box<dyn Write + Send> = Box::new(f);
+        Ok(Output {
+            writer: Some(BufWriter::with_capacity(1 << 20, w)),
+            paths: Some((tmp, path.to_path_buf())),
+        })
+    }
+
+    /// Flushes and moves the output into place.
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        let w = self.writer.take().expect("committed once");
+        let inner = w
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context("cannot write output")?;
+        drop(inner);
+        if let Some((tmp, path)) = self.paths.take() {
+            std::fs::rename(&tmp, &path).with_context(|| {
+                format!("cannot rename {} to {}", tmp.display(), path.display())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.writer.as_mut().expect("not committed").write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.writer.as_mut().expect("not committed").flush()
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        // Not committed: the partial output must not be mistaken for a complete one.
+        if let Some((tmp, _)) = self.paths.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// A progress bar on stderr; draws nothing when stderr is not a terminal.
+pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::no_length(),
+    };
+    let style = if len.is_some() {
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+    } else {
+        "{msg} {bytes} {bytes_per_sec} {elapsed}"
+    };
+    bar.set_style(
+        ProgressStyle::with_template(style)
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Reads until `buf` holds `want` bytes or the input ends; returns the bytes read.
+pub fn read_full(r: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+    buf.clear();
+    buf.reserve(want);
+    let mut n = 0;
+    while n < want {
+        let got = r.take((want - n) as u64).read_to_end(buf)?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    Ok(n)
+}

@@ -1,0 +1,176 @@
+//! `shrinkfs inspect`: what a stored object is, read from its tail (and head) only.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+use shrinkfs_codec::format::Header;
+use shrinkfs_codec::reader::SUGGESTED_TAIL;
+use shrinkfs_codec::{Error as CodecError, Layout, TailProbe, probe_tail};
+
+use crate::size::human;
+
+/// The description `inspect` prints.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Report {
+    /// "shrinkfs" or "plain".
+    pub format: &'static str,
+    /// Format version (shrinkfs objects only).
+    pub version: Option<u16>,
+    /// Bytes stored.
+    pub stored_size: u64,
+    /// Bytes after decoding.
+    pub logical_size: u64,
+    /// Number of frames.
+    pub frames: u64,
+    /// Nominal frame size of the writer.
+    pub frame_size: Option<u32>,
+    /// Sealed with AES-256-GCM.
+    pub sealed: bool,
+    /// zstd dictionary id, if one is needed.
+    pub dict_id: Option<u32>,
+    /// Per codec: frames, raw bytes, stored bytes.
+    pub codecs: Vec<CodecUsage>,
+}
+
+/// Bytes per codec.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct CodecUsage {
+    /// Codec name.
+    pub codec: String,
+    /// Frames using it.
+    pub frames: usize,
+    /// Raw bytes in those frames.
+    pub raw: u64,
+    /// Stored bytes of those frames.
+    pub stored: u64,
+}
+
+/// Reads the structure of an object from a file: tail, then head if the tail says plain.
+pub fn inspect_file(path: &Path) -> anyhow::Result<Report> {
+    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata().context("cannot stat input")?.len();
+    let read_tail = |f: &mut File, n: u64| -> std::io::Result<Vec<u8>> {
+        let n = n.min(len);
+        f.seek(SeekFrom::Start(len - n))?;
+        let mut b = vec![0; n as usize];
+        f.read_exact(&mut b)?;
+        Ok(b)
+    };
+    let mut tail = read_tail(&mut f, SUGGESTED_TAIL).context("cannot read object tail")?;
+    match probe_tail(&tail, len)? {
+        TailProbe::Plain => {
+            let mut head = [0u8; 8];
+            let n = {
+                f.seek(SeekFrom::Start(0))
+                    .context("cannot read object head")?;
+                f.read(&mut head).context("cannot read object head")?
+            };
+            if Header::has_magic(&head[..n]) {
+                return Err(CodecError::BadMagic {
+                    what: "footer (the object looks truncated)",
+                }
+                .into());
+            }
+            Ok(Report {
+                format: "plain",
+                version: None,
+                stored_size: len,
+                logical_size: len,
+                frames: 0,
+                frame_size: None,
+                sealed: false,
+                dict_id: None,
+                codecs: vec![],
+            })
+        }
+        TailProbe::Shrinkfs { tail_len, .. } => {
+            if tail_len > tail.len() as u64 {
+                tail = read_tail(&mut f, tail_len).context("cannot read object index")?;
+            }
+            Ok(report_for(&Layout::parse(&tail, len)?))
+        }
+    }
+}
+
+/// The report for a parsed layout.
+pub fn report_for(layout: &Layout) -> Report {
+    Report {
+        format: "shrinkfs",
+        version: Some(shrinkfs_codec::format::VERSION),
+        stored_size: layout.stored_size(),
+        logical_size: layout.logical_size(),
+        frames: layout.entries.len() as u64,
+        frame_size: Some(layout.header.frame_size),
+        sealed: layout.header.sealed(),
+        dict_id: (layout.header.dict_id != 0).then_some(layout.header.dict_id),
+        codecs: layout
+            .codec_usage()
+            .into_iter()
+            .map(|(c, raw, stored, frames)| CodecUsage {
+                codec: c.to_string(),
+                frames,
+                raw,
+                stored,
+            })
+            .collect(),
+    }
+}
+
+impl Report {
+    /// Logical size over stored size.
+    pub fn ratio(&self) -> f64 {
+        if self.stored_size == 0 {
+            1.0
+        } else {
+            self.logical_size as f64 / self.stored_size as f64
+        }
+    }
+
+    /// The text form.
+    pub fn to_text(&self, name: &str) -> String {
+        let mut s = format!("object:        {name}\n");
+        match self.version {
+            None => s += "format:        plain bytes (not a shrinkfs object; read as is)\n",
+            Some(v) => s += &format!("format:        shrinkfs v{v}\n"),
+        }
+        s += &format!(
+            "logical size:  {} ({})\n",
+            self.logical_size,
+            human(self.logical_size)
+        );
+        s += &format!(
+            "stored size:   {} ({})\n",
+            self.stored_size,
+            human(self.stored_size)
+        );
+        s += &format!("ratio:         {:.3}x\n", self.ratio());
+        if self.version.is_some() {
+            let fs = self.frame_size.map(|f| human(f as u64)).unwrap_or_default();
+            s += &format!("frames:        {} (frame size {fs})\n", self.frames);
+            s += &format!(
+                "sealed:        {}\n",
+                if self.sealed {
+                    "yes (AES-256-GCM)"
+                } else {
+                    "no"
+                }
+            );
+            if let Some(id) = self.dict_id {
+                s += &format!("dictionary:    zstd dictionary id {id}\n");
+            }
+            for c in &self.codecs {
+                s += &format!(
+                    "codec {:<8} {} frames, {} -> {}\n",
+                    c.codec,
+                    c.frames,
+                    human(c.raw),
+                    human(c.stored)
+                );
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,242 @@
+//! The `shrinkfs` binary on local files: pack/unpack roundtrips on every corpus, sizes, and the
+//! exit codes and messages for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use shrinkfs::corpus::{CorpusKind, generate};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shrinkfs"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run shrinkfs")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn roundtrip(dir: &Path, data: &[u8], extra: &[&str], key: Option<&Path>) -> (u64, PathBuf) {
+    let (input, packed, back) = (dir.join("in"), dir.join("in.skf"), dir.join("back"));
+    std::fs::write(&input, data).unwrap();
+    let mut args = vec!["pack"];
+    args.extend_from_slice(extra);
+    let key_arg = key
+        .map(|k| format!("--key-file={}", p(k)))
+        .unwrap_or_default();
+    if key.is_some() {
+        args.push(&key_arg);
+    }
+    args.extend_from_slice(&[p(&input), p(&packed)]);
+    assert_ok(&run(&args));
+    let mut args = vec!["unpack"];
+    if key.is_some() {
+        args.push(&key_arg);
+    }
+    args.extend_from_slice(&[p(&packed), p(&back)]);
+    assert_ok(&run(&args));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "roundtrip differs ({extra:?}, key {})",
+        key.is_some()
+    );
+    (std::fs::metadata(&packed).unwrap().len(), packed)
+}
+
+#[test]
+fn every_corpus_roundtrips_at_several_frame_sizes_with_and_without_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, [9u8; 32]).unwrap();
+    for kind in CorpusKind::ALL {
+        let data = generate(kind, 3 << 20 | 12345, 3);
+        for frame in ["4K", "64K", "1M"] {
+            for codec in ["zstd", "lz4", "none"] {
+                let k = (frame == "64K").then_some(key.as_path());
+                roundtrip(
+                    dir.path(),
+                    &data,
+                    &["--codec", codec, "--frame-size", frame],
+                    k,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pipes_work_both_ways() {
+    let data = generate(CorpusKind::Json, 2 << 20, 1);
+    let mut child = bin()
+        .args(["pack", "-", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feed = data.clone();
+    let t = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &feed));
+    let packed = child.wait_with_output().unwrap();
+    t.join().unwrap().unwrap();
+    assert_ok(&packed);
+    let mut child = bin()
+        .args(["unpack", "-", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let t = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &packed.stdout));
+    let back = child.wait_with_output().unwrap();
+    t.join().unwrap().unwrap();
+    assert_ok(&back);
+    assert!(back.stdout == data);
+}
+
+#[test]
+fn random_bytes_grow_by_at_most_a_tenth_of_a_percent_plus_64k() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generate(CorpusKind::Random, 64 << 20, 5);
+    let (size, _) = roundtrip(dir.path(), &data, &[], None);
+    let limit = data.len() as u64 + data.len() as u64 / 1000 + 64 * 1024;
+    assert!(size <= limit, "{size} > {limit}");
+}
+
+#[test]
+fn plain_files_unpack_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.txt");
+    std::fs::write(&plain, b"written by another tool\n").unwrap();
+    let out = dir.path().join("out");
+    assert_ok(&run(&["unpack", p(&plain), p(&out)]));
+    assert_eq!(std::fs::read(out).unwrap(), b"written by another tool\n");
+    let o = run(&["inspect", p(&plain)]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("plain bytes"));
+}
+
+#[test]
+fn inspect_reports_sizes_and_codecs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generate(CorpusKind::Logs, 3 << 20, 1);
+    let (size, packed) = roundtrip(dir.path(), &data, &["--frame-size", "1M"], None);
+    let o = run(&["inspect", "--json", p(&packed)]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format"], "shrinkfs");
+    assert_eq!(v["frames"], 3);
+    assert_eq!(v["logical_size"], data.len() as u64);
+    assert_eq!(v["stored_size"], size);
+    assert_eq!(v["codecs"][0]["codec"], "zstd");
+}
+
+fn assert_fails_cleanly(o: &Output, code: i32, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{what}: stderr {err}");
+    assert!(err.starts_with("shrinkfs: error: "), "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}
+
+#[test]
+fn corruption_and_wrong_keys_exit_nonzero_with_a_message_and_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&key, [1u8; 32]).unwrap();
+    std::fs::write(&wrong, [2u8; 32]).unwrap();
+    let data = generate(CorpusKind::Csv, 1 << 20, 2);
+    for sealed in [false, true] {
+        let k = sealed.then_some(key.as_path());
+        let (_, packed) = roundtrip(dir.path(), &data, &["--frame-size", "64K"], k);
+        let object = std::fs::read(&packed).unwrap();
+        let bad = dir.path().join("bad.skf");
+        let out = dir.path().join("bad.out");
+        // A spread of positions: header, frames, index, footer.
+        let mut x = 0x2545f4914f6cdd1du64;
+        for _ in 0..40 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = (x % object.len() as u64) as usize;
+            let mut b = object.clone();
+            b[at] ^= 1 << (x % 8);
+            std::fs::write(&bad, &b).unwrap();
+            let mut args = vec!["unpack".to_string()];
+            if sealed {
+                args.push(format!("--key-file={}", p(&key)));
+            }
+            args.extend([p(&bad).to_string(), p(&out).to_string()]);
+            let o = bin().args(&args).output().unwrap();
+            assert_fails_cleanly(&o, 4, &format!("flip at {at}"));
+            assert!(!out.exists(), "a failed unpack left output behind");
+        }
+        if sealed {
+            let o = run(&[
+                "unpack",
+                &format!("--key-file={}", p(&wrong)),
+                p(&packed),
+                p(&out),
+            ]);
+            assert_fails_cleanly(&o, 4, "wrong key");
+            assert!(String::from_utf8_lossy(&o.stderr).contains("wrong key"));
+            let o = run(&["unpack", p(&packed), p(&out)]);
+            assert_fails_cleanly(&o, 4, "missing key");
+        }
+    }
+}
+
+#[test]
+fn bad_options_and_missing_files_have_distinct_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let out = dir.path().join("o");
+    assert_fails_cleanly(
+        &run(&["pack", "--level", "40", p(&f), p(&out)]),
+        2,
+        "bad level",
+    );
+    assert_fails_cleanly(
+        &run(&["pack", "--frame-size", "1K", p(&f), p(&out)]),
+        2,
+        "bad frame size",
+    );
+    let short_key = dir.path().join("k");
+    std::fs::write(&short_key, b"short").unwrap();
+    assert_fails_cleanly(
+        &run(&[
+            "pack",
+            &format!("--key-file={}", p(&short_key)),
+            p(&f),
+            p(&out),
+        ]),
+        2,
+        "short key",
+    );
+    assert_fails_cleanly(
+        &run(&["pack", "/nonexistent/input", p(&out)]),
+        3,
+        "missing input",
+    );
+    assert_fails_cleanly(
+        &run(&["pack", p(&f), "/nonexistent/dir/out"]),
+        3,
+        "unwritable output",
+    );
+    assert_eq!(
+        run(&["pack", "--codec", "brotli", p(&f), p(&out)])
+            .status
+            .code(),
+        Some(2)
+    );
+}
