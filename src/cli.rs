@@ -32,8 +32,75 @@ pub enum Command {
     Unpack(UnpackArgs),
     /// Describe a stored object: format version, frames, codecs, sizes and ratio.
     Inspect(InspectArgs),
+    /// Mount a bucket (a local directory, s3://bucket[/prefix] or memory://) at a directory.
+    Mount(Box<MountArgs>),
+    /// Unmount a shrinkfs mount (pending files are uploaded first by the mount process).
+    Unmount(UnmountArgs),
     /// Write one of the benchmark corpora (deterministic, made by shrinkfs itself).
     Corpus(CorpusArgs),
+}
+
+/// `shrinkfs mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The bucket: a local directory, s3://bucket[/prefix], or memory:// (empty, for tests).
+    pub source: String,
+    /// Where to mount it (an existing directory).
+    pub mountpoint: PathBuf,
+    #[command(flatten)]
+    pub codec: CodecArgs,
+    /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style addressing).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: AWS_REGION / profile, then us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Allow plain http to the endpoint.
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Use path-style S3 addressing.
+    #[arg(long)]
+    pub path_style: bool,
+    /// Mount read-only.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Let other users use the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Owner of files that record none (default: the mounting user).
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// Group of files that record none (default: the mounting user's group).
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Permissions of files that record none, octal (default 644).
+    #[arg(long, value_parser = crate::mount::mode_arg)]
+    pub file_mode: Option<u16>,
+    /// Permissions of directories, octal (default 755).
+    #[arg(long, value_parser = crate::mount::mode_arg)]
+    pub dir_mode: Option<u16>,
+    /// Detach once the mount is ready.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Memory for decoded frames, e.g. 256M.
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    pub cache_size: u64,
+    /// Seconds attributes and names are trusted before the store is asked again.
+    #[arg(long, default_value_t = 1.0)]
+    pub metadata_ttl: f64,
+    /// Directory for files being rewritten at random offsets (default: $TMPDIR).
+    #[arg(long)]
+    pub staging_dir: Option<PathBuf>,
+    /// Threads serving kernel requests.
+    #[arg(long, default_value_t = 16)]
+    pub threads: usize,
+}
+
+/// `shrinkfs unmount`.
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    /// The mount point.
+    pub mountpoint: PathBuf,
 }
 
 /// Codecs selectable on the command line.

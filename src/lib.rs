@@ -7,6 +7,7 @@ pub mod exit;
 pub mod fileio;
 pub mod inspect;
 pub mod logging;
+pub mod mount;
 pub mod pack;
 pub mod size;
 
@@ -63,6 +64,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("cannot write to stdout")?;
             Ok(())
         }
+        Command::Mount(a) => mount::run_mount(*a),
+        Command::Unmount(a) => mount::run_unmount(a),
         Command::Corpus(a) => {
             let size = usize::try_from(a.size).context("size too large for this machine")?;
             let data = corpus::generate(a.kind, size, a.seed);

@@ -22,8 +22,10 @@ pub const HEADER_LEN: usize = 64;
 pub const FRAME_HEADER_LEN: usize = 24;
 /// Size of one index entry.
 pub const ENTRY_LEN: usize = 32;
-/// Size of the index's fixed part before the entries (magic, count, header copy).
-pub const INDEX_FIXED_LEN: usize = 8 + HEADER_LEN;
+/// Size of the file metadata block in the index.
+pub const META_LEN: usize = 32;
+/// Size of the index's fixed part before the entries (magic, count, header copy, file metadata).
+pub const INDEX_FIXED_LEN: usize = 8 + HEADER_LEN + META_LEN;
 /// Size of the footer.
 pub const FOOTER_LEN: usize = 48;
 /// Size of the AES-GCM tag that ends a sealed frame payload and a sealed index.
@@ -278,12 +280,85 @@ impl IndexEntry {
     }
 }
 
-/// Serializes an index body (without the seal tag): magic, count, header copy, entries.
-pub fn index_body(header: &Header, entries: &[IndexEntry]) -> Vec<u8> {
+/// File metadata kept with an object: what a filesystem needs beyond the bytes.
+///
+/// Every field is optional; a reader falls back to its own defaults for fields not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileMeta {
+    /// POSIX `st_mode`: file type bits and permission bits.
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Modification time: seconds and nanoseconds since the Unix epoch.
+    pub mtime: Option<(i64, u32)>,
+}
+
+/// `st_mode` file type of a symbolic link (its target is the object's data).
+pub const S_IFLNK: u32 = 0o120000;
+/// `st_mode` file type of a regular file.
+pub const S_IFREG: u32 = 0o100000;
+/// Mask of the file type bits.
+pub const S_IFMT: u32 = 0o170000;
+
+impl FileMeta {
+    /// Whether the object is a symbolic link.
+    pub fn is_symlink(&self) -> bool {
+        self.mode.is_some_and(|m| m & S_IFMT == S_IFLNK)
+    }
+
+    fn write(&self, b: &mut [u8]) {
+        let mut flags = 0u32;
+        if let Some(m) = self.mode {
+            flags |= 1;
+            b[0..4].copy_from_slice(&m.to_le_bytes());
+        }
+        if let Some(u) = self.uid {
+            flags |= 2;
+            b[4..8].copy_from_slice(&u.to_le_bytes());
+        }
+        if let Some(g) = self.gid {
+            flags |= 4;
+            b[8..12].copy_from_slice(&g.to_le_bytes());
+        }
+        if let Some((s, ns)) = self.mtime {
+            flags |= 8;
+            b[16..24].copy_from_slice(&s.to_le_bytes());
+            b[24..28].copy_from_slice(&ns.to_le_bytes());
+        }
+        b[12..16].copy_from_slice(&flags.to_le_bytes());
+    }
+
+    fn read(b: &[u8]) -> Result<Self> {
+        let flags = u32_at(b, 12);
+        if flags & !0xf != 0 {
+            return Err(Error::Inconsistent(format!(
+                "unknown file metadata flags {flags:#x}"
+            )));
+        }
+        let ns = u32_at(b, 24);
+        if ns >= 1_000_000_000 {
+            return Err(Error::Inconsistent(
+                "file metadata nanoseconds out of range".into(),
+            ));
+        }
+        Ok(FileMeta {
+            mode: (flags & 1 != 0).then(|| u32_at(b, 0)),
+            uid: (flags & 2 != 0).then(|| u32_at(b, 4)),
+            gid: (flags & 4 != 0).then(|| u32_at(b, 8)),
+            mtime: (flags & 8 != 0).then(|| (u64_at(b, 16) as i64, ns)),
+        })
+    }
+}
+
+/// Serializes an index body (without the seal tag): magic, count, header copy, metadata, entries.
+pub fn index_body(header: &Header, meta: &FileMeta, entries: &[IndexEntry]) -> Vec<u8> {
     let mut b = vec![0u8; INDEX_FIXED_LEN + ENTRY_LEN * entries.len()];
     b[0..4].copy_from_slice(&INDEX_MAGIC);
     b[4..8].copy_from_slice(&(entries.len() as u32).to_le_bytes());
     b[8..8 + HEADER_LEN].copy_from_slice(&header.to_bytes());
+    meta.write(&mut b[8 + HEADER_LEN..INDEX_FIXED_LEN]);
     for (i, e) in entries.iter().enumerate() {
         let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
         e.write(&mut b[at..at + ENTRY_LEN]);
@@ -301,6 +376,8 @@ pub fn index_len(count: usize, sealed: bool) -> usize {
 pub struct IndexBody {
     /// The copy of the object header kept in the index, so the tail alone is enough to read.
     pub header: Header,
+    /// File metadata.
+    pub meta: FileMeta,
     /// One entry per frame, in stored order.
     pub entries: Vec<IndexEntry>,
 }
@@ -321,6 +398,7 @@ impl IndexBody {
         let body_len = INDEX_FIXED_LEN + ENTRY_LEN * count as usize;
         need("index", b, body_len)?;
         let header = Header::parse(&b[8..8 + HEADER_LEN])?;
+        let meta = FileMeta::read(&b[8 + HEADER_LEN..INDEX_FIXED_LEN])?;
         let mut entries = Vec::with_capacity(count as usize);
         let mut stored = HEADER_LEN as u64;
         let mut raw = 0u64;
@@ -353,7 +431,11 @@ impl IndexBody {
                 "frame sizes do not add up to the logical size".into(),
             ));
         }
-        Ok(IndexBody { header, entries })
+        Ok(IndexBody {
+            header,
+            meta,
+            entries,
+        })
     }
 }
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use crate::codec::{CodecId, Dictionary};
 use crate::error::{Error, Result};
-use crate::format::{FOOTER_LEN, Footer, Header, IndexBody, IndexEntry, TAG_LEN, checksum};
+use crate::format::{
+    FOOTER_LEN, FileMeta, Footer, Header, IndexBody, IndexEntry, TAG_LEN, checksum,
+};
 use crate::frame::ObjectContext;
 use crate::seal::MasterKey;
 
@@ -62,6 +64,8 @@ pub struct Layout {
     pub header: Header,
     /// One entry per frame.
     pub entries: Vec<IndexEntry>,
+    /// File metadata recorded with the object.
+    pub meta: FileMeta,
     /// Index body and tag, kept to authenticate a sealed index when a key is supplied.
     sealed_index: Option<(Vec<u8>, [u8; TAG_LEN])>,
 }
@@ -104,6 +108,7 @@ impl Layout {
             footer,
             header: body.header,
             entries: body.entries,
+            meta: body.meta,
             sealed_index,
         })
     }

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use crate::codec::{Codec, CodecParams, Dictionary};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, FOOTER_LEN, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, checksum,
-    index_body,
+    self, FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE,
+    checksum, index_body,
 };
 use crate::frame::{EncodedFrame, ObjectContext, encode_frame};
 use crate::seal::MasterKey;
@@ -162,7 +162,12 @@ impl ObjectWriter {
 
     /// The index and footer that end the object.
     pub fn finish(self) -> Vec<u8> {
-        let mut out = index_body(&self.ctx.header, &self.entries);
+        self.finish_with(&FileMeta::default())
+    }
+
+    /// The index and footer that end the object, recording file metadata.
+    pub fn finish_with(self, meta: &FileMeta) -> Vec<u8> {
+        let mut out = index_body(&self.ctx.header, meta, &self.entries);
         if let Some(key) = self.ctx.key() {
             let tag = key.index_tag(&out);
             out.extend_from_slice(&tag);
@@ -186,6 +191,11 @@ impl ObjectWriter {
 
 /// Encodes a whole in-memory buffer into one object, compressing frames on all cores.
 pub fn encode_all(config: &EncodeConfig, data: &[u8]) -> Result<Vec<u8>> {
+    encode_all_with(config, data, &FileMeta::default())
+}
+
+/// Like `encode_all`, recording file metadata.
+pub fn encode_all_with(config: &EncodeConfig, data: &[u8], meta: &FileMeta) -> Result<Vec<u8>> {
     let codec = config.codec()?;
     let ctx = Arc::new(config.new_object());
     let frames: Vec<EncodedFrame> = data
@@ -200,7 +210,7 @@ pub fn encode_all(config: &EncodeConfig, data: &[u8]) -> Result<Vec<u8>> {
         w.push(f);
         out.extend_from_slice(&f.bytes);
     }
-    out.extend_from_slice(&w.finish());
+    out.extend_from_slice(&w.finish_with(meta));
     Ok(out)
 }
 

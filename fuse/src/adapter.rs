@@ -1,0 +1,483 @@
+//! The fuser adapter: each kernel request is "instrument, call the core, reply" — nothing else.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::fs::{FileAttrs, Fs};
+use crate::inode::Kind;
+
+/// Serves a `Fs` to the kernel.
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    rt: tokio::runtime::Handle,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for FuseAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FuseAdapter({:?})", self.fs)
+    }
+}
+
+fn kind(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+fn attr(a: &FileAttrs) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: a.mtime,
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: if a.kind == Kind::Dir { 2 } else { 1 },
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 128 * 1024,
+        flags: 0,
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn name(n: &OsStr) -> Result<&str> {
+    n.to_str()
+        .ok_or_else(|| Error::Invalid("file names must be UTF-8".into()))
+}
+
+impl FuseAdapter {
+    /// An adapter running core futures on `rt`.
+    pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
+        let ttl = fs.config().metadata_ttl;
+        FuseAdapter { fs, rt, ttl }
+    }
+
+    /// Runs one operation of the core inside a span, counting it and logging its failure.
+    fn run<T>(
+        &self,
+        op: &'static str,
+        ino: u64,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = tracing::debug_span!("fuse", op, ino);
+        let res = self.rt.block_on(f.instrument(span));
+        self.fs.metrics().op(op, res.is_err());
+        if let Err(e) = &res {
+            e.log(op);
+        }
+        res
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<FileAttrs>) {
+        match r {
+            Ok(a) => reply.entry(&self.ttl, &attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+fn time(t: Option<TimeOrNow>) -> Option<SystemTime> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    })
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Larger requests mean fewer round trips; the kernel caps them at what it supports.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_MAX_PAGES);
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        let fs = self.fs.clone();
+        if let Err(e) = self.rt.block_on(async move { fs.flush_all().await }) {
+            e.log("destroy");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let r = self.run("lookup", parent.0, async {
+            self.fs.lookup(parent.0, name(n)?).await
+        });
+        self.entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.run("getattr", ino.0, self.fs.getattr(ino.0)) {
+            Ok(a) => reply.attr(&self.ttl, &attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.run(
+            "setattr",
+            ino.0,
+            self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime)),
+        ) {
+            Ok(a) => reply.attr(&self.ttl, &attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.run("readlink", ino.0, self.fs.readlink(ino.0)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.run("mkdir", parent.0, async {
+            self.fs.mkdir(parent.0, name(n)?, mode & !umask).await
+        });
+        self.entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        Self::empty(
+            reply,
+            self.run("unlink", parent.0, async {
+                self.fs.unlink(parent.0, name(n)?).await
+            }),
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        Self::empty(
+            reply,
+            self.run("rmdir", parent.0, async {
+                self.fs.rmdir(parent.0, name(n)?).await
+            }),
+        );
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let r = self.run("symlink", parent.0, async {
+            let target = target
+                .to_str()
+                .ok_or_else(|| Error::Invalid("link targets must be UTF-8".into()))?;
+            self.fs.symlink(parent.0, name(n)?, target, uid, gid).await
+        });
+        self.entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.run("rename", parent.0, async {
+            if flags.contains(RenameFlags::RENAME_EXCHANGE)
+                || flags.contains(RenameFlags::RENAME_WHITEOUT)
+            {
+                return Err(Error::Unsupported("rename exchange/whiteout"));
+            }
+            let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+            self.fs
+                .rename(parent.0, name(n)?, newparent.0, name(newname)?, no_replace)
+                .await
+        });
+        Self::empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.fs.metrics().op("link", true);
+        reply.error(Errno::from_i32(libc::EPERM));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _n: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.fs.metrics().op("mknod", true);
+        reply.error(Errno::from_i32(libc::EPERM));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        match self.run("open", ino.0, self.fs.open(ino.0, write, truncate)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let r = self.run("create", parent.0, async {
+            self.fs
+                .create(parent.0, name(n)?, mode & !umask, uid, gid)
+                .await
+        });
+        match r {
+            Ok((a, fh)) => reply.created(
+                &self.ttl,
+                &attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.run("read", ino.0, self.fs.read(fh.0, offset, size)) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.run("write", ino.0, self.fs.write(fh.0, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.run("flush", ino.0, self.fs.flush(fh.0)));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.run("release", ino.0, self.fs.release(fh.0)));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.run("fsync", ino.0, self.fs.fsync(fh.0)));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.run("opendir", ino.0, self.fs.opendir(ino.0)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs.readdir(fh.0, ino.0, offset) {
+            Ok(entries) => {
+                for (next, e) in entries {
+                    if reply.add(INodeNo(e.ino), next, kind(e.kind), &e.name) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // A bucket has no fixed capacity: report a large, constant one so tools do not refuse to write.
+        let blocks = 1u64 << 40;
+        reply.statfs(blocks, blocks, blocks, 1 << 32, 1 << 32, 4096, 255, 4096);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.run("getxattr", ino.0, async {
+            self.fs.getxattr(ino.0, name(n)?).await
+        });
+        xattr_reply(reply, r, size);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, self.fs.listxattr(ino.0), size);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _n: &OsStr,
+        _v: &[u8],
+        _flags: i32,
+        _pos: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // Permissions are checked by the kernel (default_permissions).
+        reply.ok();
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, r: Result<Vec<u8>>, size: u32) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(&e)),
+    }
+}

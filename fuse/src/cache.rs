@@ -1,0 +1,111 @@
+//! Caches of the read path, hiding moka: decoded frames (byte-bounded) and parsed object layouts,
+//! both keyed by object identity (key and ETag), so a changed object is never served from the cache.
+
+use std::sync::Arc;
+
+use moka::sync::Cache;
+use shrinkfs_codec::{Layout, ObjectContext};
+
+/// Identity of one version of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectId {
+    /// Full key.
+    pub key: Arc<str>,
+    /// ETag (or version) of this version.
+    pub etag: Arc<str>,
+}
+
+/// A parsed object: plain bytes or a shrinkfs layout with its opened context.
+#[derive(Debug, Clone)]
+pub enum Parsed {
+    /// Written by another tool: read as is.
+    Plain,
+    /// A shrinkfs object.
+    Framed {
+        /// Frame map.
+        layout: Arc<Layout>,
+        /// Key and dictionary, ready to decode.
+        ctx: Arc<ObjectContext>,
+    },
+}
+
+/// Decoded frames, bounded by their total size in bytes.
+#[derive(Clone)]
+pub struct ChunkCache {
+    frames: Cache<(ObjectId, u32), Arc<Vec<u8>>>,
+}
+
+impl ChunkCache {
+    /// A cache holding up to `bytes` of decoded frames.
+    pub fn new(bytes: u64) -> Self {
+        let frames = Cache::builder()
+            .max_capacity(bytes)
+            .weigher(|_k, v: &Arc<Vec<u8>>| v.len().min(u32::MAX as usize) as u32)
+            .build();
+        ChunkCache { frames }
+    }
+
+    /// A decoded frame, if cached.
+    pub fn get(&self, id: &ObjectId, frame: u32) -> Option<Arc<Vec<u8>>> {
+        self.frames.get(&(id.clone(), frame))
+    }
+
+    /// Keeps a decoded frame.
+    pub fn insert(&self, id: &ObjectId, frame: u32, bytes: Arc<Vec<u8>>) {
+        self.frames.insert((id.clone(), frame), bytes);
+    }
+
+    /// Bytes currently held (approximate until moka runs its maintenance).
+    pub fn weighted_size(&self) -> u64 {
+        self.frames.run_pending_tasks();
+        self.frames.weighted_size()
+    }
+}
+
+/// Parsed layouts by object version; small, so bounded by count.
+#[derive(Clone)]
+pub struct LayoutCache {
+    layouts: Cache<ObjectId, Parsed>,
+}
+
+impl LayoutCache {
+    /// A cache of up to `entries` layouts.
+    pub fn new(entries: u64) -> Self {
+        LayoutCache {
+            layouts: Cache::new(entries),
+        }
+    }
+
+    /// The parsed form of an object version, if cached.
+    pub fn get(&self, id: &ObjectId) -> Option<Parsed> {
+        self.layouts.get(id)
+    }
+
+    /// Keeps a parsed object version.
+    pub fn insert(&self, id: ObjectId, parsed: Parsed) {
+        self.layouts.insert(id, parsed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_frame_cache_is_bounded_by_bytes() {
+        let c = ChunkCache::new(10 * 1024);
+        let id = ObjectId {
+            key: "k".into(),
+            etag: "e".into(),
+        };
+        for f in 0..100 {
+            c.insert(&id, f, Arc::new(vec![0; 1024]));
+        }
+        assert!(c.weighted_size() <= 10 * 1024, "{}", c.weighted_size());
+        let other = ObjectId {
+            key: "k".into(),
+            etag: "e2".into(),
+        };
+        assert!(c.get(&other, 99).is_none(), "another version must not hit");
+    }
+}

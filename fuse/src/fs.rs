@@ -1,0 +1,770 @@
+//! The kernel-free filesystem core: namespace operations (lookup, getattr, readdir, mkdir, rmdir,
+//! unlink, rename, symlink, statfs, xattrs) over an object store. File contents live in `files`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use shrinkfs_codec::format::{S_IFLNK, S_IFMT};
+use shrinkfs_codec::{EncodeConfig, FileMeta};
+
+use crate::cache::{ChunkCache, LayoutCache, Parsed};
+use crate::error::{Error, Result};
+use crate::files::{Handle, OpenFile};
+use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
+use crate::metrics::Metrics;
+use crate::objects::{ObjectInfo, Reader};
+use crate::store::Bucket;
+
+/// Name of the object that keeps an empty directory in existence. Hidden from listings.
+pub const DIR_MARKER: &str = ".shrinkfs.dir";
+
+/// How the filesystem behaves; every field has a default a user would expect.
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    /// How new objects are encoded (codec, level, frame size, key).
+    pub encode: EncodeConfig,
+    /// zstd dictionaries for reading.
+    pub dicts: Vec<Arc<shrinkfs_codec::Dictionary>>,
+    /// Refuse every change.
+    pub read_only: bool,
+    /// Owner of files whose objects record none.
+    pub uid: u32,
+    /// Group of files whose objects record none.
+    pub gid: u32,
+    /// Permission bits of files whose objects record none.
+    pub file_mode: u16,
+    /// Permission bits of directories.
+    pub dir_mode: u16,
+    /// How long attributes and directory entries are trusted before asking the store again.
+    pub metadata_ttl: Duration,
+    /// Bytes of decoded frames kept in memory.
+    pub cache_bytes: u64,
+    /// Where files being rewritten at random offsets are staged.
+    pub staging_dir: PathBuf,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        FsConfig {
+            encode: EncodeConfig::default(),
+            dicts: Vec::new(),
+            read_only: false,
+            uid,
+            gid,
+            file_mode: 0o644,
+            dir_mode: 0o755,
+            metadata_ttl: Duration::from_secs(1),
+            cache_bytes: 256 << 20,
+            staging_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// Attributes as the kernel sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAttrs {
+    /// Inode number.
+    pub ino: u64,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Logical size.
+    pub size: u64,
+    /// Bytes stored, in 512-byte blocks (what `du` reports: the compressed size).
+    pub blocks: u64,
+    /// Modification time.
+    pub mtime: SystemTime,
+    /// Permission bits.
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode number.
+    pub ino: u64,
+    /// Kind.
+    pub kind: Kind,
+    /// Name.
+    pub name: String,
+}
+
+/// The filesystem.
+pub struct Fs {
+    pub(crate) bucket: Bucket,
+    pub(crate) reader: Reader,
+    pub(crate) cfg: FsConfig,
+    pub(crate) inodes: Mutex<InodeTable>,
+    pub(crate) open: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<OpenFile>>>>,
+    pub(crate) handles: Mutex<HashMap<u64, Handle>>,
+    pub(crate) dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Fs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fs({})", self.bucket.describe)
+    }
+}
+
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(Error::Invalid(format!("bad name {name:?}")));
+    }
+    if name.len() > 255 {
+        return Err(Error::BadName);
+    }
+    if name == DIR_MARKER {
+        return Err(Error::Invalid("reserved name".into()));
+    }
+    Ok(())
+}
+
+impl Fs {
+    /// A filesystem over `bucket`.
+    pub fn new(bucket: Bucket, cfg: FsConfig) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let reader = Reader {
+            store: bucket.store.clone(),
+            chunks: ChunkCache::new(cfg.cache_bytes),
+            layouts: LayoutCache::new(100_000),
+            key: cfg.encode.key.clone(),
+            dicts: cfg.dicts.clone(),
+            metrics: metrics.clone(),
+        };
+        Fs {
+            bucket,
+            reader,
+            cfg,
+            inodes: Mutex::new(InodeTable::new()),
+            open: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            metrics,
+        }
+    }
+
+    /// The mount's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn inode(&self, ino: u64) -> Result<Inode> {
+        self.inodes
+            .lock()
+            .expect("inode lock")
+            .get(ino)
+            .cloned()
+            .ok_or(Error::Stale)
+    }
+
+    pub(crate) fn key(&self, rel: &str) -> Path {
+        self.bucket.key(rel)
+    }
+
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.cfg.read_only {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Kernel attributes of an inode.
+    pub(crate) fn attrs_of(&self, i: &Inode) -> FileAttrs {
+        let perm = match i.kind {
+            Kind::Dir => i.attr.perm.unwrap_or(self.cfg.dir_mode),
+            Kind::Symlink => 0o777,
+            Kind::File => i.attr.perm.unwrap_or(self.cfg.file_mode),
+        };
+        FileAttrs {
+            ino: i.ino,
+            kind: i.kind,
+            size: i.attr.size,
+            blocks: i.attr.stored.div_ceil(512),
+            mtime: i.attr.mtime,
+            perm,
+            uid: i.attr.uid.unwrap_or(self.cfg.uid),
+            gid: i.attr.gid.unwrap_or(self.cfg.gid),
+        }
+    }
+
+    pub(crate) fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
+        let meta = info.meta();
+        let kind = if meta.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::File
+        };
+        let attr = Attr {
+            size: info.size(),
+            stored: info.stored,
+            mtime: info.mtime(),
+            perm: meta.mode.map(|m| (m & 0o7777) as u16),
+            uid: meta.uid,
+            gid: meta.gid,
+            etag: Some(info.id.etag.to_string()),
+            codec: info.codec_summary(),
+        };
+        (kind, attr)
+    }
+
+    fn fresh(&self, i: &Inode) -> bool {
+        i.fetched
+            .is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
+    }
+
+    async fn dir_exists(&self, rel: &str) -> Result<bool> {
+        let prefix = self.key(rel);
+        self.metrics.store_request("list");
+        let mut list = self.bucket.store.list(Some(&prefix));
+        Ok(list.try_next().await?.is_some())
+    }
+
+    /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let known = self
+            .inodes
+            .lock()
+            .expect("inode lock")
+            .child(parent, name)
+            .cloned();
+        if let Some(i) = &known
+            && (self.fresh(i)
+                || self.is_open(i.ino)
+                || i.kind == Kind::Dir
+                    && i.fetched
+                        .is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl))
+        {
+            let i = self.inodes.lock().expect("inode lock").upsert(
+                parent,
+                name,
+                i.kind,
+                i.attr.clone(),
+                i.fetched,
+                true,
+            );
+            return Ok(self.attrs_of(&i));
+        }
+        let rel = join(&dir.path, name);
+        if let Some(info) = self.reader.stat(&self.key(&rel)).await? {
+            let (kind, attr) = Self::attr_from_object(&info);
+            let i = self.inodes.lock().expect("inode lock").upsert(
+                parent,
+                name,
+                kind,
+                attr,
+                Some(Instant::now()),
+                true,
+            );
+            return Ok(self.attrs_of(&i));
+        }
+        if self.dir_exists(&rel).await? {
+            let attr = known
+                .filter(|k| k.kind == Kind::Dir)
+                .map(|k| k.attr)
+                .unwrap_or_else(Attr::empty);
+            let i = self.inodes.lock().expect("inode lock").upsert(
+                parent,
+                name,
+                Kind::Dir,
+                attr,
+                Some(Instant::now()),
+                true,
+            );
+            return Ok(self.attrs_of(&i));
+        }
+        self.inodes
+            .lock()
+            .expect("inode lock")
+            .remove_name(parent, name);
+        Err(Error::NotFound)
+    }
+
+    /// Attributes of an inode, refreshed from the store when older than the metadata TTL.
+    pub async fn getattr(&self, ino: u64) -> Result<FileAttrs> {
+        let i = self.inode(ino)?;
+        if let Some(a) = self.open_attrs(&i).await {
+            return Ok(a);
+        }
+        if i.kind == Kind::Dir || self.fresh(&i) || i.parent == 0 {
+            return Ok(self.attrs_of(&i));
+        }
+        match self.reader.stat(&self.key(&i.path)).await? {
+            Some(info) => {
+                let (kind, attr) = Self::attr_from_object(&info);
+                let mut t = self.inodes.lock().expect("inode lock");
+                let cur = t.get_mut(ino).ok_or(Error::Stale)?;
+                if cur.kind != kind {
+                    return Err(Error::Stale);
+                }
+                cur.attr = attr;
+                cur.fetched = Some(Instant::now());
+                Ok(self.attrs_of(cur))
+            }
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Reads a directory's entries (snapshot taken at `opendir`).
+    pub async fn opendir(&self, ino: u64) -> Result<u64> {
+        let dir = self.inode(ino)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let prefix = self.key(&dir.path);
+        self.metrics.store_request("list_with_delimiter");
+        let listing = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
+        let mut names: Vec<(String, Kind)> = Vec::new();
+        for p in &listing.common_prefixes {
+            if let Some(name) = p.filename() {
+                names.push((name.to_owned(), Kind::Dir));
+            }
+        }
+        for o in &listing.objects {
+            match o.location.filename() {
+                Some(DIR_MARKER) | None => {}
+                Some(name) => names.push((name.to_owned(), Kind::File)),
+            }
+        }
+        let mut entries = Vec::with_capacity(names.len());
+        {
+            let mut t = self.inodes.lock().expect("inode lock");
+            // Files created here and not yet uploaded are listed too.
+            let local: Vec<(String, Kind)> = t
+                .children(ino)
+                .filter(|c| {
+                    self.open.lock().expect("open lock").contains_key(&c.ino)
+                        || c.kind == Kind::Dir && c.fetched.is_none()
+                })
+                .map(|c| (c.name.clone(), c.kind))
+                .collect();
+            for l in local {
+                if !names.iter().any(|n| n.0 == l.0) {
+                    names.push(l);
+                }
+            }
+            names.sort();
+            names.dedup_by(|a, b| a.0 == b.0);
+            for (name, kind) in names {
+                let i = match t.child(ino, &name) {
+                    // Symlinks list as files until looked up; keep what a lookup learned.
+                    Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => {
+                        i.clone()
+                    }
+                    _ => t.upsert(ino, &name, kind, Attr::empty(), None, false),
+                };
+                entries.push(DirEntry {
+                    ino: i.ino,
+                    kind: i.kind,
+                    name,
+                });
+            }
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().expect("dirs lock").insert(fh, entries);
+        Ok(fh)
+    }
+
+    /// Entries of an open directory from position `offset` ("." and ".." come first).
+    pub fn readdir(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry)>> {
+        let dirs = self.dirs.lock().expect("dirs lock");
+        let entries = dirs.get(&fh).ok_or(Error::Stale)?;
+        let parent = self.inode(ino)?.parent;
+        let dots = [
+            DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: if parent == 0 { ROOT } else { parent },
+                kind: Kind::Dir,
+                name: "..".into(),
+            },
+        ];
+        Ok(dots
+            .into_iter()
+            .chain(entries.iter().cloned())
+            .enumerate()
+            .skip(offset as usize)
+            .map(|(i, e)| (i as u64 + 1, e))
+            .collect())
+    }
+
+    /// Forgets an open directory snapshot.
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().expect("dirs lock").remove(&fh);
+    }
+
+    /// Creates a directory (a marker object keeps it while empty).
+    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        if self.lookup_exists(parent, name).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        self.metrics.store_request("put");
+        self.bucket
+            .store
+            .put(
+                &self.key(&join(&rel, DIR_MARKER)),
+                object_store::PutPayload::new(),
+            )
+            .await?;
+        let attr = Attr {
+            perm: Some((mode & 0o7777) as u16),
+            ..Attr::empty()
+        };
+        let i = self.inodes.lock().expect("inode lock").upsert(
+            parent,
+            name,
+            Kind::Dir,
+            attr,
+            Some(Instant::now()),
+            true,
+        );
+        Ok(self.attrs_of(&i))
+    }
+
+    async fn lookup_exists(&self, parent: u64, name: &str) -> Result<bool> {
+        match self.lookup(parent, name).await {
+            Ok(a) => {
+                self.forget(a.ino, 1);
+                Ok(true)
+            }
+            Err(Error::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes an empty directory.
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        let rel = join(&dir.path, name);
+        if self.reader.stat(&self.key(&rel)).await?.is_some() {
+            return Err(Error::NotDir);
+        }
+        let mut list = self.bucket.store.list(Some(&self.key(&rel)));
+        let mut found = false;
+        while let Some(o) = list.try_next().await? {
+            found = true;
+            if o.location.filename() != Some(DIR_MARKER) {
+                return Err(Error::NotEmpty);
+            }
+        }
+        let local_children = {
+            let t = self.inodes.lock().expect("inode lock");
+            let open = self.open.lock().expect("open lock");
+            t.child(parent, name)
+                .is_some_and(|d| t.children(d.ino).any(|c| open.contains_key(&c.ino)))
+        };
+        if local_children {
+            return Err(Error::NotEmpty);
+        }
+        let known_local = self
+            .inodes
+            .lock()
+            .expect("inode lock")
+            .child(parent, name)
+            .is_some_and(|d| d.kind == Kind::Dir);
+        if !found && !known_local {
+            return Err(Error::NotFound);
+        }
+        self.metrics.store_request("delete");
+        match self
+            .bucket
+            .store
+            .delete(&self.key(&join(&rel, DIR_MARKER)))
+            .await
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.inodes
+            .lock()
+            .expect("inode lock")
+            .remove_name(parent, name);
+        Ok(())
+    }
+
+    /// Removes a file or symlink.
+    pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        let rel = join(&dir.path, name);
+        let known = self
+            .inodes
+            .lock()
+            .expect("inode lock")
+            .child(parent, name)
+            .cloned();
+        if known.as_ref().is_some_and(|k| k.kind == Kind::Dir) {
+            return Err(Error::IsDir);
+        }
+        let had_local = match &known {
+            Some(k) => self.discard_open(k.ino).await,
+            None => false,
+        };
+        self.metrics.store_request("delete");
+        let existed = match self.reader.stat(&self.key(&rel)).await? {
+            Some(_) => {
+                self.bucket.store.delete(&self.key(&rel)).await?;
+                true
+            }
+            None => false,
+        };
+        if !existed && !had_local {
+            if self.dir_exists(&rel).await? {
+                return Err(Error::IsDir);
+            }
+            return Err(Error::NotFound);
+        }
+        self.inodes
+            .lock()
+            .expect("inode lock")
+            .remove_name(parent, name);
+        Ok(())
+    }
+
+    /// Creates a symbolic link: an object whose data is the target, marked as a link.
+    pub async fn symlink(
+        &self,
+        parent: u64,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        if self.lookup_exists(parent, name).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let meta = FileMeta {
+            mode: Some(S_IFLNK | 0o777),
+            uid: Some(uid),
+            gid: Some(gid),
+            mtime: Some((now.as_secs() as i64, now.subsec_nanos())),
+        };
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, target.as_bytes(), &meta)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        self.metrics.store_request("put");
+        self.metrics
+            .object_written(target.len() as u64, obj.len() as u64);
+        self.bucket.store.put(&self.key(&rel), obj.into()).await?;
+        let attr = Attr {
+            size: target.len() as u64,
+            uid: Some(uid),
+            gid: Some(gid),
+            ..Attr::empty()
+        };
+        let i = self.inodes.lock().expect("inode lock").upsert(
+            parent,
+            name,
+            Kind::Symlink,
+            attr,
+            None,
+            true,
+        );
+        Ok(self.attrs_of(&i))
+    }
+
+    /// The target of a symbolic link.
+    pub async fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.kind != Kind::Symlink {
+            return Err(Error::Invalid("not a symbolic link".into()));
+        }
+        let info = self
+            .reader
+            .stat(&self.key(&i.path))
+            .await?
+            .ok_or(Error::NotFound)?;
+        if info.meta().mode.is_none_or(|m| m & S_IFMT != S_IFLNK) {
+            return Err(Error::Invalid("not a symbolic link".into()));
+        }
+        self.reader.read_all(&info).await
+    }
+
+    /// Renames a file or directory: copy, then delete (not atomic; see docs/SEMANTICS.md).
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        no_replace: bool,
+    ) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        check_name(new_name)?;
+        let src_dir = self.inode(parent)?;
+        let dst_dir = self.inode(new_parent)?;
+        let src_attr = self.lookup(parent, name).await?;
+        self.forget(src_attr.ino, 1);
+        let dst = match self.lookup(new_parent, new_name).await {
+            Ok(a) => {
+                self.forget(a.ino, 1);
+                Some(a)
+            }
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(d) = &dst {
+            if no_replace {
+                return Err(Error::Exists);
+            }
+            if d.ino == src_attr.ino {
+                return Ok(());
+            }
+            match (src_attr.kind == Kind::Dir, d.kind == Kind::Dir) {
+                (false, true) => return Err(Error::IsDir),
+                (true, false) => return Err(Error::NotDir),
+                _ => {}
+            }
+        }
+        let from = join(&src_dir.path, name);
+        let to = join(&dst_dir.path, new_name);
+        if src_attr.kind == Kind::Dir {
+            if to == from || to.starts_with(&format!("{from}/")) {
+                return Err(Error::Invalid("cannot move a directory into itself".into()));
+            }
+            if dst.is_some() {
+                self.rmdir(new_parent, new_name).await?;
+            }
+            let objects: Vec<_> = self
+                .bucket
+                .store
+                .list(Some(&self.key(&from)))
+                .try_collect()
+                .await?;
+            for o in &objects {
+                let rel = self
+                    .bucket
+                    .rel(&o.location)
+                    .ok_or(Error::Invalid("object outside the prefix".into()))?;
+                let tail = rel
+                    .strip_prefix(&from)
+                    .unwrap_or(&rel)
+                    .trim_start_matches('/');
+                self.metrics.store_request("copy");
+                self.bucket
+                    .store
+                    .copy(&o.location, &self.key(&join(&to, tail)))
+                    .await?;
+            }
+            if objects.is_empty() {
+                self.bucket
+                    .store
+                    .put(
+                        &self.key(&join(&to, DIR_MARKER)),
+                        object_store::PutPayload::new(),
+                    )
+                    .await?;
+            }
+            for o in &objects {
+                self.metrics.store_request("delete");
+                self.bucket.store.delete(&o.location).await?;
+            }
+        } else {
+            self.commit_ino(src_attr.ino).await?;
+            self.metrics.store_request("copy");
+            self.bucket
+                .store
+                .copy(&self.key(&from), &self.key(&to))
+                .await?;
+            self.metrics.store_request("delete");
+            self.bucket.store.delete(&self.key(&from)).await?;
+        }
+        self.inodes
+            .lock()
+            .expect("inode lock")
+            .rename(parent, name, new_parent, new_name);
+        Ok(())
+    }
+
+    /// The kernel dropped `n` lookups of `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if self.is_open(ino) {
+            return;
+        }
+        self.inodes.lock().expect("inode lock").forget(ino, n);
+    }
+
+    /// Extended attributes `user.shrinkfs.*` of a file.
+    pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.kind != Kind::File || !name.starts_with("user.shrinkfs.") {
+            return Err(Error::NoXattr);
+        }
+        self.commit_ino(ino).await?;
+        let info = self
+            .reader
+            .stat(&self.key(&i.path))
+            .await?
+            .ok_or(Error::NotFound)?;
+        let value = match name {
+            "user.shrinkfs.codec" => info.codec_summary(),
+            "user.shrinkfs.stored_size" => info.stored.to_string(),
+            "user.shrinkfs.ratio" => format!(
+                "{:.3}",
+                if info.stored == 0 {
+                    1.0
+                } else {
+                    info.size() as f64 / info.stored as f64
+                }
+            ),
+            "user.shrinkfs.format" => match info.parsed {
+                Parsed::Plain => "plain".into(),
+                Parsed::Framed { .. } => format!("shrinkfs-v{}", shrinkfs_codec::format::VERSION),
+            },
+            _ => return Err(Error::NoXattr),
+        };
+        Ok(value.into_bytes())
+    }
+
+    /// Names of the extended attributes of an inode, NUL-separated.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.kind != Kind::File {
+            return Ok(Vec::new());
+        }
+        Ok(b"user.shrinkfs.codec\0user.shrinkfs.stored_size\0user.shrinkfs.ratio\0user.shrinkfs.format\0".to_vec())
+    }
+}

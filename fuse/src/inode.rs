@@ -1,0 +1,295 @@
+//! The inode table: inode numbers for the names the kernel has looked up, their cached
+//! attributes, and the bookkeeping of lookups, renames and forgets.
+
+use std::collections::HashMap;
+use std::time::{Instant, SystemTime};
+
+/// Inode number of the mount's root.
+pub const ROOT: u64 = 1;
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A regular file (one object).
+    File,
+    /// A directory (a key prefix).
+    Dir,
+    /// A symbolic link (an object whose data is the target).
+    Symlink,
+}
+
+/// Cached attributes of an inode.
+#[derive(Debug, Clone)]
+pub struct Attr {
+    /// Logical (decoded) size.
+    pub size: u64,
+    /// Bytes stored in the bucket.
+    pub stored: u64,
+    /// Modification time.
+    pub mtime: SystemTime,
+    /// Permission bits, when recorded with the object (else the mount's default).
+    pub perm: Option<u16>,
+    /// Owner, when recorded.
+    pub uid: Option<u32>,
+    /// Group, when recorded.
+    pub gid: Option<u32>,
+    /// ETag of the object version these attributes describe.
+    pub etag: Option<String>,
+    /// Codec summary for `user.shrinkfs.codec` ("zstd", "zstd+none", "plain").
+    pub codec: String,
+}
+
+impl Attr {
+    /// Attributes of something that has no object yet (a new file, a directory).
+    pub fn empty() -> Self {
+        Attr {
+            size: 0,
+            stored: 0,
+            mtime: SystemTime::now(),
+            perm: None,
+            uid: None,
+            gid: None,
+            etag: None,
+            codec: String::new(),
+        }
+    }
+}
+
+/// One inode.
+#[derive(Debug, Clone)]
+pub struct Inode {
+    /// Its number.
+    pub ino: u64,
+    /// Parent directory's inode.
+    pub parent: u64,
+    /// Name in the parent.
+    pub name: String,
+    /// Path from the mount root ("" for the root).
+    pub path: String,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Cached attributes.
+    pub attr: Attr,
+    /// When the attributes were read from the store; `None` for local-only state.
+    pub fetched: Option<Instant>,
+    /// Kernel lookups not yet forgotten.
+    pub lookups: u64,
+}
+
+/// All inodes the kernel knows.
+#[derive(Debug)]
+pub struct InodeTable {
+    by_ino: HashMap<u64, Inode>,
+    by_name: HashMap<(u64, String), u64>,
+    next: u64,
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Joins a directory path and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+impl InodeTable {
+    /// A table holding only the root directory.
+    pub fn new() -> Self {
+        let root = Inode {
+            ino: ROOT,
+            parent: ROOT,
+            name: String::new(),
+            path: String::new(),
+            kind: Kind::Dir,
+            attr: Attr::empty(),
+            fetched: None,
+            lookups: 1,
+        };
+        InodeTable {
+            by_ino: HashMap::from([(ROOT, root)]),
+            by_name: HashMap::new(),
+            next: ROOT + 1,
+        }
+    }
+
+    /// The inode with this number.
+    pub fn get(&self, ino: u64) -> Option<&Inode> {
+        self.by_ino.get(&ino)
+    }
+
+    /// The inode with this number, mutable.
+    pub fn get_mut(&mut self, ino: u64) -> Option<&mut Inode> {
+        self.by_ino.get_mut(&ino)
+    }
+
+    /// The inode named `name` in `parent`, if known.
+    pub fn child(&self, parent: u64, name: &str) -> Option<&Inode> {
+        self.by_name
+            .get(&(parent, name.to_owned()))
+            .and_then(|i| self.by_ino.get(i))
+    }
+
+    /// Inodes known under `parent`.
+    pub fn children(&self, parent: u64) -> impl Iterator<Item = &Inode> {
+        self.by_ino
+            .values()
+            .filter(move |i| i.parent == parent && i.ino != ROOT)
+    }
+
+    /// Records `name` in `parent` with these attributes, keeping its inode number when the kind is
+    /// unchanged; counts a kernel lookup when `lookup` is set. Returns the inode.
+    pub fn upsert(
+        &mut self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        attr: Attr,
+        fetched: Option<Instant>,
+        lookup: bool,
+    ) -> Inode {
+        let path = join(
+            &self
+                .by_ino
+                .get(&parent)
+                .map(|p| p.path.clone())
+                .unwrap_or_default(),
+            name,
+        );
+        let key = (parent, name.to_owned());
+        let ino = match self.by_name.get(&key).copied() {
+            Some(ino) if self.by_ino.get(&ino).is_some_and(|i| i.kind == kind) => ino,
+            other => {
+                if let Some(old) = other {
+                    // The name now refers to something of another kind: the old inode is orphaned.
+                    if let Some(i) = self.by_ino.get_mut(&old) {
+                        i.parent = 0;
+                    }
+                }
+                let ino = self.next;
+                self.next += 1;
+                self.by_ino.insert(
+                    ino,
+                    Inode {
+                        ino,
+                        parent,
+                        name: name.to_owned(),
+                        path: path.clone(),
+                        kind,
+                        attr: attr.clone(),
+                        fetched,
+                        lookups: 0,
+                    },
+                );
+                self.by_name.insert(key, ino);
+                ino
+            }
+        };
+        let i = self.by_ino.get_mut(&ino).expect("inserted above");
+        i.attr = attr;
+        i.fetched = fetched;
+        i.path = path;
+        if lookup {
+            i.lookups += 1;
+        }
+        i.clone()
+    }
+
+    /// Forgets the name `name` in `parent` (after unlink, rmdir, or when the store says it is gone).
+    pub fn remove_name(&mut self, parent: u64, name: &str) {
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_owned())) {
+            if let Some(i) = self.by_ino.get_mut(&ino) {
+                i.parent = 0;
+                if i.lookups == 0 {
+                    self.by_ino.remove(&ino);
+                }
+            }
+        }
+    }
+
+    /// Moves a name; the paths of everything below a moved directory follow.
+    pub fn rename(&mut self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
+        self.remove_name(new_parent, new_name);
+        let Some(ino) = self.by_name.remove(&(parent, name.to_owned())) else {
+            return;
+        };
+        let new_path = join(
+            &self
+                .by_ino
+                .get(&new_parent)
+                .map(|p| p.path.clone())
+                .unwrap_or_default(),
+            new_name,
+        );
+        let Some(i) = self.by_ino.get_mut(&ino) else {
+            return;
+        };
+        let old_path = std::mem::replace(&mut i.path, new_path.clone());
+        i.parent = new_parent;
+        i.name = new_name.to_owned();
+        self.by_name.insert((new_parent, new_name.to_owned()), ino);
+        let old_prefix = format!("{old_path}/");
+        for other in self.by_ino.values_mut() {
+            if let Some(rest) = other.path.strip_prefix(&old_prefix) {
+                other.path = format!("{new_path}/{rest}");
+            }
+        }
+    }
+
+    /// The kernel dropped `n` lookups of `ino`; unreferenced, unnamed inodes are freed.
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        if let Some(i) = self.by_ino.get_mut(&ino) {
+            i.lookups = i.lookups.saturating_sub(n);
+            if i.lookups == 0 {
+                let key = (i.parent, i.name.clone());
+                if self.by_name.get(&key) == Some(&ino) {
+                    self.by_name.remove(&key);
+                }
+                self.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    /// Number of inodes held.
+    pub fn len(&self) -> usize {
+        self.by_ino.len()
+    }
+
+    /// Whether only the root is held.
+    pub fn is_empty(&self) -> bool {
+        self.by_ino.len() <= 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_are_stable_and_renames_move_subtrees() {
+        let mut t = InodeTable::new();
+        let d = t.upsert(ROOT, "d", Kind::Dir, Attr::empty(), None, true);
+        let f = t.upsert(d.ino, "f", Kind::File, Attr::empty(), None, true);
+        assert_eq!(
+            t.upsert(d.ino, "f", Kind::File, Attr::empty(), None, true)
+                .ino,
+            f.ino
+        );
+        assert_eq!(t.get(f.ino).unwrap().path, "d/f");
+        t.rename(ROOT, "d", ROOT, "e");
+        assert_eq!(t.get(f.ino).unwrap().path, "e/f");
+        assert!(t.child(ROOT, "d").is_none());
+        assert_eq!(t.child(ROOT, "e").unwrap().ino, d.ino);
+        t.forget(f.ino, 2);
+        assert!(t.get(f.ino).is_none());
+    }
+}

@@ -1,0 +1,17 @@
+//! shrinkfs-fuse: the filesystem core over an object store (kernel-free, async) and the thin
+//! fuser adapter that mounts it.
+
+pub mod adapter;
+pub mod cache;
+pub mod error;
+pub mod files;
+pub mod fs;
+pub mod inode;
+pub mod metrics;
+pub mod objects;
+pub mod session;
+pub mod store;
+pub mod upload;
+
+pub use error::{Error, Result};
+pub use fs::{DirEntry, FileAttrs, Fs, FsConfig};

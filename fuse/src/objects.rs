@@ -1,0 +1,327 @@
+//! Reading objects from the store: one suffix GET yields an object's size, ETag, layout and
+//! metadata; reads fetch only the frames they touch (pinned to one ETag) and decode them on the
+//! CPU pool, through the frame cache.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use shrinkfs_codec::format::{FileMeta, Header};
+use shrinkfs_codec::reader::SUGGESTED_TAIL;
+use shrinkfs_codec::{Dictionary, Layout, MasterKey, TailProbe, decode_frame, probe_tail};
+
+use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+
+/// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
+pub const MAX_FETCH: u64 = 8 << 20;
+
+/// One version of one object, ready to read.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    /// Identity (key and ETag).
+    pub id: ObjectId,
+    /// Full key.
+    pub path: Path,
+    /// Stored size.
+    pub stored: u64,
+    /// Last modified time in the store.
+    pub last_modified: SystemTime,
+    /// Plain or framed.
+    pub parsed: Parsed,
+}
+
+impl ObjectInfo {
+    /// Logical size.
+    pub fn size(&self) -> u64 {
+        match &self.parsed {
+            Parsed::Plain => self.stored,
+            Parsed::Framed { layout, .. } => layout.logical_size(),
+        }
+    }
+
+    /// File metadata recorded with the object (none for plain objects).
+    pub fn meta(&self) -> FileMeta {
+        match &self.parsed {
+            Parsed::Plain => FileMeta::default(),
+            Parsed::Framed { layout, .. } => layout.meta,
+        }
+    }
+
+    /// Modification time: the recorded one, else the store's.
+    pub fn mtime(&self) -> SystemTime {
+        match self.meta().mtime {
+            Some((s, ns)) if s >= 0 => UNIX_EPOCH + Duration::new(s as u64, ns),
+            _ => self.last_modified,
+        }
+    }
+
+    /// Codec summary: "plain", or the codecs of its frames joined by '+'.
+    pub fn codec_summary(&self) -> String {
+        match &self.parsed {
+            Parsed::Plain => "plain".into(),
+            Parsed::Framed { layout, .. } => {
+                let names: Vec<String> = layout
+                    .codec_usage()
+                    .iter()
+                    .map(|u| u.0.to_string())
+                    .collect();
+                if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join("+")
+                }
+            }
+        }
+    }
+}
+
+/// Everything needed to read objects.
+#[derive(Clone)]
+pub struct Reader {
+    /// The store.
+    pub store: Arc<dyn ObjectStore>,
+    /// Decoded frames.
+    pub chunks: ChunkCache,
+    /// Parsed layouts.
+    pub layouts: LayoutCache,
+    /// Key for sealed objects.
+    pub key: Option<MasterKey>,
+    /// zstd dictionaries.
+    pub dicts: Vec<Arc<Dictionary>>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
+fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
+    Error::Codec {
+        key: path.to_string(),
+        source,
+    }
+}
+
+/// Marks an identity made up for a store that returns no ETag; it cannot be sent as If-Match.
+const SYNTHETIC: &str = "synthetic:";
+
+fn etag_of(meta: &ObjectMeta) -> Arc<str> {
+    // Stores without ETags: size and time identify the version well enough to key caches.
+    meta.e_tag
+        .clone()
+        .unwrap_or_else(|| {
+            format!(
+                "{SYNTHETIC}{}-{}",
+                meta.size,
+                meta.last_modified.timestamp_nanos_opt().unwrap_or(0)
+            )
+        })
+        .into()
+}
+
+impl Reader {
+    /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
+    /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
+    pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
+        let opts = GetOptions {
+            range: Some(GetRange::Suffix(SUGGESTED_TAIL)),
+            ..Default::default()
+        };
+        self.metrics.store_request("get_tail");
+        let got = match self.store.get_opts(path, opts).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let meta = got.meta.clone();
+        let range = got.range.clone();
+        let tail = got.bytes().await?;
+        self.metrics.store_bytes(tail.len() as u64);
+        let id = ObjectId {
+            key: path.as_ref().into(),
+            etag: etag_of(&meta),
+        };
+        let parsed = match self.layouts.get(&id) {
+            Some(p) => p,
+            None => {
+                let p = self.parse(path, &meta, &id, range, tail).await?;
+                self.layouts.insert(id.clone(), p.clone());
+                p
+            }
+        };
+        let last_modified = UNIX_EPOCH
+            + Duration::new(
+                meta.last_modified.timestamp().max(0) as u64,
+                meta.last_modified.timestamp_subsec_nanos(),
+            );
+        Ok(Some(ObjectInfo {
+            id,
+            path: path.clone(),
+            stored: meta.size,
+            last_modified,
+            parsed,
+        }))
+    }
+
+    async fn parse(
+        &self,
+        path: &Path,
+        meta: &ObjectMeta,
+        id: &ObjectId,
+        range: Range<u64>,
+        tail: Bytes,
+    ) -> Result<Parsed> {
+        let len = meta.size;
+        match probe_tail(&tail, len).map_err(|e| codec_err(path, e))? {
+            TailProbe::Plain => {
+                let head_magic = if range.start == 0 {
+                    Header::has_magic(&tail)
+                } else {
+                    let head = self.get_range(path, id, 0..8).await?;
+                    Header::has_magic(&head)
+                };
+                if head_magic {
+                    return Err(codec_err(
+                        path,
+                        shrinkfs_codec::Error::BadMagic {
+                            what: "footer (the object looks truncated)",
+                        },
+                    ));
+                }
+                Ok(Parsed::Plain)
+            }
+            TailProbe::Shrinkfs { tail_len, .. } => {
+                let tail = if tail_len > tail.len() as u64 {
+                    self.get_range(path, id, len - tail_len..len).await?
+                } else {
+                    tail
+                };
+                let layout = Layout::parse(&tail, len).map_err(|e| codec_err(path, e))?;
+                let ctx = layout
+                    .open(self.key.as_ref(), &self.dicts)
+                    .map_err(|e| codec_err(path, e))?;
+                Ok(Parsed::Framed {
+                    layout: Arc::new(layout),
+                    ctx: Arc::new(ctx),
+                })
+            }
+        }
+    }
+
+    /// A ranged GET that fails (ESTALE) if the object is no longer the version `id` names.
+    async fn get_range(&self, path: &Path, id: &ObjectId, range: Range<u64>) -> Result<Bytes> {
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: Some(id.etag.to_string()),
+            ..Default::default()
+        };
+        self.metrics.store_request("get_range");
+        let opts = if id.etag.starts_with(SYNTHETIC) {
+            GetOptions {
+                if_match: None,
+                ..opts
+            }
+        } else {
+            opts
+        };
+        let bytes = self.store.get_opts(path, opts).await?.bytes().await?;
+        self.metrics.store_bytes(bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// Reads logical bytes `range` of one object version.
+    pub async fn read(&self, info: &ObjectInfo, range: Range<u64>) -> Result<Vec<u8>> {
+        let end = range.end.min(info.size());
+        if range.start >= end {
+            return Ok(Vec::new());
+        }
+        let (layout, ctx) = match &info.parsed {
+            Parsed::Plain => {
+                return Ok(self
+                    .get_range(&info.path, &info.id, range.start..end)
+                    .await?
+                    .to_vec());
+            }
+            Parsed::Framed { layout, ctx } => (layout, ctx),
+        };
+        let frames = layout.frames_for(range.start..end);
+        let mut decoded: Vec<Option<Arc<Vec<u8>>>> = frames
+            .clone()
+            .map(|f| self.chunks.get(&info.id, f as u32))
+            .collect();
+        let missing: Vec<usize> = frames
+            .clone()
+            .filter(|f| decoded[f - frames.start].is_none())
+            .collect();
+        self.metrics
+            .cache(frames.len() - missing.len(), missing.len());
+        if !missing.is_empty() {
+            let fetched = self.fetch_frames(info, layout, ctx, &missing).await?;
+            for (f, bytes) in fetched {
+                decoded[f - frames.start] = Some(bytes);
+            }
+        }
+        let mut out = Vec::with_capacity((end - range.start) as usize);
+        for (i, f) in frames.enumerate() {
+            let e = &layout.entries[f];
+            let bytes = decoded[i].as_ref().expect("every frame fetched or cached");
+            let from = range.start.max(e.raw_offset) - e.raw_offset;
+            let to = end.min(e.raw_offset + e.raw_len as u64) - e.raw_offset;
+            out.extend_from_slice(&bytes[from as usize..to as usize]);
+        }
+        Ok(out)
+    }
+
+    /// Fetches and decodes `frames` (sorted), filling the cache; ranged GETs run concurrently.
+    pub async fn fetch_frames(
+        &self,
+        info: &ObjectInfo,
+        layout: &Arc<Layout>,
+        ctx: &Arc<shrinkfs_codec::ObjectContext>,
+        frames: &[usize],
+    ) -> Result<Vec<(usize, Arc<Vec<u8>>)>> {
+        let fetches = layout.fetches(frames, MAX_FETCH);
+        let gets = fetches
+            .iter()
+            .map(|f| self.get_range(&info.path, &info.id, f.range.clone()));
+        let blobs = futures::future::try_join_all(gets).await?;
+        let mut jobs = Vec::new();
+        for (fetch, blob) in fetches.into_iter().zip(blobs) {
+            for f in fetch.frames.clone() {
+                let r = layout.entries[f].stored_range();
+                let slice = blob.slice(
+                    (r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize,
+                );
+                let (layout, ctx, path) = (layout.clone(), ctx.clone(), info.path.clone());
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                rayon::spawn(move || {
+                    let mut out = Vec::new();
+                    let res =
+                        decode_frame(&ctx, f as u64, &slice, Some(&layout.entries[f]), &mut out)
+                            .map(|()| out)
+                            .map_err(|e| codec_err(&path, e));
+                    let _ = tx.send(res);
+                });
+                jobs.push((f, rx));
+            }
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for (f, rx) in jobs {
+            let bytes = Arc::new(
+                rx.await
+                    .map_err(|_| Error::Invalid("decoder stopped".into()))??,
+            );
+            self.metrics.frame_decoded(bytes.len() as u64);
+            self.chunks.insert(&info.id, f as u32, bytes.clone());
+            out.push((f, bytes));
+        }
+        Ok(out)
+    }
+
+    /// Reads a whole object version (symlink targets, staging a file for rewrite).
+    pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
+        self.read(info, 0..info.size()).await
+    }
+}

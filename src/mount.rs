@@ -1,0 +1,199 @@
+//! `shrinkfs mount` and `shrinkfs unmount`: check everything before mounting, optionally detach
+//! once the mount is ready, upload what is dirty and unmount cleanly on SIGINT/SIGTERM.
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use shrinkfs_fuse::session::{MountOptions, mount, unmount};
+use shrinkfs_fuse::store::{self, Source};
+use shrinkfs_fuse::{Fs, FsConfig};
+
+use crate::cli::{MountArgs, UnmountArgs};
+use crate::exit::UsageError;
+
+fn parse_mode(s: &str) -> Result<u16, String> {
+    u16::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("{s:?} is not an octal mode like 644"))
+}
+
+/// Parses an octal permission argument (clap value parser).
+pub fn mode_arg(s: &str) -> Result<u16, String> {
+    parse_mode(s)
+}
+
+/// The filesystem configuration the arguments describe.
+pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
+    let encode = a.codec.to_config()?;
+    let dicts = crate::cli::load_dict(&a.codec.dict)?.into_iter().collect();
+    let mut cfg = FsConfig {
+        encode,
+        dicts,
+        read_only: a.read_only,
+        ..FsConfig::default()
+    };
+    cfg.uid = a.uid.unwrap_or(cfg.uid);
+    cfg.gid = a.gid.unwrap_or(cfg.gid);
+    cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
+    cfg.dir_mode = a.dir_mode.unwrap_or(cfg.dir_mode);
+    cfg.metadata_ttl = std::time::Duration::from_secs_f64(a.metadata_ttl);
+    cfg.cache_bytes = a.cache_size;
+    if let Some(d) = &a.staging_dir {
+        cfg.staging_dir = d.clone();
+    }
+    let probe = tempfile::tempfile_in(&cfg.staging_dir).with_context(|| {
+        format!(
+            "staging directory {} is not writable",
+            cfg.staging_dir.display()
+        )
+    })?;
+    drop(probe);
+    Ok(cfg)
+}
+
+/// Detaches into the background; the parent exits once the child reports the mount ready (0) or
+/// failed (its message, exit 1). Must run before any thread is started.
+fn daemonize() -> anyhow::Result<OwnedFd> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot create a pipe");
+    }
+    // SAFETY: no threads exist yet, so the child may continue running Rust code.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()).context("cannot fork"),
+        0 => {
+            // SAFETY: fds[0] is ours to close; setsid detaches from the terminal.
+            unsafe {
+                libc::close(fds[0]);
+                libc::setsid();
+            }
+            // SAFETY: fds[1] is an open descriptor owned from here on.
+            Ok(unsafe { OwnedFd::from_raw_fd(fds[1]) })
+        }
+        _ => {
+            // SAFETY: fds[1] is the child's; fds[0] is ours.
+            unsafe { libc::close(fds[1]) };
+            let mut r = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+            let mut msg = String::new();
+            let _ = r.read_to_string(&mut msg);
+            if msg == "ok" {
+                std::process::exit(0);
+            }
+            if msg.is_empty() {
+                msg = "the background process exited before the mount was ready".into();
+            }
+            eprintln!("shrinkfs: error: {msg}");
+            std::process::exit(crate::exit::IO);
+        }
+    }
+}
+
+fn silence_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors with a valid open file.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+/// Runs `shrinkfs mount` until unmounted.
+pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
+    let source = Source::parse(&a.source).map_err(UsageError)?;
+    let meta = std::fs::metadata(&a.mountpoint)
+        .with_context(|| format!("mount point {}", a.mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!(UsageError(format!(
+            "mount point {} is not a directory",
+            a.mountpoint.display()
+        )));
+    }
+    let cfg = fs_config(&a)?;
+    let mut notify = if a.daemon { Some(daemonize()?) } else { None };
+    let result = serve(a, source, cfg, &mut notify);
+    if let (Some(fd), Err(e)) = (notify, &result) {
+        let mut w = std::fs::File::from(fd);
+        let _ = write!(w, "{e:#}");
+    }
+    result
+}
+
+fn serve(
+    a: MountArgs,
+    source: Source,
+    cfg: FsConfig,
+    notify: &mut Option<OwnedFd>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let s3 = store::S3Options {
+        endpoint_url: a.endpoint_url.clone(),
+        region: a.region.clone(),
+        allow_http: a.allow_http,
+        path_style: a.path_style,
+    };
+    let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
+    rt.block_on(bucket.check_reachable())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let describe = bucket.describe.clone();
+    let fs = Arc::new(Fs::new(bucket, cfg));
+    let opts = MountOptions {
+        fs_name: describe.clone(),
+        read_only: a.read_only,
+        allow_other: a.allow_other,
+        threads: a.threads,
+    };
+    let mut session = mount(fs.clone(), rt.handle().clone(), &a.mountpoint, &opts)
+        .with_context(|| format!("cannot mount {describe} at {}", a.mountpoint.display()))?;
+    tracing::info!(source = %describe, mountpoint = %a.mountpoint.display(), "mounted");
+    if let Some(fd) = notify.take() {
+        // Closing the pipe after "ok" lets the waiting parent exit.
+        let mut w = std::fs::File::from(fd);
+        let _ = w.write_all(b"ok");
+        drop(w);
+        silence_stdio();
+    }
+    let mut unmounter = session.unmount_callable();
+    let fs_sig = fs.clone();
+    rt.spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("signal received: uploading pending files and unmounting");
+        if let Err(e) = fs_sig.flush_all().await {
+            tracing::error!(error = %e, "some files could not be uploaded before unmounting");
+        }
+        if let Err(e) = unmounter.unmount() {
+            tracing::error!(error = %e, "unmount failed");
+        }
+    });
+    session
+        .run()
+        .context("the FUSE session ended with an error")?;
+    rt.block_on(fs.flush_all())
+        .context("uploading pending files at unmount")?;
+    Ok(())
+}
+
+/// Runs `shrinkfs unmount`.
+pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
+    unmount(&a.mountpoint)
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("cannot unmount")
+}
