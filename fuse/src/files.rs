@@ -35,7 +35,7 @@ pub enum Body {
     /// Exactly the object in the store.
     Clean,
     /// Being written sequentially from offset 0 straight to the store.
-    Streaming(Upload),
+    Streaming(Box<Upload>),
     /// A full local copy, written at any offset.
     Staged {
         /// The (unlinked) staging file.
@@ -163,7 +163,7 @@ impl Fs {
             ..Attr::empty()
         };
         let of = OpenFile {
-            body: Body::Streaming(self.new_upload(&rel)?),
+            body: Body::Streaming(Box::new(self.new_upload(&rel)?)),
             meta,
             dirty: true,
             handles: 1,
@@ -330,7 +330,7 @@ impl Fs {
             && of.base.as_ref().is_none_or(|b| b.size() == 0)
             && offset == 0
         {
-            of.body = Body::Streaming(self.new_upload(&i.path)?);
+            of.body = Body::Streaming(Box::new(self.new_upload(&i.path)?));
         }
         let sequential = matches!(&of.body, Body::Streaming(u) if u.len() == offset);
         if !sequential {
@@ -357,7 +357,7 @@ impl Fs {
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
                 u.abort().await;
             }
-            of.body = Body::Streaming(self.new_upload(&i.path)?);
+            of.body = Body::Streaming(Box::new(self.new_upload(&i.path)?));
         } else {
             self.stage_locked(i, of).await?;
             if let Body::Staged { file, len } = &mut of.body {

@@ -203,12 +203,12 @@ impl InodeTable {
 
     /// Forgets the name `name` in `parent` (after unlink, rmdir, or when the store says it is gone).
     pub fn remove_name(&mut self, parent: u64, name: &str) {
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_owned())) {
-            if let Some(i) = self.by_ino.get_mut(&ino) {
-                i.parent = 0;
-                if i.lookups == 0 {
-                    self.by_ino.remove(&ino);
-                }
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_owned()))
+            && let Some(i) = self.by_ino.get_mut(&ino)
+        {
+            i.parent = 0;
+            if i.lookups == 0 {
+                self.by_ino.remove(&ino);
             }
         }
     }

@@ -130,14 +130,38 @@ impl Reader {
             ..Default::default()
         };
         self.metrics.store_request("get_tail");
-        let got = match self.store.get_opts(path, opts).await {
-            Ok(g) => g,
+        let (meta, range, tail) = match self.store.get_opts(path, opts).await {
+            Ok(got) => {
+                let (meta, range) = (got.meta.clone(), got.range.clone());
+                (meta, range, got.bytes().await?)
+            }
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            // Some servers (and S3 itself for empty objects) refuse a suffix longer than the
+            // object with 416: ask for the size, then for a range that fits.
+            Err(e)
+                if e.to_string().contains("416")
+                    || e.to_string().contains("non-partial response") =>
+            {
+                self.metrics.store_request("head");
+                let meta = match self.store.head(path).await {
+                    Ok(m) => m,
+                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                };
+                let range = meta.size.saturating_sub(SUGGESTED_TAIL)..meta.size;
+                let tail = if range.is_empty() {
+                    Bytes::new()
+                } else {
+                    let id = ObjectId {
+                        key: path.as_ref().into(),
+                        etag: etag_of(&meta),
+                    };
+                    self.get_range(path, &id, range.clone(), meta.size).await?
+                };
+                (meta, range, tail)
+            }
             Err(e) => return Err(e.into()),
         };
-        let meta = got.meta.clone();
-        let range = got.range.clone();
-        let tail = got.bytes().await?;
         self.metrics.store_bytes(tail.len() as u64);
         let id = ObjectId {
             key: path.as_ref().into(),
@@ -179,7 +203,7 @@ impl Reader {
                 let head_magic = if range.start == 0 {
                     Header::has_magic(&tail)
                 } else {
-                    let head = self.get_range(path, id, 0..8).await?;
+                    let head = self.get_range(path, id, 0..8, len).await?;
                     Header::has_magic(&head)
                 };
                 if head_magic {
@@ -194,7 +218,7 @@ impl Reader {
             }
             TailProbe::Shrinkfs { tail_len, .. } => {
                 let tail = if tail_len > tail.len() as u64 {
-                    self.get_range(path, id, len - tail_len..len).await?
+                    self.get_range(path, id, len - tail_len..len, len).await?
                 } else {
                     tail
                 };
@@ -211,22 +235,38 @@ impl Reader {
     }
 
     /// A ranged GET that fails (ESTALE) if the object is no longer the version `id` names.
-    async fn get_range(&self, path: &Path, id: &ObjectId, range: Range<u64>) -> Result<Bytes> {
+    /// `object_len` is the object's size: a range covering all of it is sent as a plain GET.
+    /// Servers that ignore Range (answering 200 with the whole object) get a whole-object GET
+    /// sliced here, counted as `get_whole_fallback`.
+    async fn get_range(
+        &self,
+        path: &Path,
+        id: &ObjectId,
+        range: Range<u64>,
+        object_len: u64,
+    ) -> Result<Bytes> {
+        let whole = range.start == 0 && range.end >= object_len;
+        let if_match = (!id.etag.starts_with(SYNTHETIC)).then(|| id.etag.to_string());
         let opts = GetOptions {
-            range: Some(GetRange::Bounded(range)),
-            if_match: Some(id.etag.to_string()),
+            range: (!whole).then_some(GetRange::Bounded(range.clone())),
+            if_match: if_match.clone(),
             ..Default::default()
         };
         self.metrics.store_request("get_range");
-        let opts = if id.etag.starts_with(SYNTHETIC) {
-            GetOptions {
-                if_match: None,
-                ..opts
+        let bytes = match self.store.get_opts(path, opts).await {
+            Ok(got) => got.bytes().await?,
+            Err(e) if e.to_string().contains("non-partial response") => {
+                self.metrics.store_request("get_whole_fallback");
+                let opts = GetOptions {
+                    if_match,
+                    ..Default::default()
+                };
+                let all = self.store.get_opts(path, opts).await?.bytes().await?;
+                let end = (range.end as usize).min(all.len());
+                all.slice((range.start as usize).min(end)..end)
             }
-        } else {
-            opts
+            Err(e) => return Err(e.into()),
         };
-        let bytes = self.store.get_opts(path, opts).await?.bytes().await?;
         self.metrics.store_bytes(bytes.len() as u64);
         Ok(bytes)
     }
@@ -240,7 +280,7 @@ impl Reader {
         let (layout, ctx) = match &info.parsed {
             Parsed::Plain => {
                 return Ok(self
-                    .get_range(&info.path, &info.id, range.start..end)
+                    .get_range(&info.path, &info.id, range.start..end, info.stored)
                     .await?
                     .to_vec());
             }
@@ -285,7 +325,7 @@ impl Reader {
         let fetches = layout.fetches(frames, MAX_FETCH);
         let gets = fetches
             .iter()
-            .map(|f| self.get_range(&info.path, &info.id, f.range.clone()));
+            .map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
         let blobs = futures::future::try_join_all(gets).await?;
         let mut jobs = Vec::new();
         for (fetch, blob) in fetches.into_iter().zip(blobs) {

@@ -171,7 +171,7 @@ impl Bucket {
     }
 
     /// The path relative to the prefix of a full key.
-    pub fn rel<'a>(&self, key: &'a Path) -> Option<String> {
+    pub fn rel(&self, key: &Path) -> Option<String> {
         let parts: Vec<_> = key
             .prefix_match(&self.prefix)?
             .map(|p| p.as_ref().to_owned())

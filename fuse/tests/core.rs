@@ -1,0 +1,383 @@
+//! The filesystem core without a kernel, against object_store's in-memory store: every operation
+//! of docs/SEMANTICS.md, remounts, and what lands in the bucket.
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use shrinkfs_codec::{EncodeConfig, MasterKey};
+use shrinkfs_fuse::inode::{Kind, ROOT};
+use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::{Error, Fs, FsConfig};
+
+fn bucket(store: &Arc<InMemory>) -> Bucket {
+    Bucket {
+        store: store.clone(),
+        prefix: Path::from("pre"),
+        describe: "memory".into(),
+    }
+}
+
+fn fs_on(store: &Arc<InMemory>, cfg: FsConfig) -> Fs {
+    Fs::new(bucket(store), cfg)
+}
+
+fn small_frames() -> FsConfig {
+    FsConfig {
+        encode: EncodeConfig {
+            frame_size: 4096,
+            ..Default::default()
+        },
+        metadata_ttl: std::time::Duration::ZERO,
+        ..FsConfig::default()
+    }
+}
+
+fn text(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| b"abcdefghij klmnop\n"[i % 18] ^ ((i / 997) as u8 & 1))
+        .collect()
+}
+
+async fn write_file(fs: &Fs, parent: u64, name: &str, data: &[u8], piece: usize) -> u64 {
+    let (attr, fh) = fs.create(parent, name, 0o640, 1000, 1000).await.unwrap();
+    let mut off = 0;
+    for chunk in data.chunks(piece) {
+        assert_eq!(
+            fs.write(fh, off, chunk).await.unwrap() as usize,
+            chunk.len()
+        );
+        off += chunk.len() as u64;
+    }
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    attr.ino
+}
+
+async fn read_file(fs: &Fs, ino: u64) -> Vec<u8> {
+    let fh = fs.open(ino, false, false).await.unwrap();
+    let size = fs.getattr(ino).await.unwrap().size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let got = fs.read(fh, out.len() as u64, 100_000).await.unwrap();
+        assert!(!got.is_empty());
+        out.extend_from_slice(&got);
+    }
+    fs.release(fh).await.unwrap();
+    out
+}
+
+async fn stored(store: &Arc<InMemory>, key: &str) -> Option<Vec<u8>> {
+    match store.get(&Path::from(key)).await {
+        Ok(g) => Some(g.bytes().await.unwrap().to_vec()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn written_files_read_back_here_after_a_remount_and_through_unpack() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let data = text(300_000);
+    let ino = write_file(&fs, ROOT, "a.log", &data, 7000).await;
+    assert_eq!(fs.getattr(ino).await.unwrap().size, data.len() as u64);
+    assert_eq!(read_file(&fs, ino).await, data);
+    let object = stored(&store, "pre/a.log")
+        .await
+        .expect("object under the same key");
+    assert!(
+        object.len() < data.len() / 2,
+        "not compressed: {}",
+        object.len()
+    );
+    assert_eq!(
+        shrinkfs_codec::decode_all(&object, None, &[]).unwrap(),
+        data
+    );
+    let fs2 = fs_on(&store, small_frames());
+    let a = fs2.lookup(ROOT, "a.log").await.unwrap();
+    assert_eq!((a.size, a.perm, a.uid), (data.len() as u64, 0o640, 1000));
+    assert_eq!(read_file(&fs2, a.ino).await, data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_files_stream_as_multipart_and_nothing_is_visible_before_close() {
+    let store = Arc::new(InMemory::new());
+    let mut cfg = small_frames();
+    cfg.encode.frame_size = 1 << 20;
+    let fs = fs_on(&store, cfg);
+    let mut big = vec![0u8; 20 << 20];
+    let mut x = 1u64;
+    for (i, b) in big.iter_mut().enumerate() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *b = if i % 3 == 0 { (x >> 56) as u8 } else { b'x' };
+    }
+    let (attr, fh) = fs.create(ROOT, "big", 0o644, 0, 0).await.unwrap();
+    for (i, chunk) in big.chunks(128 << 10).enumerate() {
+        fs.write(fh, (i * (128 << 10)) as u64, chunk).await.unwrap();
+        if i == 100 {
+            assert!(
+                stored(&store, "pre/big").await.is_none(),
+                "partial object visible"
+            );
+        }
+    }
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(
+        fs.metrics()
+            .value("shrinkfs_store_requests_total{kind=\"multipart_complete\"}")
+            >= 1
+    );
+    assert_eq!(read_file(&fs, attr.ino).await, big);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_offsets_appends_and_truncates_are_staged_and_reencoded() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let mut model = text(50_000);
+    let ino = write_file(&fs, ROOT, "db", &model, 4096).await;
+    // Reopen: write in the middle, past the end (a hole), and append.
+    let fh = fs.open(ino, true, false).await.unwrap();
+    for (off, len) in [(1000u64, 300usize), (49_990, 20), (60_000, 10), (0, 5)] {
+        let patch = vec![b'Z'; len];
+        fs.write(fh, off, &patch).await.unwrap();
+        let end = off as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&patch);
+        // Read-your-writes on the same handle.
+        assert_eq!(fs.read(fh, off, len as u32).await.unwrap(), patch);
+    }
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_file(&fs, ino).await, model);
+    // Truncate through setattr with no open handle.
+    fs.setattr(ino, Some(12_345), None, None, None, None)
+        .await
+        .unwrap();
+    model.truncate(12_345);
+    let fs2 = fs_on(&store, small_frames());
+    let db = fs2.lookup(ROOT, "db").await.unwrap();
+    assert_eq!(read_file(&fs2, db.ino).await, model);
+    assert_eq!(read_file(&fs, ino).await, model);
+    // O_TRUNC then rewrite.
+    let fh = fs.open(ino, true, true).await.unwrap();
+    fs.write(fh, 0, b"fresh").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_file(&fs, ino).await, b"fresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_renames_unlinks_and_symlinks() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let d = fs.mkdir(ROOT, "d", 0o750).await.unwrap();
+    assert!(matches!(
+        fs.mkdir(ROOT, "d", 0o750).await,
+        Err(Error::Exists)
+    ));
+    let f = write_file(&fs, d.ino, "f.txt", b"inside", 4).await;
+    assert!(matches!(fs.rmdir(ROOT, "d").await, Err(Error::NotEmpty)));
+    // An empty directory survives a remount through its marker.
+    fs.mkdir(d.ino, "empty", 0o755).await.unwrap();
+    let fs2 = fs_on(&store, small_frames());
+    let d2 = fs2.lookup(ROOT, "d").await.unwrap();
+    let dh = fs2.opendir(d2.ino).await.unwrap();
+    let names: Vec<String> = fs2
+        .readdir(dh, d2.ino, 0)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.name)
+        .collect();
+    assert_eq!(names, [".", "..", "empty", "f.txt"]);
+    // Rename a file, then the directory holding it.
+    fs.rename(d.ino, "f.txt", ROOT, "g.txt", false)
+        .await
+        .unwrap();
+    assert!(stored(&store, "pre/d/f.txt").await.is_none());
+    assert_eq!(read_file(&fs, f).await, b"inside");
+    fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
+    assert!(fs.lookup(ROOT, "d").await.is_err());
+    assert_eq!(
+        fs.lookup(fs.lookup(ROOT, "e").await.unwrap().ino, "empty")
+            .await
+            .unwrap()
+            .kind,
+        Kind::Dir
+    );
+    assert!(matches!(
+        fs.rename(ROOT, "g.txt", ROOT, "e", false).await,
+        Err(Error::IsDir)
+    ));
+    // Symlinks.
+    let l = fs.symlink(ROOT, "link", "e/empty", 0, 0).await.unwrap();
+    assert_eq!(fs.readlink(l.ino).await.unwrap(), b"e/empty");
+    assert_eq!(
+        fs_on(&store, small_frames())
+            .lookup(ROOT, "link")
+            .await
+            .unwrap()
+            .kind,
+        Kind::Symlink
+    );
+    // Unlink and rmdir.
+    fs.unlink(ROOT, "g.txt").await.unwrap();
+    assert!(matches!(
+        fs.lookup(ROOT, "g.txt").await,
+        Err(Error::NotFound)
+    ));
+    assert!(matches!(
+        fs.unlink(ROOT, "g.txt").await,
+        Err(Error::NotFound)
+    ));
+    let e = fs.lookup(ROOT, "e").await.unwrap();
+    fs.rmdir(e.ino, "empty").await.unwrap();
+    fs.rmdir(ROOT, "e").await.unwrap();
+    assert!(fs.lookup(ROOT, "e").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chmod_chown_and_mtime_persist_with_the_object() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let ino = write_file(&fs, ROOT, "f", b"data", 4).await;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    fs.setattr(ino, None, Some(0o600), Some(42), Some(43), Some(t))
+        .await
+        .unwrap();
+    let a = fs_on(&store, small_frames())
+        .lookup(ROOT, "f")
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.perm, a.uid, a.gid, a.mtime, a.size),
+        (0o600, 42, 43, t, 4)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_objects_read_as_plain_bytes_and_xattrs_describe_objects() {
+    let store = Arc::new(InMemory::new());
+    store
+        .put(&Path::from("pre/plain.csv"), b"a,b\n1,2\n".to_vec().into())
+        .await
+        .unwrap();
+    let fs = fs_on(&store, small_frames());
+    let p = fs.lookup(ROOT, "plain.csv").await.unwrap();
+    assert_eq!(p.size, 8);
+    assert_eq!(read_file(&fs, p.ino).await, b"a,b\n1,2\n");
+    assert_eq!(
+        fs.getxattr(p.ino, "user.shrinkfs.codec").await.unwrap(),
+        b"plain"
+    );
+    let ino = write_file(&fs, ROOT, "t", &text(40_000), 4096).await;
+    assert_eq!(
+        fs.getxattr(ino, "user.shrinkfs.codec").await.unwrap(),
+        b"zstd"
+    );
+    let ratio: f64 = String::from_utf8(fs.getxattr(ino, "user.shrinkfs.ratio").await.unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ratio > 2.0, "{ratio}");
+    assert!(matches!(
+        fs.getxattr(ino, "user.other").await,
+        Err(Error::NoXattr)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_objects_and_wrong_keys_are_errors_not_data() {
+    let store = Arc::new(InMemory::new());
+    let mut sealed = small_frames();
+    sealed.encode.key = Some(MasterKey::from_bytes(&[7; 32]).unwrap());
+    let fs = fs_on(&store, sealed);
+    write_file(&fs, ROOT, "secret", &text(20_000), 1000).await;
+    let mut wrong = small_frames();
+    wrong.encode.key = Some(MasterKey::from_bytes(&[8; 32]).unwrap());
+    let e = fs_on(&store, wrong)
+        .lookup(ROOT, "secret")
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EACCES, "{e}");
+    // Flip a byte inside a frame: the read fails with EIO instead of returning bytes.
+    let mut obj = stored(&store, "pre/secret").await.unwrap();
+    obj[300] ^= 0x10;
+    store
+        .put(&Path::from("pre/secret"), obj.into())
+        .await
+        .unwrap();
+    let mut right = small_frames();
+    right.encode.key = Some(MasterKey::from_bytes(&[7; 32]).unwrap());
+    let fs3 = fs_on(&store, right);
+    let a = fs3.lookup(ROOT, "secret").await.unwrap();
+    let fh = fs3.open(a.ino, false, false).await.unwrap();
+    // Frames are independent: reads of intact frames succeed, the damaged one fails.
+    let mut errors = 0;
+    for off in (0..20_000).step_by(4096) {
+        match fs3.read(fh, off, 4096).await {
+            Ok(bytes) => assert_eq!(
+                bytes,
+                text(20_000)[off as usize..(off as usize + 4096).min(20_000)]
+            ),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::EIO, "{e}");
+                errors += 1;
+            }
+        }
+    }
+    assert_eq!(errors, 1, "exactly the damaged frame fails");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_never_mixes_two_versions_of_an_object() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let ino = write_file(&fs, ROOT, "v", &vec![b'1'; 20_000], 4096).await;
+    let fh = fs.open(ino, false, false).await.unwrap();
+    assert_eq!(fs.read(fh, 0, 10).await.unwrap(), b"1111111111");
+    // Another writer replaces the object.
+    let other = fs_on(&store, small_frames());
+    let ino2 = other.lookup(ROOT, "v").await.unwrap().ino;
+    let wfh = other.open(ino2, true, true).await.unwrap();
+    other.write(wfh, 0, &vec![b'2'; 20_000]).await.unwrap();
+    other.release(wfh).await.unwrap();
+    // The old handle reads a frame it has not cached yet: stale, not a mix.
+    match fs.read(fh, 16_000, 10).await {
+        Err(e) => assert_eq!(e.errno(), libc::ESTALE, "{e}"),
+        Ok(bytes) => assert_eq!(
+            bytes, b"1111111111",
+            "a pinned handle may only serve its own version"
+        ),
+    }
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_file(&fs, ino).await, vec![b'2'; 20_000]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_mounts_refuse_changes_and_unlinked_open_files_are_not_resurrected() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let (_, fh) = fs.create(ROOT, "tmp", 0o600, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"scratch").await.unwrap();
+    fs.unlink(ROOT, "tmp").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(stored(&store, "pre/tmp").await.is_none());
+    let mut ro = small_frames();
+    ro.read_only = true;
+    let fs = fs_on(&store, ro);
+    assert!(matches!(
+        fs.create(ROOT, "x", 0o644, 0, 0).await,
+        Err(Error::ReadOnly)
+    ));
+    assert!(matches!(
+        fs.mkdir(ROOT, "x", 0o755).await,
+        Err(Error::ReadOnly)
+    ));
+}
