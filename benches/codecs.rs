@@ -35,18 +35,10 @@ fn bench(c: &mut Criterion) {
                 let mut out = Vec::new();
                 b.iter(|| codec.compress(black_box(raw), &mut out))
             });
-            g.bench_with_input(
-                BenchmarkId::new("decompress", &name),
-                &stored,
-                |b, stored| {
-                    let mut out = Vec::new();
-                    b.iter(|| {
-                        codec
-                            .decompress(black_box(stored), frame, &mut out)
-                            .unwrap()
-                    })
-                },
-            );
+            g.bench_with_input(BenchmarkId::new("decompress", &name), &stored, |b, stored| {
+                let mut out = Vec::new();
+                b.iter(|| codec.decompress(black_box(stored), frame, &mut out).unwrap())
+            });
         }
         g.finish();
     }

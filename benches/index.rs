@@ -9,11 +9,7 @@ use std::sync::Arc;
 /// The tail (index + footer) of an object of `n` 4 KiB frames, built without encoding any data.
 fn tail_of(n: usize) -> (Vec<u8>, u64) {
     let cfg = EncodeConfig {
-        params: CodecParams {
-            codec: CodecId::None,
-            level: 1,
-            dict: None,
-        },
+        params: CodecParams { codec: CodecId::None, level: 1, dict: None },
         frame_size: 4096,
         key: None,
     };
@@ -35,9 +31,7 @@ fn bench(c: &mut Criterion) {
     for n in [100usize, 1_000, 10_000, 100_000] {
         let (tail, len) = tail_of(n);
         g.throughput(Throughput::Bytes(tail.len() as u64));
-        g.bench_with_input(BenchmarkId::new("memcpy-floor", n), &tail, |b, t| {
-            b.iter(|| black_box(t.clone()))
-        });
+        g.bench_with_input(BenchmarkId::new("memcpy-floor", n), &tail, |b, t| b.iter(|| black_box(t.clone())));
         g.bench_with_input(BenchmarkId::new("parse", n), &tail, |b, t| {
             b.iter(|| Layout::parse(black_box(t), len).unwrap())
         });

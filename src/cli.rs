@@ -49,18 +49,8 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
     #[command(flatten)]
     pub codec: CodecArgs,
-    /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style addressing).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// S3 region (default: AWS_REGION / profile, then us-east-1).
-    #[arg(long)]
-    pub region: Option<String>,
-    /// Allow plain http to the endpoint.
-    #[arg(long)]
-    pub allow_http: bool,
-    /// Use path-style S3 addressing.
-    #[arg(long)]
-    pub path_style: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
@@ -158,10 +148,8 @@ impl KeyArgs {
         let Some(path) = &self.key_file else {
             return Ok(None);
         };
-        let bytes = std::fs::read(path)
-            .with_context(|| format!("cannot read key file {}", path.display()))?;
-        let key = MasterKey::from_bytes(&bytes)
-            .with_context(|| format!("key file {}", path.display()))?;
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read key file {}", path.display()))?;
+        let key = MasterKey::from_bytes(&bytes).with_context(|| format!("key file {}", path.display()))?;
         Ok(Some(key))
     }
 }
@@ -169,8 +157,7 @@ impl KeyArgs {
 /// Reads a zstd dictionary file.
 pub fn load_dict(path: &Option<PathBuf>) -> anyhow::Result<Option<Arc<Dictionary>>> {
     let Some(path) = path else { return Ok(None) };
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read dictionary {}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read dictionary {}", path.display()))?;
     let dict = Dictionary::new(bytes).with_context(|| format!("dictionary {}", path.display()))?;
     Ok(Some(Arc::new(dict)))
 }
@@ -185,11 +172,7 @@ impl CodecArgs {
             return Err(UsageError("--dict works with --codec zstd only".into()).into());
         }
         let config = EncodeConfig {
-            params: CodecParams {
-                codec: self.codec.into(),
-                level: self.level,
-                dict,
-            },
+            params: CodecParams { codec: self.codec.into(), level: self.level, dict },
             frame_size,
             key: self.key.load()?,
         };
@@ -198,14 +181,33 @@ impl CodecArgs {
     }
 }
 
+/// How to reach an S3-compatible store (for s3:// sources and object URLs).
+#[derive(Debug, Clone, Default, Args)]
+pub struct S3Args {
+    /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style addressing).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: AWS_REGION / profile, then us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Allow plain http to the endpoint.
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Use path-style S3 addressing.
+    #[arg(long)]
+    pub path_style: bool,
+}
+
 /// `shrinkfs pack`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
     #[command(flatten)]
     pub codec: CodecArgs,
-    /// Input file, or `-` for stdin.
+    #[command(flatten)]
+    pub s3: S3Args,
+    /// Input file, s3://bucket/key, or `-` for stdin.
     pub input: PathBuf,
-    /// Output file, or `-` for stdout. Written under a temporary name and renamed when complete.
+    /// Output file, s3://bucket/key, or `-` for stdout. Appears only when complete.
     pub output: PathBuf,
 }
 
@@ -217,9 +219,11 @@ pub struct UnpackArgs {
     /// zstd dictionary the object was written with, if any.
     #[arg(long)]
     pub dict: Option<PathBuf>,
-    /// Input object, or `-` for stdin.
+    #[command(flatten)]
+    pub s3: S3Args,
+    /// Input object: a file, s3://bucket/key, or `-` for stdin.
     pub input: PathBuf,
-    /// Output file, or `-` for stdout. Written under a temporary name and renamed when complete.
+    /// Output file, s3://bucket/key, or `-` for stdout. Appears only when complete.
     pub output: PathBuf,
 }
 
@@ -229,7 +233,9 @@ pub struct InspectArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// The object to describe.
+    #[command(flatten)]
+    pub s3: S3Args,
+    /// The object to describe: a file or s3://bucket/key.
     pub file: PathBuf,
 }
 

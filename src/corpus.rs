@@ -93,15 +93,7 @@ const AGENTS: &[&str] = &[
     "Prometheus/2.48.0",
     "python-requests/2.31.0",
 ];
-const EVENTS: &[&str] = &[
-    "login",
-    "logout",
-    "view_item",
-    "add_to_cart",
-    "purchase",
-    "search",
-    "error",
-];
+const EVENTS: &[&str] = &["login", "logout", "view_item", "add_to_cart", "purchase", "search", "error"];
 const REGIONS: &[&str] = &["north", "south", "east", "west", "central"];
 
 /// Picks from a slice, favouring the front (a rough Zipf), as real traffic does.
@@ -162,9 +154,7 @@ pub fn generate(kind: CorpusKind, size: usize, seed: u64) -> Vec<u8> {
             }
         }
         CorpusKind::Elf => {
-            let exe = std::env::current_exe()
-                .and_then(std::fs::read)
-                .unwrap_or_default();
+            let exe = std::env::current_exe().and_then(std::fs::read).unwrap_or_default();
             if exe.is_empty() {
                 return generate(CorpusKind::Source, size, seed);
             }

@@ -44,17 +44,11 @@ mod tests {
 
     #[test]
     fn the_first_known_cause_decides() {
-        let e = Err::<(), _>(CodecError::WrongKey)
-            .context("unpack a.skf")
-            .unwrap_err();
+        let e = Err::<(), _>(CodecError::WrongKey).context("unpack a.skf").unwrap_err();
         assert_eq!(code_for(&e), CORRUPT);
-        let e = Err::<(), _>(std::io::Error::other("disk full"))
-            .context("write")
-            .unwrap_err();
+        let e = Err::<(), _>(std::io::Error::other("disk full")).context("write").unwrap_err();
         assert_eq!(code_for(&e), IO);
-        let e = Err::<(), _>(CodecError::InvalidOption("level".into()))
-            .context("pack")
-            .unwrap_err();
+        let e = Err::<(), _>(CodecError::InvalidOption("level".into())).context("pack").unwrap_err();
         assert_eq!(code_for(&e), USAGE);
         assert_eq!(code_for(&anyhow::anyhow!("other")), OTHER);
     }

@@ -8,74 +8,78 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::cli::S3Args;
+use crate::remote::{self, Remote, RemoteWriter};
+
 /// An input stream and its length when known.
 pub struct Input {
     /// The reader.
     pub reader: Box<dyn Read + Send>,
-    /// Total bytes, when the input is a regular file.
+    /// Total bytes, when the input is a regular file or an object.
     pub len: Option<u64>,
+    /// Keeps the runtime of a remote reader alive (dropped after `reader`).
+    _remote: Option<Remote>,
 }
 
-/// Opens `path` for reading; `-` is stdin.
-pub fn open_input(path: &Path) -> anyhow::Result<Input> {
+/// Opens `path` for reading; `-` is stdin, `s3://bucket/key` an object.
+pub fn open_input(path: &Path, s3: &S3Args) -> anyhow::Result<Input> {
     if path == Path::new("-") {
-        return Ok(Input {
-            reader: Box::new(io::stdin()),
-            len: None,
-        });
+        return Ok(Input { reader: Box::new(io::stdin()), len: None, _remote: None });
+    }
+    let text = path.to_string_lossy();
+    if remote::is_url(&text) {
+        let r = remote::open(&text, s3)?;
+        let (reader, len) = r.reader()?;
+        return Ok(Input { reader: Box::new(reader), len: Some(len), _remote: Some(r) });
     }
     let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok(Input {
-        reader: Box::new(f),
-        len,
-    })
+    Ok(Input { reader: Box::new(f), len, _remote: None })
 }
 
 /// An output that appears under its real name only once `commit` succeeds.
 pub struct Output {
     writer: Option<BufWriter<Box<dyn Write + Send>>>,
     paths: Option<(PathBuf, PathBuf)>,
+    remote: Option<(RemoteWriter, Remote)>,
 }
 
 impl Output {
-    /// Creates `path` (through a temporary file beside it); `-` is stdout.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
+    /// Creates `path` (through a temporary file beside it); `-` is stdout, `s3://bucket/key` an
+    /// object (a multipart upload that `commit` completes).
+    pub fn create(path: &Path, s3: &S3Args) -> anyhow::Result<Self> {
         if path == Path::new("-") {
             let w: Box<dyn Write + Send> = Box::new(io::stdout());
-            return Ok(Output {
-                writer: Some(BufWriter::with_capacity(1 << 20, w)),
-                paths: None,
-            });
+            return Ok(Output { writer: Some(BufWriter::with_capacity(1 << 20, w)), paths: None, remote: None });
         }
-        let name = path
-            .file_name()
-            .with_context(|| format!("{} is not a file name", path.display()))?;
-        let tmp = path.with_file_name(format!(
-            ".{}.shrinkfs-tmp.{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let text = path.to_string_lossy();
+        if remote::is_url(&text) {
+            let r = remote::open(&text, s3)?;
+            let w = r.writer()?;
+            return Ok(Output { writer: None, paths: None, remote: Some((w, r)) });
+        }
+        let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
+        let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
         let f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let w: Box<dyn Write + Send> = Box::new(f);
         Ok(Output {
             writer: Some(BufWriter::with_capacity(1 << 20, w)),
             paths: Some((tmp, path.to_path_buf())),
+            remote: None,
         })
     }
 
     /// Flushes and moves the output into place.
     pub fn commit(mut self) -> anyhow::Result<()> {
+        if let Some((w, _r)) = self.remote.take() {
+            return w.commit();
+        }
         let w = self.writer.take().expect("committed once");
-        let inner = w
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .context("cannot write output")?;
+        let inner = w.into_inner().map_err(|e| e.into_error()).context("cannot write output")?;
         drop(inner);
         if let Some((tmp, path)) = self.paths.take() {
-            std::fs::rename(&tmp, &path).with_context(|| {
-                format!("cannot rename {} to {}", tmp.display(), path.display())
-            })?;
+            std::fs::rename(&tmp, &path)
+                .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
         }
         Ok(())
     }
@@ -83,10 +87,16 @@ impl Output {
 
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.writer.as_mut().expect("not committed").write(buf)
+        match &mut self.remote {
+            Some((w, _)) => w.write(buf),
+            None => self.writer.as_mut().expect("not committed").write(buf),
+        }
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.writer.as_mut().expect("not committed").flush()
+        match &mut self.remote {
+            Some((w, _)) => w.flush(),
+            None => self.writer.as_mut().expect("not committed").flush(),
+        }
     }
 }
 
@@ -110,11 +120,7 @@ pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
     } else {
         "{msg} {bytes} {bytes_per_sec} {elapsed}"
     };
-    bar.set_style(
-        ProgressStyle::with_template(style)
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    bar.set_style(ProgressStyle::with_template(style).expect("valid template").progress_chars("=> "));
     bar.set_message(what.to_string());
     bar
 }

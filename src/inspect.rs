@@ -1,7 +1,6 @@
 //! `shrinkfs inspect`: what a stored object is, read from its tail (and head) only.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use anyhow::Context;
@@ -48,31 +47,35 @@ pub struct CodecUsage {
     pub stored: u64,
 }
 
-/// Reads the structure of an object from a file: tail, then head if the tail says plain.
-pub fn inspect_file(path: &Path) -> anyhow::Result<Report> {
-    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+/// Describes a local file or an `s3://bucket/key` object, reading only its tail (and head).
+pub fn inspect(path: &Path, s3: &crate::cli::S3Args) -> anyhow::Result<Report> {
+    let text = path.to_string_lossy();
+    if crate::remote::is_url(&text) {
+        let r = crate::remote::open(&text, s3)?;
+        let len = r.rt.block_on(r.store.head(&r.path)).with_context(|| format!("cannot stat {text}"))?.size;
+        let read_at = |range: std::ops::Range<u64>| -> anyhow::Result<Vec<u8>> {
+            let fut = shrinkfs_fuse::objects::get_range(r.store.as_ref(), &r.path, range, len, None);
+            Ok(r.rt.block_on(fut).with_context(|| format!("cannot read {text}"))?.0.to_vec())
+        };
+        return describe(len, read_at);
+    }
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().context("cannot stat input")?.len();
-    let read_tail = |f: &mut File, n: u64| -> std::io::Result<Vec<u8>> {
-        let n = n.min(len);
-        f.seek(SeekFrom::Start(len - n))?;
-        let mut b = vec![0; n as usize];
-        f.read_exact(&mut b)?;
+    describe(len, |range| {
+        let mut b = vec![0; (range.end - range.start) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, range.start).context("cannot read object")?;
         Ok(b)
-    };
-    let mut tail = read_tail(&mut f, SUGGESTED_TAIL).context("cannot read object tail")?;
+    })
+}
+
+/// The report for an object of `len` bytes whose bytes `read_at` returns.
+fn describe(len: u64, read_at: impl Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Report> {
+    let tail = read_at(len.saturating_sub(SUGGESTED_TAIL)..len)?;
     match probe_tail(&tail, len)? {
         TailProbe::Plain => {
-            let mut head = [0u8; 8];
-            let n = {
-                f.seek(SeekFrom::Start(0))
-                    .context("cannot read object head")?;
-                f.read(&mut head).context("cannot read object head")?
-            };
-            if Header::has_magic(&head[..n]) {
-                return Err(CodecError::BadMagic {
-                    what: "footer (the object looks truncated)",
-                }
-                .into());
+            let head = if len <= SUGGESTED_TAIL { tail } else { read_at(0..8)? };
+            if Header::has_magic(&head) {
+                return Err(CodecError::BadMagic { what: "footer (the object looks truncated)" }.into());
             }
             Ok(Report {
                 format: "plain",
@@ -87,9 +90,7 @@ pub fn inspect_file(path: &Path) -> anyhow::Result<Report> {
             })
         }
         TailProbe::Shrinkfs { tail_len, .. } => {
-            if tail_len > tail.len() as u64 {
-                tail = read_tail(&mut f, tail_len).context("cannot read object index")?;
-            }
+            let tail = if tail_len > tail.len() as u64 { read_at(len - tail_len..len)? } else { tail };
             Ok(report_for(&Layout::parse(&tail, len)?))
         }
     }
@@ -109,12 +110,7 @@ pub fn report_for(layout: &Layout) -> Report {
         codecs: layout
             .codec_usage()
             .into_iter()
-            .map(|(c, raw, stored, frames)| CodecUsage {
-                codec: c.to_string(),
-                frames,
-                raw,
-                stored,
-            })
+            .map(|(c, raw, stored, frames)| CodecUsage { codec: c.to_string(), frames, raw, stored })
             .collect(),
     }
 }
@@ -122,11 +118,7 @@ pub fn report_for(layout: &Layout) -> Report {
 impl Report {
     /// Logical size over stored size.
     pub fn ratio(&self) -> f64 {
-        if self.stored_size == 0 {
-            1.0
-        } else {
-            self.logical_size as f64 / self.stored_size as f64
-        }
+        if self.stored_size == 0 { 1.0 } else { self.logical_size as f64 / self.stored_size as f64 }
     }
 
     /// The text form.
@@ -136,39 +128,18 @@ impl Report {
             None => s += "format:        plain bytes (not a shrinkfs object; read as is)\n",
             Some(v) => s += &format!("format:        shrinkfs v{v}\n"),
         }
-        s += &format!(
-            "logical size:  {} ({})\n",
-            self.logical_size,
-            human(self.logical_size)
-        );
-        s += &format!(
-            "stored size:   {} ({})\n",
-            self.stored_size,
-            human(self.stored_size)
-        );
+        s += &format!("logical size:  {} ({})\n", self.logical_size, human(self.logical_size));
+        s += &format!("stored size:   {} ({})\n", self.stored_size, human(self.stored_size));
         s += &format!("ratio:         {:.3}x\n", self.ratio());
         if self.version.is_some() {
             let fs = self.frame_size.map(|f| human(f as u64)).unwrap_or_default();
             s += &format!("frames:        {} (frame size {fs})\n", self.frames);
-            s += &format!(
-                "sealed:        {}\n",
-                if self.sealed {
-                    "yes (AES-256-GCM)"
-                } else {
-                    "no"
-                }
-            );
+            s += &format!("sealed:        {}\n", if self.sealed { "yes (AES-256-GCM)" } else { "no" });
             if let Some(id) = self.dict_id {
                 s += &format!("dictionary:    zstd dictionary id {id}\n");
             }
             for c in &self.codecs {
-                s += &format!(
-                    "codec {:<8} {} frames, {} -> {}\n",
-                    c.codec,
-                    c.frames,
-                    human(c.raw),
-                    human(c.stored)
-                );
+                s += &format!("codec {:<8} {} frames, {} -> {}\n", c.codec, c.frames, human(c.raw), human(c.stored));
             }
         }
         s

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod logging;
 pub mod mount;
 pub mod pack;
+pub mod remote;
 pub mod size;
 
 use std::io::Write;
@@ -23,8 +24,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(a) => {
             let config = a.codec.to_config()?;
-            let mut input = open_input(&a.input)?;
-            let mut out = Output::create(&a.output)?;
+            let mut input = open_input(&a.input, &a.s3)?;
+            let mut out = Output::create(&a.output, &a.s3)?;
             let bar = progress(input.len, "pack");
             let t = pack::pack_stream(&mut input.reader, &mut out, &config, &|n| bar.inc(n))
                 .with_context(|| format!("cannot pack {}", a.input.display()))?;
@@ -36,32 +37,25 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unpack(a) => {
             let key = a.key.load()?;
             let dicts = cli::load_dict(&a.dict)?.into_iter().collect();
-            let mut input = open_input(&a.input)?;
-            let mut out = Output::create(&a.output)?;
+            let mut input = open_input(&a.input, &a.s3)?;
+            let mut out = Output::create(&a.output, &a.s3)?;
             let bar = progress(input.len, "unpack");
             let t = pack::unpack_stream(&mut input.reader, &mut out, key, dicts, &|n| bar.inc(n))
                 .with_context(|| format!("cannot unpack {}", a.input.display()))?;
             out.commit()?;
             bar.finish_and_clear();
-            tracing::info!(
-                raw = t.raw,
-                stored = t.stored,
-                frames = t.frames,
-                "unpacked"
-            );
+            tracing::info!(raw = t.raw, stored = t.stored, frames = t.frames, "unpacked");
             Ok(())
         }
         Command::Inspect(a) => {
-            let report = inspect::inspect_file(&a.file)
-                .with_context(|| format!("cannot inspect {}", a.file.display()))?;
+            let report =
+                inspect::inspect(&a.file, &a.s3).with_context(|| format!("cannot inspect {}", a.file.display()))?;
             let text = if a.json {
                 serde_json::to_string_pretty(&report).expect("report serializes") + "\n"
             } else {
                 report.to_text(&a.file.display().to_string())
             };
-            std::io::stdout()
-                .write_all(text.as_bytes())
-                .context("cannot write to stdout")?;
+            std::io::stdout().write_all(text.as_bytes()).context("cannot write to stdout")?;
             Ok(())
         }
         Command::Mount(a) => mount::run_mount(*a),
@@ -69,7 +63,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Corpus(a) => {
             let size = usize::try_from(a.size).context("size too large for this machine")?;
             let data = corpus::generate(a.kind, size, a.seed);
-            let mut out = Output::create(&a.output)?;
+            let mut out = Output::create(&a.output, &cli::S3Args::default())?;
             out.write_all(&data).context("cannot write corpus")?;
             out.commit()
         }

@@ -29,12 +29,7 @@ pub fn mode_arg(s: &str) -> Result<u16, String> {
 pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     let encode = a.codec.to_config()?;
     let dicts = crate::cli::load_dict(&a.codec.dict)?.into_iter().collect();
-    let mut cfg = FsConfig {
-        encode,
-        dicts,
-        read_only: a.read_only,
-        ..FsConfig::default()
-    };
+    let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
     cfg.uid = a.uid.unwrap_or(cfg.uid);
     cfg.gid = a.gid.unwrap_or(cfg.gid);
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
@@ -44,12 +39,8 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     if let Some(d) = &a.staging_dir {
         cfg.staging_dir = d.clone();
     }
-    let probe = tempfile::tempfile_in(&cfg.staging_dir).with_context(|| {
-        format!(
-            "staging directory {} is not writable",
-            cfg.staging_dir.display()
-        )
-    })?;
+    let probe = tempfile::tempfile_in(&cfg.staging_dir)
+        .with_context(|| format!("staging directory {} is not writable", cfg.staging_dir.display()))?;
     drop(probe);
     Ok(cfg)
 }
@@ -93,11 +84,7 @@ fn daemonize() -> anyhow::Result<OwnedFd> {
 }
 
 fn silence_stdio() {
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         use std::os::fd::AsRawFd;
         // SAFETY: dup2 onto the standard descriptors with a valid open file.
         unsafe {
@@ -111,13 +98,9 @@ fn silence_stdio() {
 /// Runs `shrinkfs mount` until unmounted.
 pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
-    let meta = std::fs::metadata(&a.mountpoint)
-        .with_context(|| format!("mount point {}", a.mountpoint.display()))?;
+    let meta = std::fs::metadata(&a.mountpoint).with_context(|| format!("mount point {}", a.mountpoint.display()))?;
     if !meta.is_dir() {
-        bail!(UsageError(format!(
-            "mount point {} is not a directory",
-            a.mountpoint.display()
-        )));
+        bail!(UsageError(format!("mount point {} is not a directory", a.mountpoint.display())));
     }
     let cfg = fs_config(&a)?;
     let mut notify = if a.daemon { Some(daemonize()?) } else { None };
@@ -129,25 +112,11 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     result
 }
 
-fn serve(
-    a: MountArgs,
-    source: Source,
-    cfg: FsConfig,
-    notify: &mut Option<OwnedFd>,
-) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    let s3 = store::S3Options {
-        endpoint_url: a.endpoint_url.clone(),
-        region: a.region.clone(),
-        allow_http: a.allow_http,
-        path_style: a.path_style,
-    };
+fn serve(a: MountArgs, source: Source, cfg: FsConfig, notify: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let s3 = a.s3.options();
     let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
-    rt.block_on(bucket.check_reachable())
-        .map_err(|e| anyhow::anyhow!(e))?;
+    rt.block_on(bucket.check_reachable()).map_err(|e| anyhow::anyhow!(e))?;
     let describe = bucket.describe.clone();
     let fs = Arc::new(Fs::new(bucket, cfg));
     let opts = MountOptions {
@@ -169,8 +138,8 @@ fn serve(
     let mut unmounter = session.unmount_callable();
     let fs_sig = fs.clone();
     rt.spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("signal handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
@@ -183,17 +152,12 @@ fn serve(
             tracing::error!(error = %e, "unmount failed");
         }
     });
-    session
-        .run()
-        .context("the FUSE session ended with an error")?;
-    rt.block_on(fs.flush_all())
-        .context("uploading pending files at unmount")?;
+    session.run().context("the FUSE session ended with an error")?;
+    rt.block_on(fs.flush_all()).context("uploading pending files at unmount")?;
     Ok(())
 }
 
 /// Runs `shrinkfs unmount`.
 pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
-    unmount(&a.mountpoint)
-        .map_err(|e| anyhow::anyhow!(e))
-        .context("cannot unmount")
+    unmount(&a.mountpoint).map_err(|e| anyhow::anyhow!(e)).context("cannot unmount")
 }

@@ -8,8 +8,7 @@ use anyhow::Context;
 use shrinkfs_codec::pool::OrderedPool;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload,
-    encode_frame,
+    Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload, encode_frame,
 };
 
 use crate::fileio::read_full;
@@ -35,9 +34,7 @@ pub fn pack_stream(
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
     let mut writer = ObjectWriter::new(ctx.clone());
-    output
-        .write_all(&writer.header_bytes())
-        .context("cannot write output")?;
+    output.write_all(&writer.header_bytes()).context("cannot write output")?;
     let mut pool: OrderedPool<EncodedFrame> = OrderedPool::for_this_machine();
     let mut emit = |f: EncodedFrame, writer: &mut ObjectWriter| -> anyhow::Result<()> {
         writer.push(&f);
@@ -48,8 +45,7 @@ pub fn pack_stream(
     let mut frame = 0u64;
     loop {
         let mut buf = Vec::new();
-        let n =
-            read_full(input, &mut buf, config.frame_size as usize).context("cannot read input")?;
+        let n = read_full(input, &mut buf, config.frame_size as usize).context("cannot read input")?;
         if n == 0 {
             break;
         }
@@ -70,19 +66,12 @@ pub fn pack_stream(
     while let Some(f) = pool.wait_next() {
         emit(f, &mut writer)?;
     }
-    let totals = Totals {
-        raw: writer.raw_len(),
-        stored: 0,
-        frames: writer.next_frame(),
-    };
+    let totals = Totals { raw: writer.raw_len(), stored: 0, frames: writer.next_frame() };
     let stored_before_tail = writer.stored_len();
     let tail = writer.finish();
     output.write_all(&tail).context("cannot write output")?;
     output.flush().context("cannot write output")?;
-    Ok(Totals {
-        stored: stored_before_tail + tail.len() as u64,
-        ..totals
-    })
+    Ok(Totals { stored: stored_before_tail + tail.len() as u64, ..totals })
 }
 
 /// Decodes the object `input` yields (or copies plain bytes) to `output`, checking everything.
@@ -111,11 +100,7 @@ pub fn unpack_stream(
         while let Some(item) = dec.next_item()? {
             match item {
                 Item::Plain(bytes) => write_out(&bytes, &mut totals)?,
-                Item::Frame {
-                    frame,
-                    header,
-                    payload,
-                } => {
+                Item::Frame { frame, header, payload } => {
                     while pool.is_full() {
                         write_out(&pool.wait_next().expect("pool is full")?, &mut totals)?;
                     }

@@ -5,9 +5,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (try 1048576, 64K or 1MiB)"))?;
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (try 1048576, 64K or 1MiB)"))?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -16,8 +14,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(format!("{s:?} has an unknown unit (use K, M, G or T)")),
     };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// Formats bytes with a binary unit, one decimal.
@@ -29,11 +26,7 @@ pub fn human(bytes: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
+    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", units[u]) }
 }
 
 #[cfg(test)]

@@ -19,11 +19,7 @@ fn p(path: &Path) -> &str {
 }
 
 fn assert_ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn roundtrip(dir: &Path, data: &[u8], extra: &[&str], key: Option<&Path>) -> (u64, PathBuf) {
@@ -31,9 +27,7 @@ fn roundtrip(dir: &Path, data: &[u8], extra: &[&str], key: Option<&Path>) -> (u6
     std::fs::write(&input, data).unwrap();
     let mut args = vec!["pack"];
     args.extend_from_slice(extra);
-    let key_arg = key
-        .map(|k| format!("--key-file={}", p(k)))
-        .unwrap_or_default();
+    let key_arg = key.map(|k| format!("--key-file={}", p(k))).unwrap_or_default();
     if key.is_some() {
         args.push(&key_arg);
     }
@@ -45,11 +39,7 @@ fn roundtrip(dir: &Path, data: &[u8], extra: &[&str], key: Option<&Path>) -> (u6
     }
     args.extend_from_slice(&[p(&packed), p(&back)]);
     assert_ok(&run(&args));
-    assert!(
-        std::fs::read(&back).unwrap() == data,
-        "roundtrip differs ({extra:?}, key {})",
-        key.is_some()
-    );
+    assert!(std::fs::read(&back).unwrap() == data, "roundtrip differs ({extra:?}, key {})", key.is_some());
     (std::fs::metadata(&packed).unwrap().len(), packed)
 }
 
@@ -63,12 +53,7 @@ fn every_corpus_roundtrips_at_several_frame_sizes_with_and_without_a_key() {
         for frame in ["4K", "64K", "1M"] {
             for codec in ["zstd", "lz4", "none"] {
                 let k = (frame == "64K").then_some(key.as_path());
-                roundtrip(
-                    dir.path(),
-                    &data,
-                    &["--codec", codec, "--frame-size", frame],
-                    k,
-                );
+                roundtrip(dir.path(), &data, &["--codec", codec, "--frame-size", frame], k);
             }
         }
     }
@@ -181,12 +166,7 @@ fn corruption_and_wrong_keys_exit_nonzero_with_a_message_and_no_output() {
             assert!(!out.exists(), "a failed unpack left output behind");
         }
         if sealed {
-            let o = run(&[
-                "unpack",
-                &format!("--key-file={}", p(&wrong)),
-                p(&packed),
-                p(&out),
-            ]);
+            let o = run(&["unpack", &format!("--key-file={}", p(&wrong)), p(&packed), p(&out)]);
             assert_fails_cleanly(&o, 4, "wrong key");
             assert!(String::from_utf8_lossy(&o.stderr).contains("wrong key"));
             let o = run(&["unpack", p(&packed), p(&out)]);
@@ -201,42 +181,12 @@ fn bad_options_and_missing_files_have_distinct_codes() {
     let f = dir.path().join("f");
     std::fs::write(&f, b"x").unwrap();
     let out = dir.path().join("o");
-    assert_fails_cleanly(
-        &run(&["pack", "--level", "40", p(&f), p(&out)]),
-        2,
-        "bad level",
-    );
-    assert_fails_cleanly(
-        &run(&["pack", "--frame-size", "1K", p(&f), p(&out)]),
-        2,
-        "bad frame size",
-    );
+    assert_fails_cleanly(&run(&["pack", "--level", "40", p(&f), p(&out)]), 2, "bad level");
+    assert_fails_cleanly(&run(&["pack", "--frame-size", "1K", p(&f), p(&out)]), 2, "bad frame size");
     let short_key = dir.path().join("k");
     std::fs::write(&short_key, b"short").unwrap();
-    assert_fails_cleanly(
-        &run(&[
-            "pack",
-            &format!("--key-file={}", p(&short_key)),
-            p(&f),
-            p(&out),
-        ]),
-        2,
-        "short key",
-    );
-    assert_fails_cleanly(
-        &run(&["pack", "/nonexistent/input", p(&out)]),
-        3,
-        "missing input",
-    );
-    assert_fails_cleanly(
-        &run(&["pack", p(&f), "/nonexistent/dir/out"]),
-        3,
-        "unwritable output",
-    );
-    assert_eq!(
-        run(&["pack", "--codec", "brotli", p(&f), p(&out)])
-            .status
-            .code(),
-        Some(2)
-    );
+    assert_fails_cleanly(&run(&["pack", &format!("--key-file={}", p(&short_key)), p(&f), p(&out)]), 2, "short key");
+    assert_fails_cleanly(&run(&["pack", "/nonexistent/input", p(&out)]), 3, "missing input");
+    assert_fails_cleanly(&run(&["pack", p(&f), "/nonexistent/dir/out"]), 3, "unwritable output");
+    assert_eq!(run(&["pack", "--codec", "brotli", p(&f), p(&out)]).status.code(), Some(2));
 }

@@ -23,15 +23,8 @@ macro_rules! require_fuse {
 }
 
 fn unpack(object: &Path) -> Vec<u8> {
-    let out = Command::new(common::bin())
-        .args(["unpack", object.to_str().unwrap(), "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "unpack: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(common::bin()).args(["unpack", object.to_str().unwrap(), "-"]).output().unwrap();
+    assert!(out.status.success(), "unpack: {}", String::from_utf8_lossy(&out.stderr));
     out.stdout
 }
 
@@ -45,21 +38,14 @@ fn exercise(m: &Path, backing: &Path) {
     let small = b"hello shrinkfs\n";
     fs::write(m.join("small.txt"), small).unwrap();
     assert_eq!(fs::read(m.join("small.txt")).unwrap(), small);
-    assert_eq!(
-        fs::metadata(m.join("small.txt")).unwrap().len(),
-        small.len() as u64
-    );
+    assert_eq!(fs::metadata(m.join("small.txt")).unwrap().len(), small.len() as u64);
 
     // a larger compressible file: stored smaller, readable through unpack
     let big = text(5 << 20);
     fs::write(m.join("big.log"), &big).unwrap();
     assert!(fs::read(m.join("big.log")).unwrap() == big);
     let stored = fs::metadata(backing.join("big.log")).unwrap().len();
-    assert!(
-        stored < big.len() as u64 / 3,
-        "stored {stored} of {}",
-        big.len()
-    );
+    assert!(stored < big.len() as u64 / 3, "stored {stored} of {}", big.len());
     assert!(unpack(&backing.join("big.log")) == big);
     // du sees the stored size
     assert!(fs::metadata(m.join("big.log")).unwrap().blocks() * 512 < big.len() as u64 / 2);
@@ -68,11 +54,7 @@ fn exercise(m: &Path, backing: &Path) {
     let mut model = big[..100_000].to_vec();
     fs::write(m.join("rw.bin"), &model).unwrap();
     {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(m.join("rw.bin"))
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).open(m.join("rw.bin")).unwrap();
         for (off, byte) in [(5000u64, b'A'), (99_999, b'B'), (120_000, b'C'), (0, b'D')] {
             f.write_all_at(&[byte; 10], off).unwrap();
             let end = off as usize + 10;
@@ -92,11 +74,7 @@ fn exercise(m: &Path, backing: &Path) {
 
     // append
     for i in 0..20 {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(m.join("app.log"))
-            .unwrap();
+        let mut f = OpenOptions::new().append(true).create(true).open(m.join("app.log")).unwrap();
         writeln!(f, "line {i}").unwrap();
     }
     let log = fs::read_to_string(m.join("app.log")).unwrap();
@@ -104,19 +82,11 @@ fn exercise(m: &Path, backing: &Path) {
     assert!(log.ends_with("line 19\n"));
 
     // truncate down and up
-    let f = OpenOptions::new()
-        .write(true)
-        .open(m.join("rw.bin"))
-        .unwrap();
+    let f = OpenOptions::new().write(true).open(m.join("rw.bin")).unwrap();
     f.set_len(1000).unwrap();
     drop(f);
     assert_eq!(fs::read(m.join("rw.bin")).unwrap(), model[..1000]);
-    OpenOptions::new()
-        .write(true)
-        .open(m.join("rw.bin"))
-        .unwrap()
-        .set_len(3000)
-        .unwrap();
+    OpenOptions::new().write(true).open(m.join("rw.bin")).unwrap().set_len(3000).unwrap();
     let r = fs::read(m.join("rw.bin")).unwrap();
     assert_eq!((r.len(), &r[..1000], r[2999]), (3000, &model[..1000], 0));
 
@@ -126,20 +96,12 @@ fn exercise(m: &Path, backing: &Path) {
     fs::write(m.join("d/sub/f1"), b"1").unwrap();
     fs::write(m.join("d/f2"), b"22").unwrap();
     fs::create_dir(m.join("empty")).unwrap();
-    assert_eq!(
-        errno_of(&fs::create_dir(m.join("d")).unwrap_err()),
-        libc::EEXIST
-    );
-    let mut names: Vec<String> = fs::read_dir(m.join("d"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    assert_eq!(errno_of(&fs::create_dir(m.join("d")).unwrap_err()), libc::EEXIST);
+    let mut names: Vec<String> =
+        fs::read_dir(m.join("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     assert_eq!(names, ["f2", "sub"]);
-    assert_eq!(
-        errno_of(&fs::remove_dir(m.join("d")).unwrap_err()),
-        libc::ENOTEMPTY
-    );
+    assert_eq!(errno_of(&fs::remove_dir(m.join("d")).unwrap_err()), libc::ENOTEMPTY);
 
     // renames: a file, then a directory with contents
     fs::rename(m.join("d/f2"), m.join("d/f2-renamed")).unwrap();
@@ -150,53 +112,26 @@ fn exercise(m: &Path, backing: &Path) {
 
     // symlinks
     std::os::unix::fs::symlink("moved/sub/f1", m.join("link")).unwrap();
-    assert_eq!(
-        fs::read_link(m.join("link")).unwrap(),
-        Path::new("moved/sub/f1")
-    );
+    assert_eq!(fs::read_link(m.join("link")).unwrap(), Path::new("moved/sub/f1"));
     assert_eq!(fs::read(m.join("link")).unwrap(), b"1");
-    assert!(
-        fs::symlink_metadata(m.join("link"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    assert!(fs::symlink_metadata(m.join("link")).unwrap().file_type().is_symlink());
 
     // chmod, chown, utimens
     fs::set_permissions(m.join("small.txt"), fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::chown(m.join("small.txt"), Some(1234), Some(5678)).unwrap();
     let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
-    fs::File::options()
-        .write(true)
-        .open(m.join("small.txt"))
-        .unwrap()
-        .set_modified(when)
-        .unwrap();
+    fs::File::options().write(true).open(m.join("small.txt")).unwrap().set_modified(when).unwrap();
     let md = fs::metadata(m.join("small.txt")).unwrap();
-    assert_eq!(
-        (md.mode() & 0o7777, md.uid(), md.gid()),
-        (0o600, 1234, 5678)
-    );
+    assert_eq!((md.mode() & 0o7777, md.uid(), md.gid()), (0o600, 1234, 5678));
     assert_eq!(md.modified().unwrap(), when);
-    assert_eq!(
-        fs::read(m.join("small.txt")).unwrap(),
-        small,
-        "metadata changes keep the bytes"
-    );
+    assert_eq!(fs::read(m.join("small.txt")).unwrap(), small, "metadata changes keep the bytes");
 
     // extended attributes
     let path = CString::new(m.join("big.log").to_str().unwrap()).unwrap();
     let name = CString::new("user.shrinkfs.codec").unwrap();
     let mut buf = [0u8; 64];
     // SAFETY: valid C strings and buffer.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     assert!(n > 0, "getxattr: {}", std::io::Error::last_os_error());
     assert_eq!(&buf[..n as usize], b"zstd");
 
@@ -213,16 +148,7 @@ fn exercise(m: &Path, backing: &Path) {
         use std::os::fd::AsRawFd;
         let len = big.len();
         // SAFETY: mapping a file we hold open, read-only, for its whole length.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: p maps len readable bytes.
         let mapped = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
@@ -232,17 +158,11 @@ fn exercise(m: &Path, backing: &Path) {
     }
 
     // unsupported: hard links
-    assert_eq!(
-        errno_of(&fs::hard_link(m.join("small.txt"), m.join("hard")).unwrap_err()),
-        libc::EPERM
-    );
+    assert_eq!(errno_of(&fs::hard_link(m.join("small.txt"), m.join("hard")).unwrap_err()), libc::EPERM);
 
     // unlink and rmdir
     fs::remove_file(m.join("moved/sub/f1")).unwrap();
-    assert_eq!(
-        fs::metadata(m.join("moved/sub/f1")).unwrap_err().kind(),
-        ErrorKind::NotFound
-    );
+    assert_eq!(fs::metadata(m.join("moved/sub/f1")).unwrap_err().kind(), ErrorKind::NotFound);
     fs::remove_dir(m.join("empty")).unwrap();
     assert!(!m.join("empty").exists());
 }
@@ -252,18 +172,9 @@ fn verify_after_remount(m: &Path) {
     assert!(fs::read(m.join("big.log")).unwrap() == text(5 << 20));
     let md = fs::metadata(m.join("small.txt")).unwrap();
     assert_eq!((md.mode() & 0o7777, md.uid(), md.len()), (0o600, 1234, 15));
-    assert_eq!(
-        fs::read_to_string(m.join("app.log"))
-            .unwrap()
-            .lines()
-            .count(),
-        20
-    );
+    assert_eq!(fs::read_to_string(m.join("app.log")).unwrap().lines().count(), 20);
     assert_eq!(fs::read(m.join("moved/f2-renamed")).unwrap(), b"22");
-    assert_eq!(
-        fs::read_link(m.join("link")).unwrap(),
-        Path::new("moved/sub/f1")
-    );
+    assert_eq!(fs::read_link(m.join("link")).unwrap(), Path::new("moved/sub/f1"));
 }
 
 #[test]
@@ -296,8 +207,21 @@ fn every_operation_on_an_s3_compatible_server() {
     let m = mount("s3://bkt", &mnt, &args, &env);
     exercise(&mnt, &root.join("bkt"));
     m.unmount();
+    // pack / unpack / inspect on object URLs, without a mount
+    let cli = |a: &[&str]| Command::new(common::bin()).args(a).args(args).envs(env.iter().copied()).output().unwrap();
+    let o = cli(&["inspect", "--json", "s3://bkt/big.log"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["format"].as_str(), v["logical_size"].as_u64()), (Some("shrinkfs"), Some(5 << 20)));
+    let o = cli(&["unpack", "s3://bkt/big.log", "-"]);
+    assert!(o.status.success() && o.stdout == text(5 << 20));
+    let local = t.path().join("local.txt");
+    fs::write(&local, text(300_000)).unwrap();
+    let o = cli(&["pack", local.to_str().unwrap(), "s3://bkt/packed.txt"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let m = mount("s3://bkt", &mnt, &args, &env);
     verify_after_remount(&mnt);
+    assert!(fs::read(mnt.join("packed.txt")).unwrap() == text(300_000));
     m.unmount();
 }
 
@@ -305,20 +229,13 @@ fn every_operation_on_an_s3_compatible_server() {
 fn sealed_mounts_store_no_plaintext_and_need_the_key() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt, key) = (
-        t.path().join("bucket"),
-        t.path().join("mnt"),
-        t.path().join("key"),
-    );
+    let (bucket, mnt, key) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("key"));
     fs::create_dir(&bucket).unwrap();
     fs::write(&key, [3u8; 32]).unwrap();
     let key_arg = format!("--key-file={}", key.display());
     let m = mount(bucket.to_str().unwrap(), &mnt, &[&key_arg], &[]);
     fs::write(mnt.join("secret.txt"), b"the launch code is 0000").unwrap();
-    assert_eq!(
-        fs::read(mnt.join("secret.txt")).unwrap(),
-        b"the launch code is 0000"
-    );
+    assert_eq!(fs::read(mnt.join("secret.txt")).unwrap(), b"the launch code is 0000");
     m.unmount();
     let raw = fs::read(bucket.join("secret.txt")).unwrap();
     assert!(!raw.windows(11).any(|w| w == b"launch code"));
@@ -338,36 +255,19 @@ fn bad_sources_fail_before_mounting_with_one_line() {
     let o = run(&["mount", "/nonexistent/bucket", mnt.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("/nonexistent/bucket") && err.lines().count() == 1,
-        "{err}"
-    );
+    assert!(err.contains("/nonexistent/bucket") && err.lines().count() == 1, "{err}");
     let o = run(&["mount", t.path().to_str().unwrap(), "/nonexistent/mnt"]);
     assert!(!o.status.success());
     // An endpoint nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let o = Command::new(common::bin())
-        .args([
-            "mount",
-            "s3://b",
-            mnt.to_str().unwrap(),
-            "--endpoint-url",
-            &format!("http://127.0.0.1:{port}"),
-        ])
+        .args(["mount", "s3://b", mnt.to_str().unwrap(), "--endpoint-url", &format!("http://127.0.0.1:{port}")])
         .envs([("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "y")])
         .output()
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("shrinkfs: error:"));
-    assert!(
-        !std::fs::read_to_string("/proc/mounts")
-            .unwrap()
-            .contains(mnt.to_str().unwrap())
-    );
+    assert!(!std::fs::read_to_string("/proc/mounts").unwrap().contains(mnt.to_str().unwrap()));
 }
 
 #[test]
@@ -382,20 +282,9 @@ fn sigterm_uploads_pending_files_and_unmounts() {
     let pid = std::fs::read_to_string("/proc/mounts").map(|_| ()).ok();
     let _ = pid;
     // The mount process is our child: find it by its mount point argument.
-    let out = Command::new("pgrep")
-        .args([
-            "-f",
-            &format!("mount {} {}", bucket.display(), mnt.display()),
-        ])
-        .output()
-        .unwrap();
-    let pid: i32 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .expect("mount pid")
-        .trim()
-        .parse()
-        .unwrap();
+    let out =
+        Command::new("pgrep").args(["-f", &format!("mount {} {}", bucket.display(), mnt.display())]).output().unwrap();
+    let pid: i32 = String::from_utf8_lossy(&out.stdout).lines().next().expect("mount pid").trim().parse().unwrap();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let start = std::time::Instant::now();
@@ -416,12 +305,7 @@ fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
     let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("codec");
     let sh = |script: &str| {
-        let o = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(&mnt)
-            .output()
-            .unwrap();
+        let o = Command::new("sh").arg("-c").arg(script).current_dir(&mnt).output().unwrap();
         assert!(
             o.status.success(),
             "{script}: {}{}",
@@ -431,11 +315,7 @@ fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     // cp -r and diff -r
-    sh(&format!(
-        "cp -r {} tree && diff -r {} tree",
-        src.join("src").display(),
-        src.join("src").display()
-    ));
+    sh(&format!("cp -r {} tree && diff -r {} tree", src.join("src").display(), src.join("src").display()));
     // tar extraction
     let tarball = t.path().join("codec.tar");
     let o = Command::new("tar")
@@ -455,25 +335,19 @@ fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
     ));
     // a database that writes at random offsets and fsyncs
     if common::which("sqlite3").is_some() {
-        let out = sh(
-            "sqlite3 app.db 'create table t(id integer primary key, v text); \
+        let out = sh("sqlite3 app.db 'create table t(id integer primary key, v text); \
             with recursive c(x) as (select 1 union all select x+1 from c where x < 5000) insert into t(v) select printf(\"row %d payload payload payload\", x) from c; \
-            update t set v = \"changed\" where id % 7 = 0; delete from t where id % 11 = 0; select count(*), sum(length(v)) from t;'",
-        );
-        let expected = sh(
-            "sqlite3 :memory: 'create table t(id integer primary key, v text); \
+            update t set v = \"changed\" where id % 7 = 0; delete from t where id % 11 = 0; select count(*), sum(length(v)) from t;'");
+        let expected = sh("sqlite3 :memory: 'create table t(id integer primary key, v text); \
             with recursive c(x) as (select 1 union all select x+1 from c where x < 5000) insert into t(v) select printf(\"row %d payload payload payload\", x) from c; \
-            update t set v = \"changed\" where id % 7 = 0; delete from t where id % 11 = 0; select count(*), sum(length(v)) from t;'",
-        );
+            update t set v = \"changed\" where id % 7 = 0; delete from t where id % 11 = 0; select count(*), sum(length(v)) from t;'");
         assert_eq!(out, expected);
         assert_eq!(sh("sqlite3 app.db 'pragma integrity_check;'").trim(), "ok");
     } else {
         println!("SKIPPED: sqlite3 not installed; the database part did not run");
     }
     // appending logs from a shell loop
-    sh(
-        "i=0; while [ $i -lt 300 ]; do echo \"$(date +%s) event $i\" >> service.log; i=$((i+1)); done",
-    );
+    sh("i=0; while [ $i -lt 300 ]; do echo \"$(date +%s) event $i\" >> service.log; i=$((i+1)); done");
     assert_eq!(sh("wc -l < service.log").trim(), "300");
     m.unmount();
     // All of it survives a remount.

@@ -5,19 +5,13 @@ use shrinkfs_codec::{CodecId, CodecParams, EncodeConfig, MasterKey, encode_all};
 
 fn main() -> std::io::Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
-    let text: Vec<u8> = (0..3000u32)
-        .flat_map(|i| format!("{i} GET /a/{} 200\n", i % 17).into_bytes())
-        .collect();
+    let text: Vec<u8> = (0..3000u32).flat_map(|i| format!("{i} GET /a/{} 200\n", i % 17).into_bytes()).collect();
     let mut n = 0;
     for codec in [CodecId::None, CodecId::Zstd, CodecId::Lz4] {
         for sealed in [false, true] {
             for len in [0usize, 1, 4096, text.len()] {
                 let cfg = EncodeConfig {
-                    params: CodecParams {
-                        codec,
-                        level: 1,
-                        dict: None,
-                    },
+                    params: CodecParams { codec, level: 1, dict: None },
                     frame_size: 4096,
                     key: sealed.then(|| MasterKey::from_bytes(&[0x5a; 32]).expect("32 bytes")),
                 };

@@ -52,10 +52,7 @@ impl CodecId {
 
     /// Reads a stored codec byte.
     pub fn from_u8(v: u8) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|c| *c as u8 == v)
-            .ok_or(Error::UnknownCodec(v))
+        Self::ALL.into_iter().find(|c| *c as u8 == v).ok_or(Error::UnknownCodec(v))
     }
 
     /// The codec's name, as used on the command line and in `inspect`.
@@ -106,9 +103,7 @@ impl Dictionary {
     pub fn new(bytes: Vec<u8>) -> Result<Self> {
         let id = zstd::zstd_safe::get_dict_id_from_dict(&bytes)
             .map(|id| id.get())
-            .ok_or_else(|| {
-                Error::InvalidOption("not a zstd dictionary (no dictionary id)".into())
-            })?;
+            .ok_or_else(|| Error::InvalidOption("not a zstd dictionary (no dictionary id)".into()))?;
         Ok(Dictionary { id, bytes })
     }
 
@@ -146,12 +141,7 @@ pub trait Codec: Send + Sync {
 
     /// Decompresses `stored` into `out` (replacing its contents), which must come to exactly
     /// `raw_len` bytes.
-    fn decompress(
-        &self,
-        stored: &[u8],
-        raw_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), DecodeFailure>;
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure>;
 }
 
 /// Stores bytes as they are.
@@ -165,17 +155,9 @@ impl Codec for NoneCodec {
     fn compress(&self, _raw: &[u8], _out: &mut Vec<u8>) -> bool {
         false
     }
-    fn decompress(
-        &self,
-        stored: &[u8],
-        raw_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), DecodeFailure> {
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
         if stored.len() != raw_len {
-            return Err(DecodeFailure::Corrupt(format!(
-                "{} stored bytes for {raw_len} raw",
-                stored.len()
-            )));
+            return Err(DecodeFailure::Corrupt(format!("{} stored bytes for {raw_len} raw", stored.len())));
         }
         out.clear();
         out.extend_from_slice(stored);
@@ -207,9 +189,7 @@ impl ZstdCodec {
     /// A zstd codec at `level` (1..=19).
     pub fn new(level: i32, dict: Option<Arc<Dictionary>>) -> Result<Self> {
         if !(1..=Self::MAX_LEVEL).contains(&level) {
-            return Err(Error::InvalidOption(format!(
-                "zstd level must be 1 to 19, not {level}"
-            )));
+            return Err(Error::InvalidOption(format!("zstd level must be 1 to 19, not {level}")));
         }
         Ok(ZstdCodec { level, dict })
     }
@@ -248,12 +228,7 @@ impl Codec for ZstdCodec {
         })
     }
 
-    fn decompress(
-        &self,
-        stored: &[u8],
-        raw_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), DecodeFailure> {
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
         decompress_zstd(stored, raw_len, self.dict.as_deref(), out)
     }
 }
@@ -277,13 +252,9 @@ fn decompress_zstd(
         let (d, _) = z.decompressor.as_mut().expect("set above");
         out.clear();
         out.reserve_exact(raw_len);
-        let n = d
-            .decompress_to_buffer(stored, out)
-            .map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
+        let n = d.decompress_to_buffer(stored, out).map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
         if n != raw_len {
-            return Err(DecodeFailure::Corrupt(format!(
-                "decoded {n} bytes, expected {raw_len}"
-            )));
+            return Err(DecodeFailure::Corrupt(format!("decoded {n} bytes, expected {raw_len}")));
         }
         Ok(())
     })
@@ -310,20 +281,12 @@ impl Codec for Lz4Codec {
         }
     }
 
-    fn decompress(
-        &self,
-        stored: &[u8],
-        raw_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), DecodeFailure> {
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
         out.clear();
         out.resize(raw_len, 0);
-        let n = lz4_flex::block::decompress_into(stored, out)
-            .map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
+        let n = lz4_flex::block::decompress_into(stored, out).map_err(|e| DecodeFailure::Corrupt(e.to_string()))?;
         if n != raw_len {
-            return Err(DecodeFailure::Corrupt(format!(
-                "decoded {n} bytes, expected {raw_len}"
-            )));
+            return Err(DecodeFailure::Corrupt(format!("decoded {n} bytes, expected {raw_len}")));
         }
         Ok(())
     }
@@ -342,11 +305,7 @@ pub struct CodecParams {
 
 impl Default for CodecParams {
     fn default() -> Self {
-        CodecParams {
-            codec: CodecId::Zstd,
-            level: 1,
-            dict: None,
-        }
+        CodecParams { codec: CodecId::Zstd, level: 1, dict: None }
     }
 }
 
@@ -358,9 +317,7 @@ impl CodecParams {
             CodecId::Zstd => Box::new(ZstdCodec::new(self.level, self.dict.clone())?),
             CodecId::Lz4 => Box::new(Lz4Codec),
             other => {
-                return Err(Error::InvalidOption(format!(
-                    "codec {other} has no CPU encoder"
-                )));
+                return Err(Error::InvalidOption(format!("codec {other} has no CPU encoder")));
             }
         })
     }
@@ -378,12 +335,10 @@ pub fn decompress_cpu(
         CodecId::None => NoneCodec.decompress(stored, raw_len, out),
         CodecId::Zstd => decompress_zstd(stored, raw_len, dict, out),
         CodecId::Lz4 => Lz4Codec.decompress(stored, raw_len, out),
-        CodecId::Deflate | CodecId::Snappy => Err(DecodeFailure::Unavailable(
-            "this build has no CPU decoder for it yet",
-        )),
-        _ => Err(DecodeFailure::Unavailable(
-            "it is a GPU-only codec; decode on a host with nVCOMP",
-        )),
+        CodecId::Deflate | CodecId::Snappy => {
+            Err(DecodeFailure::Unavailable("this build has no CPU decoder for it yet"))
+        }
+        _ => Err(DecodeFailure::Unavailable("it is a GPU-only codec; decode on a host with nVCOMP")),
     }
 }
 
@@ -397,10 +352,7 @@ mod tests {
             assert_eq!(CodecId::from_u8(c as u8).unwrap(), c);
             assert_eq!(c.name().parse::<CodecId>().unwrap(), c);
         }
-        assert!(matches!(
-            CodecId::from_u8(0x53),
-            Err(Error::UnknownCodec(0x53))
-        ));
+        assert!(matches!(CodecId::from_u8(0x53), Err(Error::UnknownCodec(0x53))));
     }
 
     #[test]

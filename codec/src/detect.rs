@@ -65,11 +65,7 @@ pub fn looks_compressed(frame: &[u8]) -> bool {
     if frame.len() < 2 * SAMPLE_RUNS * RUN_LEN {
         return false;
     }
-    let bar = if MAGICS.iter().any(|m| frame.starts_with(m)) {
-        ENTROPY_BAR_WITH_MAGIC
-    } else {
-        ENTROPY_BAR
-    };
+    let bar = if MAGICS.iter().any(|m| frame.starts_with(m)) { ENTROPY_BAR_WITH_MAGIC } else { ENTROPY_BAR };
     sample_entropy(frame) > bar
 }
 
@@ -84,27 +80,14 @@ mod tests {
         let mut random = vec![0u8; 1 << 20];
         r.fill_bytes(&mut random);
         assert!(looks_compressed(&random));
-        let text: Vec<u8> = b"GET /index.html HTTP/1.1 200 512\n"
-            .iter()
-            .cycle()
-            .take(1 << 20)
-            .copied()
-            .collect();
+        let text: Vec<u8> = b"GET /index.html HTTP/1.1 200 512\n".iter().cycle().take(1 << 20).copied().collect();
         assert!(!looks_compressed(&text));
     }
 
     #[test]
     fn zstd_output_looks_compressed() {
         let mut r = rand::rngs::StdRng::seed_from_u64(2);
-        let words = [
-            "alpha",
-            "beta",
-            "gamma",
-            "delta",
-            "status=200",
-            "GET",
-            "/api/v1/items",
-        ];
+        let words = ["alpha", "beta", "gamma", "delta", "status=200", "GET", "/api/v1/items"];
         let mut text = String::new();
         while text.len() < 4 << 20 {
             text.push_str(words[(r.next_u32() % 7) as usize]);

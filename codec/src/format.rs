@@ -57,11 +57,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 fn need(what: &'static str, bytes: &[u8], len: usize) -> Result<()> {
     if bytes.len() < len {
-        return Err(Error::Truncated {
-            what,
-            expected: len as u64,
-            actual: bytes.len() as u64,
-        });
+        return Err(Error::Truncated { what, expected: len as u64, actual: bytes.len() as u64 });
     }
     Ok(())
 }
@@ -123,9 +119,7 @@ impl Header {
         }
         let flags = u16_at(b, 10);
         if flags & !FLAG_SEALED != 0 {
-            return Err(Error::Inconsistent(format!(
-                "unknown header flags {flags:#x}"
-            )));
+            return Err(Error::Inconsistent(format!("unknown header flags {flags:#x}")));
         }
         Ok(Header {
             flags,
@@ -182,9 +176,7 @@ impl FrameHeader {
         }
         let flags = b[1];
         if flags & !FRAME_FLAG_SEALED != 0 || u16_at(b, 2) != 0 {
-            return Err(Error::Inconsistent(format!(
-                "frame {frame}: unknown flags {flags:#x}"
-            )));
+            return Err(Error::Inconsistent(format!("frame {frame}: unknown flags {flags:#x}")));
         }
         let h = FrameHeader {
             codec: CodecId::from_u8(b[0])?,
@@ -333,15 +325,11 @@ impl FileMeta {
     fn read(b: &[u8]) -> Result<Self> {
         let flags = u32_at(b, 12);
         if flags & !0xf != 0 {
-            return Err(Error::Inconsistent(format!(
-                "unknown file metadata flags {flags:#x}"
-            )));
+            return Err(Error::Inconsistent(format!("unknown file metadata flags {flags:#x}")));
         }
         let ns = u32_at(b, 24);
         if ns >= 1_000_000_000 {
-            return Err(Error::Inconsistent(
-                "file metadata nanoseconds out of range".into(),
-            ));
+            return Err(Error::Inconsistent("file metadata nanoseconds out of range".into()));
         }
         Ok(FileMeta {
             mode: (flags & 1 != 0).then(|| u32_at(b, 0)),
@@ -391,9 +379,7 @@ impl IndexBody {
             return Err(Error::BadMagic { what: "index" });
         }
         if u32_at(b, 4) != count {
-            return Err(Error::Inconsistent(
-                "index entry count differs from the footer's".into(),
-            ));
+            return Err(Error::Inconsistent("index entry count differs from the footer's".into()));
         }
         let body_len = INDEX_FIXED_LEN + ENTRY_LEN * count as usize;
         need("index", b, body_len)?;
@@ -413,29 +399,19 @@ impl IndexBody {
                 || e.flags & !FRAME_FLAG_SEALED != 0
                 || !sealed_ok
             {
-                return Err(Error::Inconsistent(format!(
-                    "index entry {i} is out of place"
-                )));
+                return Err(Error::Inconsistent(format!("index entry {i} is out of place")));
             }
             stored = e.stored_range().end;
             raw += e.raw_len as u64;
             entries.push(e);
         }
         if stored != data_end {
-            return Err(Error::Inconsistent(
-                "frames do not end where the index starts".into(),
-            ));
+            return Err(Error::Inconsistent("frames do not end where the index starts".into()));
         }
         if raw != logical_size {
-            return Err(Error::Inconsistent(
-                "frame sizes do not add up to the logical size".into(),
-            ));
+            return Err(Error::Inconsistent("frame sizes do not add up to the logical size".into()));
         }
-        Ok(IndexBody {
-            header,
-            meta,
-            entries,
-        })
+        Ok(IndexBody { header, meta, entries })
     }
 }
 
@@ -505,13 +481,9 @@ impl Footer {
         let sealed = f.flags & FLAG_SEALED != 0;
         let fits = index_len(f.frame_count as usize, sealed) as u64 == f.index_len as u64
             && f.index_offset >= HEADER_LEN as u64
-            && f.index_offset
-                .checked_add(f.index_len as u64 + FOOTER_LEN as u64)
-                == Some(object_len);
+            && f.index_offset.checked_add(f.index_len as u64 + FOOTER_LEN as u64) == Some(object_len);
         if !fits {
-            return Err(Error::Inconsistent(
-                "footer does not fit the object's length".into(),
-            ));
+            return Err(Error::Inconsistent("footer does not fit the object's length".into()));
         }
         Ok(f)
     }
@@ -537,13 +509,7 @@ mod tests {
     use super::*;
 
     fn header() -> Header {
-        Header {
-            flags: 0,
-            frame_size: 1 << 20,
-            object_id: [7; 16],
-            key_check: [0; 8],
-            dict_id: 0,
-        }
+        Header { flags: 0, frame_size: 1 << 20, object_id: [7; 16], key_check: [0; 8], dict_id: 0 }
     }
 
     #[test]
@@ -571,10 +537,7 @@ mod tests {
         let b = f.to_bytes();
         let len = 64 + index_len(0, false) as u64 + FOOTER_LEN as u64;
         assert_eq!(Footer::parse(&b, len).unwrap(), f);
-        assert!(matches!(
-            Footer::parse(&b, len + 1),
-            Err(Error::Inconsistent(_))
-        ));
+        assert!(matches!(Footer::parse(&b, len + 1), Err(Error::Inconsistent(_))));
     }
 
     #[test]
@@ -588,9 +551,6 @@ mod tests {
         b[8] = 9;
         let c = crc(&b[..60]);
         b[60..64].copy_from_slice(&c.to_le_bytes());
-        assert!(matches!(
-            Header::parse(&b),
-            Err(Error::UnsupportedVersion(9))
-        ));
+        assert!(matches!(Header::parse(&b), Err(Error::UnsupportedVersion(9))));
     }
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
 use crate::detect;
 use crate::error::{Error, Result};
-use crate::format::{
-    FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, checksum,
-};
+use crate::format::{FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, checksum};
 use crate::seal::{MasterKey, ObjectKey};
 
 /// What every frame of one object shares: its header, its key and its dictionary.
@@ -23,11 +21,7 @@ pub struct ObjectContext {
 impl ObjectContext {
     /// The context to read an object with this header. Checks the key against the header's key
     /// check, and that the dictionary the object needs is among `dicts`.
-    pub fn for_reading(
-        header: Header,
-        master: Option<&MasterKey>,
-        dicts: &[Arc<Dictionary>],
-    ) -> Result<Self> {
+    pub fn for_reading(header: Header, master: Option<&MasterKey>, dicts: &[Arc<Dictionary>]) -> Result<Self> {
         let key = if header.sealed() {
             let master = master.ok_or(Error::KeyRequired)?;
             let key = ObjectKey::derive(master, &header.object_id);
@@ -40,31 +34,17 @@ impl ObjectContext {
         };
         let dict = match header.dict_id {
             0 => None,
-            id => Some(
-                dicts
-                    .iter()
-                    .find(|d| d.id() == id)
-                    .cloned()
-                    .ok_or(Error::DictionaryRequired(id))?,
-            ),
+            id => Some(dicts.iter().find(|d| d.id() == id).cloned().ok_or(Error::DictionaryRequired(id))?),
         };
         Ok(ObjectContext { header, key, dict })
     }
 
     /// The context to write a new object: draws a fresh random object id.
-    pub fn for_writing(
-        frame_size: u32,
-        master: Option<&MasterKey>,
-        dict: Option<Arc<Dictionary>>,
-    ) -> Self {
+    pub fn for_writing(frame_size: u32, master: Option<&MasterKey>, dict: Option<Arc<Dictionary>>) -> Self {
         let object_id: [u8; 16] = rand::random();
         let key = master.map(|m| ObjectKey::derive(m, &object_id));
         let header = Header {
-            flags: if key.is_some() {
-                crate::format::FLAG_SEALED
-            } else {
-                0
-            },
+            flags: if key.is_some() { crate::format::FLAG_SEALED } else { 0 },
             frame_size,
             object_id,
             key_check: key.as_ref().map_or([0; 8], |k| k.key_check()),
@@ -110,18 +90,11 @@ impl EncodedFrame {
 
 /// Encodes frame number `frame` of an object: compresses with `codec` unless the bytes look
 /// already compressed or do not shrink (then stores them), seals when the object has a key.
-pub fn encode_frame(
-    ctx: &ObjectContext,
-    codec: &dyn Codec,
-    frame: u64,
-    raw: &[u8],
-) -> EncodedFrame {
+pub fn encode_frame(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: &[u8]) -> EncodedFrame {
     let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + raw.len() + crate::format::TAG_LEN);
     bytes.resize(FRAME_HEADER_LEN, 0);
     let mut scratch = Vec::new();
-    let compressed = codec.id() != CodecId::None
-        && !detect::looks_compressed(raw)
-        && codec.compress(raw, &mut scratch);
+    let compressed = codec.id() != CodecId::None && !detect::looks_compressed(raw) && codec.compress(raw, &mut scratch);
     let codec_id = if compressed {
         bytes.extend_from_slice(&scratch);
         codec.id()
@@ -156,20 +129,12 @@ pub fn finish_frame(
     };
     if let Some(key) = &ctx.key {
         let mut payload = bytes.split_off(FRAME_HEADER_LEN);
-        key.seal_frame(
-            &ctx.header.object_id,
-            frame,
-            &header.aad_bytes(),
-            &mut payload,
-        );
+        key.seal_frame(&ctx.header.object_id, frame, &header.aad_bytes(), &mut payload);
         bytes.extend_from_slice(&payload);
     }
     // Stored as is and unsealed: the payload is the raw bytes, whose checksum is already known.
-    header.stored_crc = if codec_id == CodecId::None && !sealed {
-        raw_crc
-    } else {
-        checksum(&bytes[FRAME_HEADER_LEN..])
-    };
+    header.stored_crc =
+        if codec_id == CodecId::None && !sealed { raw_crc } else { checksum(&bytes[FRAME_HEADER_LEN..]) };
     bytes[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
     EncodedFrame { bytes, header }
 }
@@ -186,14 +151,7 @@ pub fn decode_frame(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     let header = FrameHeader::parse(stored, frame)?;
-    decode_payload(
-        ctx,
-        frame,
-        &header,
-        &stored[FRAME_HEADER_LEN..],
-        expected,
-        out,
-    )
+    decode_payload(ctx, frame, &header, &stored[FRAME_HEADER_LEN..], expected, out)
 }
 
 /// Like `decode_frame`, with the header already parsed and the payload separate.
@@ -208,14 +166,10 @@ pub fn decode_payload(
     if let Some(e) = expected
         && !e.matches(header)
     {
-        return Err(Error::Inconsistent(format!(
-            "frame {frame}: header disagrees with the index"
-        )));
+        return Err(Error::Inconsistent(format!("frame {frame}: header disagrees with the index")));
     }
     if header.sealed() != ctx.header.sealed() {
-        return Err(Error::Inconsistent(format!(
-            "frame {frame}: sealed flag disagrees with the object"
-        )));
+        return Err(Error::Inconsistent(format!("frame {frame}: sealed flag disagrees with the object")));
     }
     if payload.len() != header.stored_len as usize {
         return Err(Error::Truncated {
@@ -231,35 +185,17 @@ pub fn decode_payload(
     let compressed: &[u8] = match &ctx.key {
         Some(key) => {
             opened.extend_from_slice(payload);
-            key.open_frame(
-                &ctx.header.object_id,
-                frame,
-                &header.aad_bytes(),
-                &mut opened,
-            )?;
+            key.open_frame(&ctx.header.object_id, frame, &header.aad_bytes(), &mut opened)?;
             &opened
         }
         None => payload,
     };
-    decompress_cpu(
-        header.codec,
-        compressed,
-        header.raw_len as usize,
-        ctx.dict.as_deref(),
-        out,
-    )
-    .map_err(|f| match f {
-        DecodeFailure::Unavailable(why) => Error::CodecUnavailable {
-            frame,
-            codec: header.codec,
-            why,
+    decompress_cpu(header.codec, compressed, header.raw_len as usize, ctx.dict.as_deref(), out).map_err(
+        |f| match f {
+            DecodeFailure::Unavailable(why) => Error::CodecUnavailable { frame, codec: header.codec, why },
+            DecodeFailure::Corrupt(detail) => Error::Corrupt { frame, codec: header.codec, detail },
         },
-        DecodeFailure::Corrupt(detail) => Error::Corrupt {
-            frame,
-            codec: header.codec,
-            detail,
-        },
-    })?;
+    )?;
     if !header.sealed() && checksum(out) != header.raw_crc {
         return Err(Error::RawChecksum { frame });
     }

@@ -24,16 +24,10 @@ pub use format::FileMeta;
 pub use frame::{EncodedFrame, ObjectContext, decode_frame, decode_payload, encode_frame};
 pub use reader::{Fetch, Layout, TailProbe, probe_tail};
 pub use seal::MasterKey;
-pub use writer::{
-    DEFAULT_FRAME_SIZE, EncodeConfig, FrameCutter, ObjectWriter, encode_all, encode_all_with,
-};
+pub use writer::{DEFAULT_FRAME_SIZE, EncodeConfig, FrameCutter, ObjectWriter, encode_all, encode_all_with};
 
 /// Decodes a whole in-memory object (or returns plain bytes as they are), checking everything.
-pub fn decode_all(
-    object: &[u8],
-    master: Option<&MasterKey>,
-    dicts: &[std::sync::Arc<Dictionary>],
-) -> Result<Vec<u8>> {
+pub fn decode_all(object: &[u8], master: Option<&MasterKey>, dicts: &[std::sync::Arc<Dictionary>]) -> Result<Vec<u8>> {
     let len = object.len() as u64;
     match probe_tail(object, len)? {
         TailProbe::Plain if format::Header::has_magic(object) => Err(Error::Truncated {
@@ -47,21 +41,13 @@ pub fn decode_all(
             let ctx = layout.open(master, dicts)?;
             let head = format::Header::parse(object)?;
             if head != layout.header {
-                return Err(Error::Inconsistent(
-                    "index header copy differs from the object header".into(),
-                ));
+                return Err(Error::Inconsistent("index header copy differs from the object header".into()));
             }
             let mut out = Vec::with_capacity(layout.logical_size() as usize);
             let mut buf = Vec::new();
             for (i, e) in layout.entries.iter().enumerate() {
                 let r = e.stored_range();
-                decode_frame(
-                    &ctx,
-                    i as u64,
-                    &object[r.start as usize..r.end as usize],
-                    Some(e),
-                    &mut buf,
-                )?;
+                decode_frame(&ctx, i as u64, &object[r.start as usize..r.end as usize], Some(e), &mut buf)?;
                 out.extend_from_slice(&buf);
             }
             Ok(out)

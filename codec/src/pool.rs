@@ -18,14 +18,7 @@ impl<T: Send + 'static> OrderedPool<T> {
     /// A pool that holds at most `max_in_flight` unfinished or undelivered jobs.
     pub fn new(max_in_flight: usize) -> Self {
         let (tx, rx) = channel();
-        OrderedPool {
-            tx,
-            rx,
-            next_submit: 0,
-            next_out: 0,
-            done: BTreeMap::new(),
-            max_in_flight: max_in_flight.max(1),
-        }
+        OrderedPool { tx, rx, next_submit: 0, next_out: 0, done: BTreeMap::new(), max_in_flight: max_in_flight.max(1) }
     }
 
     /// A bound suited to this machine: two jobs per worker thread.
@@ -68,10 +61,7 @@ impl<T: Send + 'static> OrderedPool<T> {
             if let Some(v) = self.pop() {
                 return Some(v);
             }
-            let (seq, v) = self
-                .rx
-                .recv()
-                .expect("a sender lives in every unfinished job");
+            let (seq, v) = self.rx.recv().expect("a sender lives in every unfinished job");
             self.done.insert(seq, v);
         }
         None

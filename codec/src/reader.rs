@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use crate::codec::{CodecId, Dictionary};
 use crate::error::{Error, Result};
-use crate::format::{
-    FOOTER_LEN, FileMeta, Footer, Header, IndexBody, IndexEntry, TAG_LEN, checksum,
-};
+use crate::format::{FOOTER_LEN, FileMeta, Footer, Header, IndexBody, IndexEntry, TAG_LEN, checksum};
 use crate::frame::ObjectContext;
 use crate::seal::MasterKey;
 
@@ -40,10 +38,7 @@ pub fn probe_tail(tail: &[u8], object_len: u64) -> Result<TailProbe> {
         return Ok(TailProbe::Plain);
     }
     let footer = Footer::parse(tail, object_len)?;
-    Ok(TailProbe::Shrinkfs {
-        footer,
-        tail_len: footer.index_len as u64 + FOOTER_LEN as u64,
-    })
+    Ok(TailProbe::Shrinkfs { footer, tail_len: footer.index_len as u64 + FOOTER_LEN as u64 })
 }
 
 /// A fetch the caller should make: one stored byte range holding consecutive frames.
@@ -80,23 +75,14 @@ impl Layout {
         };
         let need = footer.index_len as usize + FOOTER_LEN;
         if tail.len() < need {
-            return Err(Error::Truncated {
-                what: "object tail",
-                expected: need as u64,
-                actual: tail.len() as u64,
-            });
+            return Err(Error::Truncated { what: "object tail", expected: need as u64, actual: tail.len() as u64 });
         }
         let index = &tail[tail.len() - need..tail.len() - FOOTER_LEN];
         if checksum(index) != footer.index_crc {
             return Err(Error::HeaderChecksum { what: "index" });
         }
         let body_len = index.len() - if footer.sealed() { TAG_LEN } else { 0 };
-        let body = IndexBody::parse(
-            &index[..body_len],
-            footer.frame_count,
-            footer.index_offset,
-            footer.logical_size,
-        )?;
+        let body = IndexBody::parse(&index[..body_len], footer.frame_count, footer.index_offset, footer.logical_size)?;
         if body.header.flags != footer.flags {
             return Err(Error::Inconsistent("footer and header flags differ".into()));
         }
@@ -104,21 +90,11 @@ impl Layout {
             let tag: [u8; TAG_LEN] = index[body_len..].try_into().expect("tag length");
             (index[..body_len].to_vec(), tag)
         });
-        Ok(Layout {
-            footer,
-            header: body.header,
-            entries: body.entries,
-            meta: body.meta,
-            sealed_index,
-        })
+        Ok(Layout { footer, header: body.header, entries: body.entries, meta: body.meta, sealed_index })
     }
 
     /// Checks the key and dictionary and authenticates a sealed index; the result decodes frames.
-    pub fn open(
-        &self,
-        master: Option<&MasterKey>,
-        dicts: &[Arc<Dictionary>],
-    ) -> Result<ObjectContext> {
+    pub fn open(&self, master: Option<&MasterKey>, dicts: &[Arc<Dictionary>]) -> Result<ObjectContext> {
         let ctx = ObjectContext::for_reading(self.header, master, dicts)?;
         if let (Some(key), Some((body, tag))) = (ctx.key(), &self.sealed_index) {
             key.verify_index(body, tag)?;
@@ -141,10 +117,7 @@ impl Layout {
         if offset >= self.logical_size() {
             return None;
         }
-        Some(
-            self.entries
-                .partition_point(|e| e.raw_offset + e.raw_len as u64 <= offset),
-        )
+        Some(self.entries.partition_point(|e| e.raw_offset + e.raw_len as u64 <= offset))
     }
 
     /// Frames that hold any byte of the logical `range` (clipped to the file).
@@ -153,9 +126,7 @@ impl Layout {
         if range.start >= end {
             return 0..0;
         }
-        let first = self
-            .frame_at(range.start)
-            .expect("start is inside the file");
+        let first = self.frame_at(range.start).expect("start is inside the file");
         let last = self.frame_at(end - 1).expect("end is inside the file");
         first..last + 1
     }
@@ -171,10 +142,7 @@ impl Layout {
                     last.range.end = r.end;
                     last.frames.end = f + 1;
                 }
-                _ => out.push(Fetch {
-                    range: r,
-                    frames: f..f + 1,
-                }),
+                _ => out.push(Fetch { range: r, frames: f..f + 1 }),
             }
         }
         out

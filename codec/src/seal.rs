@@ -27,10 +27,7 @@ impl MasterKey {
     /// Takes the exact contents of a key file: 32 raw bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let key: [u8; KEY_LEN] = bytes.try_into().map_err(|_| {
-            Error::InvalidKey(format!(
-                "a key file holds exactly 32 bytes, this one holds {}",
-                bytes.len()
-            ))
+            Error::InvalidKey(format!("a key file holds exactly 32 bytes, this one holds {}", bytes.len()))
         })?;
         Ok(MasterKey(key))
     }
@@ -81,14 +78,9 @@ impl ObjectKey {
         let hk = Hkdf::<Sha256>::new(Some(object_id), &master.0);
         let mut key = [0u8; 32];
         let mut check = [0u8; 8];
-        hk.expand(b"shrinkfs v1 frame key", &mut key)
-            .expect("32 bytes is a valid HKDF length");
-        hk.expand(b"shrinkfs v1 key check", &mut check)
-            .expect("8 bytes is a valid HKDF length");
-        ObjectKey {
-            cipher: Aes256Gcm::new(&key.into()),
-            check,
-        }
+        hk.expand(b"shrinkfs v1 frame key", &mut key).expect("32 bytes is a valid HKDF length");
+        hk.expand(b"shrinkfs v1 key check", &mut check).expect("8 bytes is a valid HKDF length");
+        ObjectKey { cipher: Aes256Gcm::new(&key.into()), check }
     }
 
     /// The value stored in the header so a wrong key is recognised at once.
@@ -97,13 +89,7 @@ impl ObjectKey {
     }
 
     /// Encrypts `buf` in place and appends the tag.
-    pub fn seal_frame(
-        &self,
-        object_id: &[u8; 16],
-        frame: u64,
-        header12: &[u8; 12],
-        buf: &mut Vec<u8>,
-    ) {
+    pub fn seal_frame(&self, object_id: &[u8; 16], frame: u64, header12: &[u8; 12], buf: &mut Vec<u8>) {
         let aad = frame_aad(object_id, frame, header12);
         let tag = self
             .cipher
@@ -113,13 +99,7 @@ impl ObjectKey {
     }
 
     /// Checks the tag at the end of `buf` and decrypts the rest in place (tag removed).
-    pub fn open_frame(
-        &self,
-        object_id: &[u8; 16],
-        frame: u64,
-        header12: &[u8; 12],
-        buf: &mut Vec<u8>,
-    ) -> Result<()> {
+    pub fn open_frame(&self, object_id: &[u8; 16], frame: u64, header12: &[u8; 12], buf: &mut Vec<u8>) -> Result<()> {
         if buf.len() < TAG_LEN {
             return Err(Error::Decrypt { frame });
         }
@@ -134,10 +114,7 @@ impl ObjectKey {
 
     /// The tag that authenticates an index body.
     pub fn index_tag(&self, body: &[u8]) -> [u8; TAG_LEN] {
-        let tag = self
-            .cipher
-            .encrypt_in_place_detached(&index_nonce(), body, &mut [])
-            .expect("empty plaintext");
+        let tag = self.cipher.encrypt_in_place_detached(&index_nonce(), body, &mut []).expect("empty plaintext");
         tag.into()
     }
 
@@ -147,9 +124,7 @@ impl ObjectKey {
             return Err(Error::IndexAuth);
         }
         let tag = Tag::clone_from_slice(tag);
-        self.cipher
-            .decrypt_in_place_detached(&index_nonce(), body, &mut [], &tag)
-            .map_err(|_| Error::IndexAuth)
+        self.cipher.decrypt_in_place_detached(&index_nonce(), body, &mut [], &tag).map_err(|_| Error::IndexAuth)
     }
 }
 
@@ -163,10 +138,7 @@ mod tests {
         let mut buf = b"hello frame".to_vec();
         k.seal_frame(&[2; 16], 5, &[0; 12], &mut buf);
         let mut moved = buf.clone();
-        assert!(matches!(
-            k.open_frame(&[2; 16], 6, &[0; 12], &mut moved),
-            Err(Error::Decrypt { frame: 6 })
-        ));
+        assert!(matches!(k.open_frame(&[2; 16], 6, &[0; 12], &mut moved), Err(Error::Decrypt { frame: 6 })));
         k.open_frame(&[2; 16], 5, &[0; 12], &mut buf).unwrap();
         assert_eq!(buf, b"hello frame");
     }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use crate::codec::Dictionary;
 use crate::error::{Error, Result};
 use crate::format::{
-    FOOTER_LEN, FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, Header, INDEX_FIXED_LEN, INDEX_MAGIC,
-    IndexEntry, index_len,
+    FOOTER_LEN, FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, Header, INDEX_FIXED_LEN, INDEX_MAGIC, IndexEntry, index_len,
 };
 use crate::frame::ObjectContext;
 use crate::reader::Layout;
@@ -108,19 +107,14 @@ impl StreamDecoder {
                     return Ok(None);
                 }
                 let bytes = self.take(n);
-                self.plain_tail
-                    .extend_from_slice(&bytes[bytes.len().saturating_sub(FOOTER_LEN)..]);
+                self.plain_tail.extend_from_slice(&bytes[bytes.len().saturating_sub(FOOTER_LEN)..]);
                 let excess = self.plain_tail.len().saturating_sub(FOOTER_LEN);
                 self.plain_tail.drain(..excess);
                 Ok(Some(Item::Plain(bytes)))
             }
             State::Header => {
                 let a = self.avail();
-                if a.len() < HEADER_LEN
-                    && a.iter()
-                        .zip(crate::format::HEAD_MAGIC)
-                        .all(|(x, y)| *x == y)
-                {
+                if a.len() < HEADER_LEN && a.iter().zip(crate::format::HEAD_MAGIC).all(|(x, y)| *x == y) {
                     return Ok(None);
                 }
                 if !Header::has_magic(a) {
@@ -155,9 +149,7 @@ impl StreamDecoder {
             }
             let index_offset = self.consumed;
             let tail = self.take(need);
-            return self
-                .finish_index(&tail, index_offset)
-                .map(|()| Some(Item::End));
+            return self.finish_index(&tail, index_offset).map(|()| Some(Item::End));
         }
         if a.len() < FRAME_HEADER_LEN {
             return Ok(None);
@@ -181,11 +173,7 @@ impl StreamDecoder {
             raw_crc: header.raw_crc,
         });
         self.raw += header.raw_len as u64;
-        Ok(Some(Item::Frame {
-            frame,
-            header,
-            payload,
-        }))
+        Ok(Some(Item::Frame { frame, header, payload }))
     }
 
     fn finish_index(&mut self, tail: &[u8], index_offset: u64) -> Result<()> {
@@ -193,15 +181,11 @@ impl StreamDecoder {
         let layout = Layout::parse(tail, object_len)?;
         let ctx = self.ctx.as_ref().expect("header read");
         if layout.header != ctx.header {
-            return Err(Error::Inconsistent(
-                "index header copy differs from the object header".into(),
-            ));
+            return Err(Error::Inconsistent("index header copy differs from the object header".into()));
         }
         layout.open(self.master.as_ref(), &self.dicts)?;
         if layout.entries != self.seen {
-            return Err(Error::Inconsistent(
-                "frames read differ from the frames the index lists".into(),
-            ));
+            return Err(Error::Inconsistent("frames read differ from the frames the index lists".into()));
         }
         if !self.avail().is_empty() {
             return Err(Error::Inconsistent("bytes follow the footer".into()));
@@ -217,18 +201,12 @@ impl StreamDecoder {
         match self.state {
             State::Done if left > 0 => Err(Error::Inconsistent("bytes follow the footer".into())),
             // A valid footer at the end of "plain" bytes means a shrinkfs object whose header is damaged.
-            State::Plain
-                if crate::format::Footer::parse(&self.plain_tail, self.consumed).is_ok() =>
-            {
+            State::Plain if crate::format::Footer::parse(&self.plain_tail, self.consumed).is_ok() => {
                 Err(Error::BadMagic { what: "header" })
             }
             State::Done | State::Plain => Ok(Vec::new()),
             State::Header if left < crate::format::HEAD_MAGIC.len() => Ok(self.take(left)),
-            State::Header => Err(Error::Truncated {
-                what: "header",
-                expected: HEADER_LEN as u64,
-                actual: left as u64,
-            }),
+            State::Header => Err(Error::Truncated { what: "header", expected: HEADER_LEN as u64, actual: left as u64 }),
             State::Body => Err(Error::Truncated {
                 what: "object (it ends before its index and footer)",
                 expected: self.consumed + (left.max(INDEX_FIXED_LEN) + FOOTER_LEN) as u64,

@@ -8,8 +8,7 @@ use rayon::prelude::*;
 use crate::codec::{Codec, CodecParams, Dictionary};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE,
-    checksum, index_body,
+    self, FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, checksum, index_body,
 };
 use crate::frame::{EncodedFrame, ObjectContext, encode_frame};
 use crate::seal::MasterKey;
@@ -30,11 +29,7 @@ pub struct EncodeConfig {
 
 impl Default for EncodeConfig {
     fn default() -> Self {
-        EncodeConfig {
-            params: CodecParams::default(),
-            frame_size: DEFAULT_FRAME_SIZE,
-            key: None,
-        }
+        EncodeConfig { params: CodecParams::default(), frame_size: DEFAULT_FRAME_SIZE, key: None }
     }
 }
 
@@ -73,10 +68,7 @@ pub struct FrameCutter {
 impl FrameCutter {
     /// A cutter producing frames of `size` bytes.
     pub fn new(size: u32) -> Self {
-        FrameCutter {
-            size: size as usize,
-            buf: Vec::with_capacity(size as usize),
-        }
+        FrameCutter { size: size as usize, buf: Vec::with_capacity(size as usize) }
     }
 
     /// Adds bytes; calls `emit` with every frame that fills up.
@@ -86,10 +78,7 @@ impl FrameCutter {
             self.buf.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buf.len() == self.size {
-                emit(std::mem::replace(
-                    &mut self.buf,
-                    Vec::with_capacity(self.size),
-                ));
+                emit(std::mem::replace(&mut self.buf, Vec::with_capacity(self.size)));
             }
         }
     }
@@ -119,12 +108,7 @@ pub struct ObjectWriter {
 impl ObjectWriter {
     /// A writer for the object described by `ctx`.
     pub fn new(ctx: Arc<ObjectContext>) -> Self {
-        ObjectWriter {
-            ctx,
-            entries: Vec::new(),
-            stored: HEADER_LEN as u64,
-            raw: 0,
-        }
+        ObjectWriter { ctx, entries: Vec::new(), stored: HEADER_LEN as u64, raw: 0 }
     }
 
     /// The object's context.
@@ -181,10 +165,7 @@ impl ObjectWriter {
             flags: self.ctx.header.flags,
         };
         out.extend_from_slice(&footer.to_bytes());
-        debug_assert_eq!(
-            out.len(),
-            format::index_len(self.entries.len(), self.ctx.key().is_some()) + FOOTER_LEN
-        );
+        debug_assert_eq!(out.len(), format::index_len(self.entries.len(), self.ctx.key().is_some()) + FOOTER_LEN);
         out
     }
 }
@@ -227,19 +208,13 @@ mod tests {
             c.push(piece, |f| frames.push(f));
         }
         frames.extend(c.finish());
-        assert_eq!(
-            frames.iter().map(Vec::len).collect::<Vec<_>>(),
-            vec![4096, 4096, 1808]
-        );
+        assert_eq!(frames.iter().map(Vec::len).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
         assert_eq!(frames.concat(), data);
     }
 
     #[test]
     fn frame_size_out_of_range_is_rejected() {
-        let c = EncodeConfig {
-            frame_size: 100,
-            ..Default::default()
-        };
+        let c = EncodeConfig { frame_size: 100, ..Default::default() };
         assert!(matches!(c.codec(), Err(Error::InvalidOption(_))));
     }
 }

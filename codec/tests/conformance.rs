@@ -30,11 +30,7 @@ fn conform(codec: &dyn Codec) {
         if !shrank {
             continue;
         }
-        assert!(
-            stored.len() < raw.len(),
-            "{}: 'smaller' output is not smaller",
-            codec.id()
-        );
+        assert!(stored.len() < raw.len(), "{}: 'smaller' output is not smaller", codec.id());
         let mut out = vec![1, 2, 3];
         codec.decompress(&stored, raw.len(), &mut out).unwrap();
         assert_eq!(out, raw, "{}: roundtrip", codec.id());
@@ -42,25 +38,14 @@ fn conform(codec: &dyn Codec) {
         decompress_cpu(codec.id(), &stored, raw.len(), None, &mut out).unwrap();
         assert_eq!(out, raw);
         // A wrong expected length is an error, not a short or padded output.
-        assert!(
-            codec.decompress(&stored, raw.len() + 1, &mut out).is_err(),
-            "{}: length check",
-            codec.id()
-        );
+        assert!(codec.decompress(&stored, raw.len() + 1, &mut out).is_err(), "{}: length check", codec.id());
         // Truncated input is an error.
-        assert!(
-            codec
-                .decompress(&stored[..stored.len() / 2], raw.len(), &mut out)
-                .is_err()
-        );
+        assert!(codec.decompress(&stored[..stored.len() / 2], raw.len(), &mut out).is_err());
     }
     // Compressible input must actually compress.
     let text = b"abcabcabc".repeat(10_000);
     let mut stored = Vec::new();
-    assert_eq!(
-        codec.compress(&text, &mut stored),
-        codec.id() != shrinkfs_codec::CodecId::None
-    );
+    assert_eq!(codec.compress(&text, &mut stored), codec.id() != shrinkfs_codec::CodecId::None);
 }
 
 #[test]

@@ -7,17 +7,12 @@ use proptest::prelude::*;
 use shrinkfs_codec::format::{FOOTER_LEN, HEADER_LEN};
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    CodecId, CodecParams, EncodeConfig, Error, Layout, MasterKey, decode_all, decode_frame,
-    decode_payload, encode_all,
+    CodecId, CodecParams, EncodeConfig, Error, Layout, MasterKey, decode_all, decode_frame, decode_payload, encode_all,
 };
 
 fn config(codec: CodecId, level: i32, frame_size: u32, key: Option<[u8; 32]>) -> EncodeConfig {
     EncodeConfig {
-        params: CodecParams {
-            codec,
-            level,
-            dict: None,
-        },
+        params: CodecParams { codec, level, dict: None },
         frame_size,
         key: key.map(|k| MasterKey::from_bytes(&k).unwrap()),
     }
@@ -57,11 +52,7 @@ fn stream_decode(object: &[u8], key: Option<[u8; 32]>, piece: usize) -> Result<V
         while let Some(item) = d.next_item()? {
             match item {
                 Item::Plain(b) => out.extend_from_slice(&b),
-                Item::Frame {
-                    frame,
-                    header,
-                    payload,
-                } => {
+                Item::Frame { frame, header, payload } => {
                     let ctx = d.context().unwrap().clone();
                     decode_payload(&ctx, frame, &header, &payload, None, &mut buf)?;
                     out.extend_from_slice(&buf);
@@ -143,10 +134,8 @@ proptest! {
 /// tag, footer) and checks that decoding fails with an error, never returns other bytes.
 #[test]
 fn every_flipped_byte_is_an_error() {
-    let data: Vec<u8> = (0..20_000u32)
-        .flat_map(|i| format!("line {} value {}\n", i % 97, i * 7).into_bytes())
-        .take(20_000)
-        .collect();
+    let data: Vec<u8> =
+        (0..20_000u32).flat_map(|i| format!("line {} value {}\n", i % 97, i * 7).into_bytes()).take(20_000).collect();
     for key in [None, Some([5u8; 32])] {
         for codec in [CodecId::Zstd, CodecId::Lz4, CodecId::None] {
             let object = encode_all(&config(codec, 1, 8192, key), &data).unwrap();
@@ -166,10 +155,7 @@ fn every_flipped_byte_is_an_error() {
                             out.len()
                         ),
                     }
-                    assert!(
-                        stream_decode(&bad, key, 4096).is_err(),
-                        "stream: flip at {i} ({codec})"
-                    );
+                    assert!(stream_decode(&bad, key, 4096).is_err(), "stream: flip at {i} ({codec})");
                 }
             }
         }
@@ -178,24 +164,11 @@ fn every_flipped_byte_is_an_error() {
 
 #[test]
 fn wrong_and_missing_keys_are_named() {
-    let object = encode_all(
-        &config(CodecId::Zstd, 3, 4096, Some([1; 32])),
-        b"secret data secret data",
-    )
-    .unwrap();
+    let object = encode_all(&config(CodecId::Zstd, 3, 4096, Some([1; 32])), b"secret data secret data").unwrap();
     let wrong = MasterKey::from_bytes(&[2; 32]).unwrap();
-    assert!(matches!(
-        decode_all(&object, Some(&wrong), &[]),
-        Err(Error::WrongKey)
-    ));
-    assert!(matches!(
-        decode_all(&object, None, &[]),
-        Err(Error::KeyRequired)
-    ));
-    assert!(
-        !object.windows(6).any(|w| w == b"secret"),
-        "sealed object leaks plaintext"
-    );
+    assert!(matches!(decode_all(&object, Some(&wrong), &[]), Err(Error::WrongKey)));
+    assert!(matches!(decode_all(&object, None, &[]), Err(Error::KeyRequired)));
+    assert!(!object.windows(6).any(|w| w == b"secret"), "sealed object leaks plaintext");
 }
 
 #[test]
@@ -204,10 +177,7 @@ fn dropped_or_swapped_frames_are_detected_when_sealed() {
     let cfg = config(CodecId::None, 1, 4096, Some([3; 32]));
     let object = encode_all(&cfg, &data).unwrap();
     let layout = Layout::parse(&object, object.len() as u64).unwrap();
-    let (f0, f1) = (
-        layout.entries[0].stored_range(),
-        layout.entries[1].stored_range(),
-    );
+    let (f0, f1) = (layout.entries[0].stored_range(), layout.entries[1].stored_range());
     // Swap frames 0 and 1 (equal sizes) and leave index as is: frame 0's tag fails at position 0.
     let mut swapped = object.clone();
     let a = object[f0.start as usize..f0.end as usize].to_vec();
@@ -215,10 +185,7 @@ fn dropped_or_swapped_frames_are_detected_when_sealed() {
     swapped[f0.start as usize..f0.end as usize].copy_from_slice(&b);
     swapped[f1.start as usize..f1.end as usize].copy_from_slice(&a);
     let key = MasterKey::from_bytes(&[3; 32]).unwrap();
-    assert!(matches!(
-        decode_all(&swapped, Some(&key), &[]),
-        Err(Error::Decrypt { frame: 0 })
-    ));
+    assert!(matches!(decode_all(&swapped, Some(&key), &[]), Err(Error::Decrypt { frame: 0 })));
 }
 
 #[test]
@@ -229,37 +196,24 @@ fn plain_objects_read_as_they_are_and_truncated_ones_do_not() {
     }
     let object = encode_all(&EncodeConfig::default(), &vec![1u8; 100_000]).unwrap();
     for cut in [HEADER_LEN, object.len() - FOOTER_LEN, object.len() - 1] {
-        assert!(
-            decode_all(&object[..cut], None, &[]).is_err(),
-            "cut at {cut}"
-        );
-        assert!(
-            stream_decode(&object[..cut], None, 1000).is_err(),
-            "stream cut at {cut}"
-        );
+        assert!(decode_all(&object[..cut], None, &[]).is_err(), "cut at {cut}");
+        assert!(stream_decode(&object[..cut], None, 1000).is_err(), "stream cut at {cut}");
     }
 }
 
 #[test]
 fn a_dictionary_is_required_and_used() {
-    let samples: Vec<Vec<u8>> = (0..500)
-        .map(|i| format!("{{\"user\":{i},\"action\":\"login\",\"ok\":true}}").into_bytes())
-        .collect();
+    let samples: Vec<Vec<u8>> =
+        (0..500).map(|i| format!("{{\"user\":{i},\"action\":\"login\",\"ok\":true}}").into_bytes()).collect();
     let dict = zstd::dict::from_samples(&samples, 4096).unwrap();
     let dict = Arc::new(shrinkfs_codec::Dictionary::new(dict).unwrap());
     let cfg = EncodeConfig {
-        params: CodecParams {
-            codec: CodecId::Zstd,
-            level: 3,
-            dict: Some(dict.clone()),
-        },
+        params: CodecParams { codec: CodecId::Zstd, level: 3, dict: Some(dict.clone()) },
         frame_size: 4096,
         key: None,
     };
     let data = samples.concat();
     let object = encode_all(&cfg, &data).unwrap();
-    assert!(
-        matches!(decode_all(&object, None, &[]), Err(Error::DictionaryRequired(id)) if id == dict.id())
-    );
+    assert!(matches!(decode_all(&object, None, &[]), Err(Error::DictionaryRequired(id)) if id == dict.id()));
     assert_eq!(decode_all(&object, None, &[dict]).unwrap(), data);
 }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tracing::Instrument;
 
@@ -63,8 +62,7 @@ fn errno(e: &Error) -> Errno {
 }
 
 fn name(n: &OsStr) -> Result<&str> {
-    n.to_str()
-        .ok_or_else(|| Error::Invalid("file names must be UTF-8".into()))
+    n.to_str().ok_or_else(|| Error::Invalid("file names must be UTF-8".into()))
 }
 
 impl FuseAdapter {
@@ -75,12 +73,7 @@ impl FuseAdapter {
     }
 
     /// Runs one operation of the core inside a span, counting it and logging its failure.
-    fn run<T>(
-        &self,
-        op: &'static str,
-        ino: u64,
-        f: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
+    fn run<T>(&self, op: &'static str, ino: u64, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         let span = tracing::debug_span!("fuse", op, ino);
         let res = self.rt.block_on(f.instrument(span));
         self.fs.metrics().op(op, res.is_err());
@@ -129,9 +122,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let r = self.run("lookup", parent.0, async {
-            self.fs.lookup(parent.0, name(n)?).await
-        });
+        let r = self.run("lookup", parent.0, async { self.fs.lookup(parent.0, name(n)?).await });
         self.entry(reply, r);
     }
 
@@ -164,11 +155,7 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.run(
-            "setattr",
-            ino.0,
-            self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime)),
-        ) {
+        match self.run("setattr", ino.0, self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime))) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -181,45 +168,23 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn mkdir(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let r = self.run("mkdir", parent.0, async {
-            self.fs.mkdir(parent.0, name(n)?, mode & !umask).await
-        });
+    fn mkdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let r = self.run("mkdir", parent.0, async { self.fs.mkdir(parent.0, name(n)?, mode & !umask).await });
         self.entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        Self::empty(
-            reply,
-            self.run("unlink", parent.0, async {
-                self.fs.unlink(parent.0, name(n)?).await
-            }),
-        );
+        Self::empty(reply, self.run("unlink", parent.0, async { self.fs.unlink(parent.0, name(n)?).await }));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        Self::empty(
-            reply,
-            self.run("rmdir", parent.0, async {
-                self.fs.rmdir(parent.0, name(n)?).await
-            }),
-        );
+        Self::empty(reply, self.run("rmdir", parent.0, async { self.fs.rmdir(parent.0, name(n)?).await }));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
         let (uid, gid) = (req.uid(), req.gid());
         let r = self.run("symlink", parent.0, async {
-            let target = target
-                .to_str()
-                .ok_or_else(|| Error::Invalid("link targets must be UTF-8".into()))?;
+            let target = target.to_str().ok_or_else(|| Error::Invalid("link targets must be UTF-8".into()))?;
             self.fs.symlink(parent.0, name(n)?, target, uid, gid).await
         });
         self.entry(reply, r);
@@ -236,27 +201,16 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let r = self.run("rename", parent.0, async {
-            if flags.contains(RenameFlags::RENAME_EXCHANGE)
-                || flags.contains(RenameFlags::RENAME_WHITEOUT)
-            {
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Error::Unsupported("rename exchange/whiteout"));
             }
             let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-            self.fs
-                .rename(parent.0, name(n)?, newparent.0, name(newname)?, no_replace)
-                .await
+            self.fs.rename(parent.0, name(n)?, newparent.0, name(newname)?, no_replace).await
         });
         Self::empty(reply, r);
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
         self.fs.metrics().op("link", true);
         reply.error(Errno::from_i32(libc::EPERM));
     }
@@ -295,19 +249,10 @@ impl Filesystem for FuseAdapter {
         reply: ReplyCreate,
     ) {
         let (uid, gid) = (req.uid(), req.gid());
-        let r = self.run("create", parent.0, async {
-            self.fs
-                .create(parent.0, name(n)?, mode & !umask, uid, gid)
-                .await
-        });
+        let r =
+            self.run("create", parent.0, async { self.fs.create(parent.0, name(n)?, mode & !umask, uid, gid).await });
         match r {
-            Ok((a, fh)) => reply.created(
-                &self.ttl,
-                &attr(&a),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((a, fh)) => reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -347,14 +292,7 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _lock: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
         Self::empty(reply, self.run("flush", ino.0, self.fs.flush(fh.0)));
     }
 
@@ -371,14 +309,7 @@ impl Filesystem for FuseAdapter {
         Self::empty(reply, self.run("release", ino.0, self.fs.release(fh.0)));
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         Self::empty(reply, self.run("fsync", ino.0, self.fs.fsync(fh.0)));
     }
 
@@ -389,14 +320,7 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         match self.fs.readdir(fh.0, ino.0, offset) {
             Ok(entries) => {
                 for (next, e) in entries {
@@ -410,26 +334,12 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         reply.ok();
     }
 
@@ -440,9 +350,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = self.run("getxattr", ino.0, async {
-            self.fs.getxattr(ino.0, name(n)?).await
-        });
+        let r = self.run("getxattr", ino.0, async { self.fs.getxattr(ino.0, name(n)?).await });
         xattr_reply(reply, r, size);
     }
 

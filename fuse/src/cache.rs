@@ -71,9 +71,7 @@ pub struct LayoutCache {
 impl LayoutCache {
     /// A cache of up to `entries` layouts.
     pub fn new(entries: u64) -> Self {
-        LayoutCache {
-            layouts: Cache::new(entries),
-        }
+        LayoutCache { layouts: Cache::new(entries) }
     }
 
     /// The parsed form of an object version, if cached.
@@ -94,18 +92,12 @@ mod tests {
     #[test]
     fn the_frame_cache_is_bounded_by_bytes() {
         let c = ChunkCache::new(10 * 1024);
-        let id = ObjectId {
-            key: "k".into(),
-            etag: "e".into(),
-        };
+        let id = ObjectId { key: "k".into(), etag: "e".into() };
         for f in 0..100 {
             c.insert(&id, f, Arc::new(vec![0; 1024]));
         }
         assert!(c.weighted_size() <= 10 * 1024, "{}", c.weighted_size());
-        let other = ObjectId {
-            key: "k".into(),
-            etag: "e2".into(),
-        };
+        let other = ObjectId { key: "k".into(), etag: "e2".into() };
         assert!(c.get(&other, 99).is_none(), "another version must not hit");
     }
 }

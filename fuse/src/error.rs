@@ -81,10 +81,7 @@ impl Error {
             Error::Store(object_store::Error::AlreadyExists { .. }) => libc::EEXIST,
             Error::Store(object_store::Error::Precondition { .. }) => libc::ESTALE,
             Error::Store(_) => libc::EIO,
-            Error::Codec {
-                source: CodecError::KeyRequired | CodecError::WrongKey,
-                ..
-            } => libc::EACCES,
+            Error::Codec { source: CodecError::KeyRequired | CodecError::WrongKey, .. } => libc::EACCES,
             Error::Codec { .. } => libc::EIO,
             Error::Local(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -113,32 +110,11 @@ mod tests {
     fn errors_map_to_the_documented_errno() {
         assert_eq!(Error::NotFound.errno(), libc::ENOENT);
         assert_eq!(
-            Error::Store(object_store::Error::NotFound {
-                path: "x".into(),
-                source: "y".into()
-            })
-            .errno(),
+            Error::Store(object_store::Error::NotFound { path: "x".into(), source: "y".into() }).errno(),
             libc::ENOENT
         );
-        assert_eq!(
-            Error::Codec {
-                key: "k".into(),
-                source: CodecError::WrongKey
-            }
-            .errno(),
-            libc::EACCES
-        );
-        assert_eq!(
-            Error::Codec {
-                key: "k".into(),
-                source: CodecError::FrameChecksum { frame: 1 }
-            }
-            .errno(),
-            libc::EIO
-        );
-        assert_eq!(
-            Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)).errno(),
-            libc::ENOSPC
-        );
+        assert_eq!(Error::Codec { key: "k".into(), source: CodecError::WrongKey }.errno(), libc::EACCES);
+        assert_eq!(Error::Codec { key: "k".into(), source: CodecError::FrameChecksum { frame: 1 } }.errno(), libc::EIO);
+        assert_eq!(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)).errno(), libc::ENOSPC);
     }
 }

@@ -63,9 +63,7 @@ pub struct OpenFile {
 }
 
 fn now_meta() -> (i64, u32) {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     (d.as_secs() as i64, d.subsec_nanos())
 }
 
@@ -112,12 +110,7 @@ impl Fs {
     }
 
     fn handle(&self, fh: u64) -> Result<Handle> {
-        self.handles
-            .lock()
-            .expect("handles lock")
-            .get(&fh)
-            .cloned()
-            .ok_or(Error::Stale)
+        self.handles.lock().expect("handles lock").get(&fh).cloned().ok_or(Error::Stale)
     }
 
     fn staging_file(&self) -> Result<File> {
@@ -135,14 +128,7 @@ impl Fs {
     }
 
     /// Creates and opens a new, empty file.
-    pub async fn create(
-        &self,
-        parent: u64,
-        name: &str,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-    ) -> Result<(FileAttrs, u64)> {
+    pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
         self.writable()?;
         check_name(name)?;
         let dir = self.inode(parent)?;
@@ -150,18 +136,9 @@ impl Fs {
             return Err(Error::NotDir);
         }
         let rel = join(&dir.path, name);
-        let meta = FileMeta {
-            mode: Some(S_IFREG | (mode & 0o7777)),
-            uid: Some(uid),
-            gid: Some(gid),
-            mtime: Some(now_meta()),
-        };
-        let attr = Attr {
-            perm: Some((mode & 0o7777) as u16),
-            uid: Some(uid),
-            gid: Some(gid),
-            ..Attr::empty()
-        };
+        let meta =
+            FileMeta { mode: Some(S_IFREG | (mode & 0o7777)), uid: Some(uid), gid: Some(gid), mtime: Some(now_meta()) };
+        let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         let of = OpenFile {
             body: Body::Streaming(Box::new(self.new_upload(&rel)?)),
             meta,
@@ -170,23 +147,9 @@ impl Fs {
             unlinked: false,
             base: None,
         };
-        let i = self.inodes.lock().expect("inode lock").upsert(
-            parent,
-            name,
-            Kind::File,
-            attr,
-            None,
-            true,
-        );
-        self.open
-            .lock()
-            .expect("open lock")
-            .insert(i.ino, Arc::new(tokio::sync::Mutex::new(of)));
-        let fh = self.new_handle(Handle {
-            ino: i.ino,
-            write: true,
-            info: None,
-        });
+        let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::File, attr, None, true);
+        self.open.lock().expect("open lock").insert(i.ino, Arc::new(tokio::sync::Mutex::new(of)));
+        let fh = self.new_handle(Handle { ino: i.ino, write: true, info: None });
         Ok((self.attrs_of(&i), fh))
     }
 
@@ -205,23 +168,11 @@ impl Fs {
             if truncate && write {
                 self.truncate_locked(&i, &mut of, 0).await?;
             }
-            return Ok(self.new_handle(Handle {
-                ino,
-                write,
-                info: None,
-            }));
+            return Ok(self.new_handle(Handle { ino, write, info: None }));
         }
-        let info = self
-            .reader
-            .stat(&self.key(&i.path))
-            .await?
-            .ok_or(Error::NotFound)?;
+        let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
         if !write {
-            return Ok(self.new_handle(Handle {
-                ino,
-                write,
-                info: Some(info),
-            }));
+            return Ok(self.new_handle(Handle { ino, write, info: Some(info) }));
         }
         let mut of = OpenFile {
             meta: info.meta(),
@@ -234,15 +185,8 @@ impl Fs {
         if truncate {
             self.truncate_locked(&i, &mut of, 0).await?;
         }
-        self.open
-            .lock()
-            .expect("open lock")
-            .insert(ino, Arc::new(tokio::sync::Mutex::new(of)));
-        Ok(self.new_handle(Handle {
-            ino,
-            write,
-            info: None,
-        }))
+        self.open.lock().expect("open lock").insert(ino, Arc::new(tokio::sync::Mutex::new(of)));
+        Ok(self.new_handle(Handle { ino, write, info: None }))
     }
 
     /// Reads up to `size` bytes at `offset`.
@@ -278,15 +222,10 @@ impl Fs {
             Some(info) => info,
             None => {
                 let i = self.inode(h.ino)?;
-                self.reader
-                    .stat(&self.key(&i.path))
-                    .await?
-                    .ok_or(Error::NotFound)?
+                self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?
             }
         };
-        self.reader
-            .read(&info, offset..offset.saturating_add(size as u64))
-            .await
+        self.reader.read(&info, offset..offset.saturating_add(size as u64)).await
     }
 
     /// Moves an open file's bytes into a local staging file (from the upload so far or the object).
@@ -401,31 +340,16 @@ impl Fs {
         };
         of.dirty = false;
         let etag: Arc<str> = written.put.e_tag.clone().unwrap_or_default().into();
-        let id = ObjectId {
-            key: path.as_ref().into(),
-            etag,
-        };
+        let id = ObjectId { key: path.as_ref().into(), etag };
         let ctx = written
             .layout
             .open(self.cfg.encode.key.as_ref(), &self.cfg.dicts)
-            .map_err(|e| Error::Codec {
-                key: path.to_string(),
-                source: e,
-            })?;
-        let parsed = Parsed::Framed {
-            layout: Arc::new(written.layout),
-            ctx: Arc::new(ctx),
-        };
+            .map_err(|e| Error::Codec { key: path.to_string(), source: e })?;
+        let parsed = Parsed::Framed { layout: Arc::new(written.layout), ctx: Arc::new(ctx) };
         if written.put.e_tag.is_some() {
             self.reader.layouts.insert(id.clone(), parsed.clone());
         }
-        let info = ObjectInfo {
-            id,
-            path,
-            stored: written.stored,
-            last_modified: SystemTime::now(),
-            parsed,
-        };
+        let info = ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed };
         let (kind, attr) = Self::attr_from_object(&info);
         if let Some(cur) = self.inodes.lock().expect("inode lock").get_mut(i.ino) {
             cur.kind = kind;
@@ -460,12 +384,7 @@ impl Fs {
 
     /// Drops a handle; the last one uploads anything still pending and frees the write state.
     pub async fn release(&self, fh: u64) -> Result<()> {
-        let h = self
-            .handles
-            .lock()
-            .expect("handles lock")
-            .remove(&fh)
-            .ok_or(Error::Stale)?;
+        let h = self.handles.lock().expect("handles lock").remove(&fh).ok_or(Error::Stale)?;
         let Some(of_arc) = self.open_file(h.ino) else {
             return Ok(());
         };
@@ -517,11 +436,7 @@ impl Fs {
         self.writable()?;
         if i.kind != Kind::File {
             if size.is_some() {
-                return Err(if i.kind == Kind::Dir {
-                    Error::IsDir
-                } else {
-                    Error::Invalid("truncate a link".into())
-                });
+                return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::Invalid("truncate a link".into()) });
             }
             // Directories have no object to carry metadata: kept in memory (docs/SEMANTICS.md).
             let mut t = self.inodes.lock().expect("inode lock");
@@ -537,11 +452,7 @@ impl Fs {
         let (of_arc, temporary) = match self.open_file(ino) {
             Some(of) => (of, false),
             None => {
-                let info = self
-                    .reader
-                    .stat(&self.key(&i.path))
-                    .await?
-                    .ok_or(Error::NotFound)?;
+                let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
                 let of = OpenFile {
                     meta: info.meta(),
                     body: Body::Clean,
@@ -585,13 +496,7 @@ impl Fs {
 
     /// Uploads every file with pending changes (before unmounting).
     pub async fn flush_all(&self) -> Result<()> {
-        let open: Vec<u64> = self
-            .open
-            .lock()
-            .expect("open lock")
-            .keys()
-            .copied()
-            .collect();
+        let open: Vec<u64> = self.open.lock().expect("open lock").keys().copied().collect();
         let mut first_err = None;
         for ino in open {
             if let Err(e) = self.commit_ino(ino).await {

@@ -167,12 +167,7 @@ impl Fs {
     }
 
     pub(crate) fn inode(&self, ino: u64) -> Result<Inode> {
-        self.inodes
-            .lock()
-            .expect("inode lock")
-            .get(ino)
-            .cloned()
-            .ok_or(Error::Stale)
+        self.inodes.lock().expect("inode lock").get(ino).cloned().ok_or(Error::Stale)
     }
 
     pub(crate) fn key(&self, rel: &str) -> Path {
@@ -180,11 +175,7 @@ impl Fs {
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
-        if self.cfg.read_only {
-            Err(Error::ReadOnly)
-        } else {
-            Ok(())
-        }
+        if self.cfg.read_only { Err(Error::ReadOnly) } else { Ok(()) }
     }
 
     /// Kernel attributes of an inode.
@@ -208,11 +199,7 @@ impl Fs {
 
     pub(crate) fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
         let meta = info.meta();
-        let kind = if meta.is_symlink() {
-            Kind::Symlink
-        } else {
-            Kind::File
-        };
+        let kind = if meta.is_symlink() { Kind::Symlink } else { Kind::File };
         let attr = Attr {
             size: info.size(),
             stored: info.stored,
@@ -227,8 +214,7 @@ impl Fs {
     }
 
     fn fresh(&self, i: &Inode) -> bool {
-        i.fetched
-            .is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
+        i.fetched.is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
     }
 
     async fn dir_exists(&self, rel: &str) -> Result<bool> {
@@ -245,47 +231,25 @@ impl Fs {
         if dir.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let known = self
-            .inodes
-            .lock()
-            .expect("inode lock")
-            .child(parent, name)
-            .cloned();
+        let known = self.inodes.lock().expect("inode lock").child(parent, name).cloned();
         if let Some(i) = &known
             && (self.fresh(i)
                 || self.is_open(i.ino)
-                || i.kind == Kind::Dir
-                    && i.fetched
-                        .is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl))
+                || i.kind == Kind::Dir && i.fetched.is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl))
         {
-            let i = self.inodes.lock().expect("inode lock").upsert(
-                parent,
-                name,
-                i.kind,
-                i.attr.clone(),
-                i.fetched,
-                true,
-            );
+            let i =
+                self.inodes.lock().expect("inode lock").upsert(parent, name, i.kind, i.attr.clone(), i.fetched, true);
             return Ok(self.attrs_of(&i));
         }
         let rel = join(&dir.path, name);
         if let Some(info) = self.reader.stat(&self.key(&rel)).await? {
             let (kind, attr) = Self::attr_from_object(&info);
-            let i = self.inodes.lock().expect("inode lock").upsert(
-                parent,
-                name,
-                kind,
-                attr,
-                Some(Instant::now()),
-                true,
-            );
+            let i =
+                self.inodes.lock().expect("inode lock").upsert(parent, name, kind, attr, Some(Instant::now()), true);
             return Ok(self.attrs_of(&i));
         }
         if self.dir_exists(&rel).await? {
-            let attr = known
-                .filter(|k| k.kind == Kind::Dir)
-                .map(|k| k.attr)
-                .unwrap_or_else(Attr::empty);
+            let attr = known.filter(|k| k.kind == Kind::Dir).map(|k| k.attr).unwrap_or_else(Attr::empty);
             let i = self.inodes.lock().expect("inode lock").upsert(
                 parent,
                 name,
@@ -296,10 +260,7 @@ impl Fs {
             );
             return Ok(self.attrs_of(&i));
         }
-        self.inodes
-            .lock()
-            .expect("inode lock")
-            .remove_name(parent, name);
+        self.inodes.lock().expect("inode lock").remove_name(parent, name);
         Err(Error::NotFound)
     }
 
@@ -371,16 +332,10 @@ impl Fs {
             for (name, kind) in names {
                 let i = match t.child(ino, &name) {
                     // Symlinks list as files until looked up; keep what a lookup learned.
-                    Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => {
-                        i.clone()
-                    }
+                    Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
                     _ => t.upsert(ino, &name, kind, Attr::empty(), None, false),
                 };
-                entries.push(DirEntry {
-                    ino: i.ino,
-                    kind: i.kind,
-                    name,
-                });
+                entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -394,16 +349,8 @@ impl Fs {
         let entries = dirs.get(&fh).ok_or(Error::Stale)?;
         let parent = self.inode(ino)?.parent;
         let dots = [
-            DirEntry {
-                ino,
-                kind: Kind::Dir,
-                name: ".".into(),
-            },
-            DirEntry {
-                ino: if parent == 0 { ROOT } else { parent },
-                kind: Kind::Dir,
-                name: "..".into(),
-            },
+            DirEntry { ino, kind: Kind::Dir, name: ".".into() },
+            DirEntry { ino: if parent == 0 { ROOT } else { parent }, kind: Kind::Dir, name: "..".into() },
         ];
         Ok(dots
             .into_iter()
@@ -432,25 +379,10 @@ impl Fs {
         }
         let rel = join(&dir.path, name);
         self.metrics.store_request("put");
-        self.bucket
-            .store
-            .put(
-                &self.key(&join(&rel, DIR_MARKER)),
-                object_store::PutPayload::new(),
-            )
-            .await?;
-        let attr = Attr {
-            perm: Some((mode & 0o7777) as u16),
-            ..Attr::empty()
-        };
-        let i = self.inodes.lock().expect("inode lock").upsert(
-            parent,
-            name,
-            Kind::Dir,
-            attr,
-            Some(Instant::now()),
-            true,
-        );
+        self.bucket.store.put(&self.key(&join(&rel, DIR_MARKER)), object_store::PutPayload::new()).await?;
+        let attr = Attr { perm: Some((mode & 0o7777) as u16), ..Attr::empty() };
+        let i =
+            self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::Dir, attr, Some(Instant::now()), true);
         Ok(self.attrs_of(&i))
     }
 
@@ -485,35 +417,22 @@ impl Fs {
         let local_children = {
             let t = self.inodes.lock().expect("inode lock");
             let open = self.open.lock().expect("open lock");
-            t.child(parent, name)
-                .is_some_and(|d| t.children(d.ino).any(|c| open.contains_key(&c.ino)))
+            t.child(parent, name).is_some_and(|d| t.children(d.ino).any(|c| open.contains_key(&c.ino)))
         };
         if local_children {
             return Err(Error::NotEmpty);
         }
-        let known_local = self
-            .inodes
-            .lock()
-            .expect("inode lock")
-            .child(parent, name)
-            .is_some_and(|d| d.kind == Kind::Dir);
+        let known_local =
+            self.inodes.lock().expect("inode lock").child(parent, name).is_some_and(|d| d.kind == Kind::Dir);
         if !found && !known_local {
             return Err(Error::NotFound);
         }
         self.metrics.store_request("delete");
-        match self
-            .bucket
-            .store
-            .delete(&self.key(&join(&rel, DIR_MARKER)))
-            .await
-        {
+        match self.bucket.store.delete(&self.key(&join(&rel, DIR_MARKER))).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.inodes
-            .lock()
-            .expect("inode lock")
-            .remove_name(parent, name);
+        self.inodes.lock().expect("inode lock").remove_name(parent, name);
         Ok(())
     }
 
@@ -523,12 +442,7 @@ impl Fs {
         check_name(name)?;
         let dir = self.inode(parent)?;
         let rel = join(&dir.path, name);
-        let known = self
-            .inodes
-            .lock()
-            .expect("inode lock")
-            .child(parent, name)
-            .cloned();
+        let known = self.inodes.lock().expect("inode lock").child(parent, name).cloned();
         if known.as_ref().is_some_and(|k| k.kind == Kind::Dir) {
             return Err(Error::IsDir);
         }
@@ -550,22 +464,12 @@ impl Fs {
             }
             return Err(Error::NotFound);
         }
-        self.inodes
-            .lock()
-            .expect("inode lock")
-            .remove_name(parent, name);
+        self.inodes.lock().expect("inode lock").remove_name(parent, name);
         Ok(())
     }
 
     /// Creates a symbolic link: an object whose data is the target, marked as a link.
-    pub async fn symlink(
-        &self,
-        parent: u64,
-        name: &str,
-        target: &str,
-        uid: u32,
-        gid: u32,
-    ) -> Result<FileAttrs> {
+    pub async fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> Result<FileAttrs> {
         self.writable()?;
         check_name(name)?;
         let dir = self.inode(parent)?;
@@ -573,9 +477,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let meta = FileMeta {
             mode: Some(S_IFLNK | 0o777),
             uid: Some(uid),
@@ -585,23 +487,10 @@ impl Fs {
         let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, target.as_bytes(), &meta)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         self.metrics.store_request("put");
-        self.metrics
-            .object_written(target.len() as u64, obj.len() as u64);
+        self.metrics.object_written(target.len() as u64, obj.len() as u64);
         self.bucket.store.put(&self.key(&rel), obj.into()).await?;
-        let attr = Attr {
-            size: target.len() as u64,
-            uid: Some(uid),
-            gid: Some(gid),
-            ..Attr::empty()
-        };
-        let i = self.inodes.lock().expect("inode lock").upsert(
-            parent,
-            name,
-            Kind::Symlink,
-            attr,
-            None,
-            true,
-        );
+        let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::Symlink, attr, None, true);
         Ok(self.attrs_of(&i))
     }
 
@@ -611,11 +500,7 @@ impl Fs {
         if i.kind != Kind::Symlink {
             return Err(Error::Invalid("not a symbolic link".into()));
         }
-        let info = self
-            .reader
-            .stat(&self.key(&i.path))
-            .await?
-            .ok_or(Error::NotFound)?;
+        let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
         if info.meta().mode.is_none_or(|m| m & S_IFMT != S_IFLNK) {
             return Err(Error::Invalid("not a symbolic link".into()));
         }
@@ -668,35 +553,15 @@ impl Fs {
             if dst.is_some() {
                 self.rmdir(new_parent, new_name).await?;
             }
-            let objects: Vec<_> = self
-                .bucket
-                .store
-                .list(Some(&self.key(&from)))
-                .try_collect()
-                .await?;
+            let objects: Vec<_> = self.bucket.store.list(Some(&self.key(&from))).try_collect().await?;
             for o in &objects {
-                let rel = self
-                    .bucket
-                    .rel(&o.location)
-                    .ok_or(Error::Invalid("object outside the prefix".into()))?;
-                let tail = rel
-                    .strip_prefix(&from)
-                    .unwrap_or(&rel)
-                    .trim_start_matches('/');
+                let rel = self.bucket.rel(&o.location).ok_or(Error::Invalid("object outside the prefix".into()))?;
+                let tail = rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/');
                 self.metrics.store_request("copy");
-                self.bucket
-                    .store
-                    .copy(&o.location, &self.key(&join(&to, tail)))
-                    .await?;
+                self.bucket.store.copy(&o.location, &self.key(&join(&to, tail))).await?;
             }
             if objects.is_empty() {
-                self.bucket
-                    .store
-                    .put(
-                        &self.key(&join(&to, DIR_MARKER)),
-                        object_store::PutPayload::new(),
-                    )
-                    .await?;
+                self.bucket.store.put(&self.key(&join(&to, DIR_MARKER)), object_store::PutPayload::new()).await?;
             }
             for o in &objects {
                 self.metrics.store_request("delete");
@@ -705,17 +570,11 @@ impl Fs {
         } else {
             self.commit_ino(src_attr.ino).await?;
             self.metrics.store_request("copy");
-            self.bucket
-                .store
-                .copy(&self.key(&from), &self.key(&to))
-                .await?;
+            self.bucket.store.copy(&self.key(&from), &self.key(&to)).await?;
             self.metrics.store_request("delete");
             self.bucket.store.delete(&self.key(&from)).await?;
         }
-        self.inodes
-            .lock()
-            .expect("inode lock")
-            .rename(parent, name, new_parent, new_name);
+        self.inodes.lock().expect("inode lock").rename(parent, name, new_parent, new_name);
         Ok(())
     }
 
@@ -734,22 +593,13 @@ impl Fs {
             return Err(Error::NoXattr);
         }
         self.commit_ino(ino).await?;
-        let info = self
-            .reader
-            .stat(&self.key(&i.path))
-            .await?
-            .ok_or(Error::NotFound)?;
+        let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
         let value = match name {
             "user.shrinkfs.codec" => info.codec_summary(),
             "user.shrinkfs.stored_size" => info.stored.to_string(),
-            "user.shrinkfs.ratio" => format!(
-                "{:.3}",
-                if info.stored == 0 {
-                    1.0
-                } else {
-                    info.size() as f64 / info.stored as f64
-                }
-            ),
+            "user.shrinkfs.ratio" => {
+                format!("{:.3}", if info.stored == 0 { 1.0 } else { info.size() as f64 / info.stored as f64 })
+            }
             "user.shrinkfs.format" => match info.parsed {
                 Parsed::Plain => "plain".into(),
                 Parsed::Framed { .. } => format!("shrinkfs-v{}", shrinkfs_codec::format::VERSION),

@@ -92,11 +92,7 @@ impl Default for InodeTable {
 
 /// Joins a directory path and a name.
 pub fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
-    }
+    if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
 }
 
 impl InodeTable {
@@ -112,11 +108,7 @@ impl InodeTable {
             fetched: None,
             lookups: 1,
         };
-        InodeTable {
-            by_ino: HashMap::from([(ROOT, root)]),
-            by_name: HashMap::new(),
-            next: ROOT + 1,
-        }
+        InodeTable { by_ino: HashMap::from([(ROOT, root)]), by_name: HashMap::new(), next: ROOT + 1 }
     }
 
     /// The inode with this number.
@@ -131,16 +123,12 @@ impl InodeTable {
 
     /// The inode named `name` in `parent`, if known.
     pub fn child(&self, parent: u64, name: &str) -> Option<&Inode> {
-        self.by_name
-            .get(&(parent, name.to_owned()))
-            .and_then(|i| self.by_ino.get(i))
+        self.by_name.get(&(parent, name.to_owned())).and_then(|i| self.by_ino.get(i))
     }
 
     /// Inodes known under `parent`.
     pub fn children(&self, parent: u64) -> impl Iterator<Item = &Inode> {
-        self.by_ino
-            .values()
-            .filter(move |i| i.parent == parent && i.ino != ROOT)
+        self.by_ino.values().filter(move |i| i.parent == parent && i.ino != ROOT)
     }
 
     /// Records `name` in `parent` with these attributes, keeping its inode number when the kind is
@@ -154,14 +142,7 @@ impl InodeTable {
         fetched: Option<Instant>,
         lookup: bool,
     ) -> Inode {
-        let path = join(
-            &self
-                .by_ino
-                .get(&parent)
-                .map(|p| p.path.clone())
-                .unwrap_or_default(),
-            name,
-        );
+        let path = join(&self.by_ino.get(&parent).map(|p| p.path.clone()).unwrap_or_default(), name);
         let key = (parent, name.to_owned());
         let ino = match self.by_name.get(&key).copied() {
             Some(ino) if self.by_ino.get(&ino).is_some_and(|i| i.kind == kind) => ino,
@@ -219,14 +200,7 @@ impl InodeTable {
         let Some(ino) = self.by_name.remove(&(parent, name.to_owned())) else {
             return;
         };
-        let new_path = join(
-            &self
-                .by_ino
-                .get(&new_parent)
-                .map(|p| p.path.clone())
-                .unwrap_or_default(),
-            new_name,
-        );
+        let new_path = join(&self.by_ino.get(&new_parent).map(|p| p.path.clone()).unwrap_or_default(), new_name);
         let Some(i) = self.by_ino.get_mut(&ino) else {
             return;
         };
@@ -279,11 +253,7 @@ mod tests {
         let mut t = InodeTable::new();
         let d = t.upsert(ROOT, "d", Kind::Dir, Attr::empty(), None, true);
         let f = t.upsert(d.ino, "f", Kind::File, Attr::empty(), None, true);
-        assert_eq!(
-            t.upsert(d.ino, "f", Kind::File, Attr::empty(), None, true)
-                .ino,
-            f.ino
-        );
+        assert_eq!(t.upsert(d.ino, "f", Kind::File, Attr::empty(), None, true).ino, f.ino);
         assert_eq!(t.get(f.ino).unwrap().path, "d/f");
         t.rename(ROOT, "d", ROOT, "e");
         assert_eq!(t.get(f.ino).unwrap().path, "e/f");

@@ -58,50 +58,20 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("fuse_ops", "Filesystem operations by kind", m.ops.clone());
-        registry.register(
-            "fuse_op_errors",
-            "Failed filesystem operations by kind",
-            m.op_errors.clone(),
-        );
-        registry.register(
-            "store_requests",
-            "Object store requests by kind",
-            m.store_requests.clone(),
-        );
-        registry.register(
-            "store_read_bytes",
-            "Bytes read from the object store",
-            m.store_bytes_read.clone(),
-        );
-        registry.register(
-            "store_written_bytes",
-            "Bytes written to the object store",
-            m.store_bytes_written.clone(),
-        );
-        registry.register(
-            "logical_written_bytes",
-            "Logical (uncompressed) bytes written",
-            m.raw_bytes_written.clone(),
-        );
+        registry.register("fuse_op_errors", "Failed filesystem operations by kind", m.op_errors.clone());
+        registry.register("store_requests", "Object store requests by kind", m.store_requests.clone());
+        registry.register("store_read_bytes", "Bytes read from the object store", m.store_bytes_read.clone());
+        registry.register("store_written_bytes", "Bytes written to the object store", m.store_bytes_written.clone());
+        registry.register("logical_written_bytes", "Logical (uncompressed) bytes written", m.raw_bytes_written.clone());
         registry.register("cache_hits", "Frame cache hits", m.cache_hits.clone());
         registry.register("cache_misses", "Frame cache misses", m.cache_misses.clone());
-        registry.register(
-            "frames_decoded",
-            "Frames fetched and decoded",
-            m.frames_decoded.clone(),
-        );
-        registry.register(
-            "frames_encoded",
-            "Frames encoded, by codec stored",
-            m.frames_encoded.clone(),
-        );
+        registry.register("frames_decoded", "Frames fetched and decoded", m.frames_decoded.clone());
+        registry.register("frames_encoded", "Frames encoded, by codec stored", m.frames_encoded.clone());
         Metrics { registry, ..m }
     }
 
     fn label(kind: &str) -> KindLabel {
-        KindLabel {
-            kind: kind.to_owned(),
-        }
+        KindLabel { kind: kind.to_owned() }
     }
 
     /// Counts a filesystem operation and, if it failed, its failure.
@@ -147,8 +117,7 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        prometheus_client::encoding::text::encode(&mut s, &self.registry)
-            .expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut s, &self.registry).expect("writing to a String");
         s
     }
 

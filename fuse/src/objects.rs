@@ -65,16 +65,8 @@ impl ObjectInfo {
         match &self.parsed {
             Parsed::Plain => "plain".into(),
             Parsed::Framed { layout, .. } => {
-                let names: Vec<String> = layout
-                    .codec_usage()
-                    .iter()
-                    .map(|u| u.0.to_string())
-                    .collect();
-                if names.is_empty() {
-                    "none".into()
-                } else {
-                    names.join("+")
-                }
+                let names: Vec<String> = layout.codec_usage().iter().map(|u| u.0.to_string()).collect();
+                if names.is_empty() { "none".into() } else { names.join("+") }
             }
         }
     }
@@ -98,10 +90,7 @@ pub struct Reader {
 }
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
-    Error::Codec {
-        key: path.to_string(),
-        source,
-    }
+    Error::Codec { key: path.to_string(), source }
 }
 
 /// Marks an identity made up for a store that returns no ETag; it cannot be sent as If-Match.
@@ -112,11 +101,7 @@ fn etag_of(meta: &ObjectMeta) -> Arc<str> {
     meta.e_tag
         .clone()
         .unwrap_or_else(|| {
-            format!(
-                "{SYNTHETIC}{}-{}",
-                meta.size,
-                meta.last_modified.timestamp_nanos_opt().unwrap_or(0)
-            )
+            format!("{SYNTHETIC}{}-{}", meta.size, meta.last_modified.timestamp_nanos_opt().unwrap_or(0))
         })
         .into()
 }
@@ -125,10 +110,7 @@ impl Reader {
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
-        let opts = GetOptions {
-            range: Some(GetRange::Suffix(SUGGESTED_TAIL)),
-            ..Default::default()
-        };
+        let opts = GetOptions { range: Some(GetRange::Suffix(SUGGESTED_TAIL)), ..Default::default() };
         self.metrics.store_request("get_tail");
         let (meta, range, tail) = match self.store.get_opts(path, opts).await {
             Ok(got) => {
@@ -138,10 +120,7 @@ impl Reader {
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             // Some servers (and S3 itself for empty objects) refuse a suffix longer than the
             // object with 416: ask for the size, then for a range that fits.
-            Err(e)
-                if e.to_string().contains("416")
-                    || e.to_string().contains("non-partial response") =>
-            {
+            Err(e) if e.to_string().contains("416") || e.to_string().contains("non-partial response") => {
                 self.metrics.store_request("head");
                 let meta = match self.store.head(path).await {
                     Ok(m) => m,
@@ -152,10 +131,7 @@ impl Reader {
                 let tail = if range.is_empty() {
                     Bytes::new()
                 } else {
-                    let id = ObjectId {
-                        key: path.as_ref().into(),
-                        etag: etag_of(&meta),
-                    };
+                    let id = ObjectId { key: path.as_ref().into(), etag: etag_of(&meta) };
                     self.get_range(path, &id, range.clone(), meta.size).await?
                 };
                 (meta, range, tail)
@@ -163,10 +139,7 @@ impl Reader {
             Err(e) => return Err(e.into()),
         };
         self.metrics.store_bytes(tail.len() as u64);
-        let id = ObjectId {
-            key: path.as_ref().into(),
-            etag: etag_of(&meta),
-        };
+        let id = ObjectId { key: path.as_ref().into(), etag: etag_of(&meta) };
         let parsed = match self.layouts.get(&id) {
             Some(p) => p,
             None => {
@@ -176,17 +149,8 @@ impl Reader {
             }
         };
         let last_modified = UNIX_EPOCH
-            + Duration::new(
-                meta.last_modified.timestamp().max(0) as u64,
-                meta.last_modified.timestamp_subsec_nanos(),
-            );
-        Ok(Some(ObjectInfo {
-            id,
-            path: path.clone(),
-            stored: meta.size,
-            last_modified,
-            parsed,
-        }))
+            + Duration::new(meta.last_modified.timestamp().max(0) as u64, meta.last_modified.timestamp_subsec_nanos());
+        Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified, parsed }))
     }
 
     async fn parse(
@@ -209,9 +173,7 @@ impl Reader {
                 if head_magic {
                     return Err(codec_err(
                         path,
-                        shrinkfs_codec::Error::BadMagic {
-                            what: "footer (the object looks truncated)",
-                        },
+                        shrinkfs_codec::Error::BadMagic { what: "footer (the object looks truncated)" },
                     ));
                 }
                 Ok(Parsed::Plain)
@@ -223,50 +185,20 @@ impl Reader {
                     tail
                 };
                 let layout = Layout::parse(&tail, len).map_err(|e| codec_err(path, e))?;
-                let ctx = layout
-                    .open(self.key.as_ref(), &self.dicts)
-                    .map_err(|e| codec_err(path, e))?;
-                Ok(Parsed::Framed {
-                    layout: Arc::new(layout),
-                    ctx: Arc::new(ctx),
-                })
+                let ctx = layout.open(self.key.as_ref(), &self.dicts).map_err(|e| codec_err(path, e))?;
+                Ok(Parsed::Framed { layout: Arc::new(layout), ctx: Arc::new(ctx) })
             }
         }
     }
 
     /// A ranged GET that fails (ESTALE) if the object is no longer the version `id` names.
-    /// `object_len` is the object's size: a range covering all of it is sent as a plain GET.
-    /// Servers that ignore Range (answering 200 with the whole object) get a whole-object GET
-    /// sliced here, counted as `get_whole_fallback`.
-    async fn get_range(
-        &self,
-        path: &Path,
-        id: &ObjectId,
-        range: Range<u64>,
-        object_len: u64,
-    ) -> Result<Bytes> {
-        let whole = range.start == 0 && range.end >= object_len;
+    async fn get_range(&self, path: &Path, id: &ObjectId, range: Range<u64>, object_len: u64) -> Result<Bytes> {
         let if_match = (!id.etag.starts_with(SYNTHETIC)).then(|| id.etag.to_string());
-        let opts = GetOptions {
-            range: (!whole).then_some(GetRange::Bounded(range.clone())),
-            if_match: if_match.clone(),
-            ..Default::default()
-        };
         self.metrics.store_request("get_range");
-        let bytes = match self.store.get_opts(path, opts).await {
-            Ok(got) => got.bytes().await?,
-            Err(e) if e.to_string().contains("non-partial response") => {
-                self.metrics.store_request("get_whole_fallback");
-                let opts = GetOptions {
-                    if_match,
-                    ..Default::default()
-                };
-                let all = self.store.get_opts(path, opts).await?.bytes().await?;
-                let end = (range.end as usize).min(all.len());
-                all.slice((range.start as usize).min(end)..end)
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (bytes, fell_back) = get_range(self.store.as_ref(), path, range, object_len, if_match).await?;
+        if fell_back {
+            self.metrics.store_request("get_whole_fallback");
+        }
         self.metrics.store_bytes(bytes.len() as u64);
         Ok(bytes)
     }
@@ -279,24 +211,15 @@ impl Reader {
         }
         let (layout, ctx) = match &info.parsed {
             Parsed::Plain => {
-                return Ok(self
-                    .get_range(&info.path, &info.id, range.start..end, info.stored)
-                    .await?
-                    .to_vec());
+                return Ok(self.get_range(&info.path, &info.id, range.start..end, info.stored).await?.to_vec());
             }
             Parsed::Framed { layout, ctx } => (layout, ctx),
         };
         let frames = layout.frames_for(range.start..end);
-        let mut decoded: Vec<Option<Arc<Vec<u8>>>> = frames
-            .clone()
-            .map(|f| self.chunks.get(&info.id, f as u32))
-            .collect();
-        let missing: Vec<usize> = frames
-            .clone()
-            .filter(|f| decoded[f - frames.start].is_none())
-            .collect();
-        self.metrics
-            .cache(frames.len() - missing.len(), missing.len());
+        let mut decoded: Vec<Option<Arc<Vec<u8>>>> =
+            frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
+        let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
+        self.metrics.cache(frames.len() - missing.len(), missing.len());
         if !missing.is_empty() {
             let fetched = self.fetch_frames(info, layout, ctx, &missing).await?;
             for (f, bytes) in fetched {
@@ -323,25 +246,20 @@ impl Reader {
         frames: &[usize],
     ) -> Result<Vec<(usize, Arc<Vec<u8>>)>> {
         let fetches = layout.fetches(frames, MAX_FETCH);
-        let gets = fetches
-            .iter()
-            .map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
+        let gets = fetches.iter().map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
         let blobs = futures::future::try_join_all(gets).await?;
         let mut jobs = Vec::new();
         for (fetch, blob) in fetches.into_iter().zip(blobs) {
             for f in fetch.frames.clone() {
                 let r = layout.entries[f].stored_range();
-                let slice = blob.slice(
-                    (r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize,
-                );
+                let slice = blob.slice((r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize);
                 let (layout, ctx, path) = (layout.clone(), ctx.clone(), info.path.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 rayon::spawn(move || {
                     let mut out = Vec::new();
-                    let res =
-                        decode_frame(&ctx, f as u64, &slice, Some(&layout.entries[f]), &mut out)
-                            .map(|()| out)
-                            .map_err(|e| codec_err(&path, e));
+                    let res = decode_frame(&ctx, f as u64, &slice, Some(&layout.entries[f]), &mut out)
+                        .map(|()| out)
+                        .map_err(|e| codec_err(&path, e));
                     let _ = tx.send(res);
                 });
                 jobs.push((f, rx));
@@ -349,10 +267,7 @@ impl Reader {
         }
         let mut out = Vec::with_capacity(jobs.len());
         for (f, rx) in jobs {
-            let bytes = Arc::new(
-                rx.await
-                    .map_err(|_| Error::Invalid("decoder stopped".into()))??,
-            );
+            let bytes = Arc::new(rx.await.map_err(|_| Error::Invalid("decoder stopped".into()))??);
             self.metrics.frame_decoded(bytes.len() as u64);
             self.chunks.insert(&info.id, f as u32, bytes.clone());
             out.push((f, bytes));
@@ -363,5 +278,32 @@ impl Reader {
     /// Reads a whole object version (symlink targets, staging a file for rewrite).
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
         self.read(info, 0..info.size()).await
+    }
+}
+
+/// A ranged GET of `range` of an object of `object_len` bytes. A range covering the whole object
+/// is sent as a plain GET; a server that answers a range with 200 (some S3-compatible servers do)
+/// gets a whole-object GET, sliced here — the second value says so.
+pub async fn get_range(
+    store: &dyn ObjectStore,
+    path: &Path,
+    range: Range<u64>,
+    object_len: u64,
+    if_match: Option<String>,
+) -> object_store::Result<(Bytes, bool)> {
+    let whole = range.start == 0 && range.end >= object_len;
+    let opts = GetOptions {
+        range: (!whole).then_some(GetRange::Bounded(range.clone())),
+        if_match: if_match.clone(),
+        ..Default::default()
+    };
+    match store.get_opts(path, opts).await {
+        Ok(got) => Ok((got.bytes().await?, false)),
+        Err(e) if e.to_string().contains("non-partial response") => {
+            let all = store.get_opts(path, GetOptions { if_match, ..Default::default() }).await?.bytes().await?;
+            let end = (range.end as usize).min(all.len());
+            Ok((all.slice((range.start as usize).min(end)..end), true))
+        }
+        Err(e) => Err(e),
     }
 }

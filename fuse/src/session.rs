@@ -35,18 +35,10 @@ pub fn mount(
         MountOption::NoDev,
         MountOption::NoSuid,
     ];
-    mount_options.push(if opts.read_only {
-        MountOption::RO
-    } else {
-        MountOption::RW
-    });
+    mount_options.push(if opts.read_only { MountOption::RO } else { MountOption::RW });
     let mut config = Config::default();
     config.mount_options = mount_options;
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
+    config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     Session::new(FuseAdapter::new(fs, rt), mountpoint, &config)
@@ -54,8 +46,7 @@ pub fn mount(
 
 /// Unmounts `mountpoint`: umount(2) as root, else `fusermount3 -u` / `fusermount -u`.
 pub fn unmount(mountpoint: &Path) -> Result<(), String> {
-    let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-        .map_err(|_| "bad path".to_string())?;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|_| "bad path".to_string())?;
     // SAFETY: c is a valid NUL-terminated path.
     let rc = unsafe { libc::umount2(c.as_ptr(), 0) };
     if rc == 0 {
@@ -66,29 +57,17 @@ pub fn unmount(mountpoint: &Path) -> Result<(), String> {
         Some(libc::EPERM) => {}
         Some(libc::EINVAL) => return Err(format!("{} is not a mount point", mountpoint.display())),
         Some(libc::EBUSY) => {
-            return Err(format!(
-                "{} is busy (files open or a process inside it)",
-                mountpoint.display()
-            ));
+            return Err(format!("{} is busy (files open or a process inside it)", mountpoint.display()));
         }
         _ => return Err(format!("{}: {err}", mountpoint.display())),
     }
     for tool in ["fusermount3", "fusermount"] {
-        if let Ok(out) = std::process::Command::new(tool)
-            .arg("-u")
-            .arg(mountpoint)
-            .output()
-        {
+        if let Ok(out) = std::process::Command::new(tool).arg("-u").arg(mountpoint).output() {
             if out.status.success() {
                 return Ok(());
             }
-            return Err(crate::store::one_line(&String::from_utf8_lossy(
-                &out.stderr,
-            )));
+            return Err(crate::store::one_line(&String::from_utf8_lossy(&out.stderr)));
         }
     }
-    Err(format!(
-        "{}: {err} (and no fusermount3 found)",
-        mountpoint.display()
-    ))
+    Err(format!("{}: {err} (and no fusermount3 found)", mountpoint.display()))
 }

@@ -33,22 +33,15 @@ impl Source {
         if let Some(rest) = s.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(format!(
-                    "{s:?} names no bucket (expected s3://bucket[/prefix])"
-                ));
+                return Err(format!("{s:?} names no bucket (expected s3://bucket[/prefix])"));
             }
-            return Ok(Source::S3 {
-                bucket: bucket.into(),
-                prefix: prefix.trim_matches('/').into(),
-            });
+            return Ok(Source::S3 { bucket: bucket.into(), prefix: prefix.trim_matches('/').into() });
         }
         if s == "memory://" || s == "memory:" {
             return Ok(Source::Memory);
         }
         if s.contains("://") {
-            return Err(format!(
-                "{s:?}: unsupported scheme (use a directory path, s3://bucket[/prefix] or memory://)"
-            ));
+            return Err(format!("{s:?}: unsupported scheme (use a directory path, s3://bucket[/prefix] or memory://)"));
         }
         Ok(Source::Local(PathBuf::from(s)))
     }
@@ -81,42 +74,28 @@ pub struct Bucket {
 /// Opens the store a source names. Local directories must exist.
 pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
     match source {
-        Source::Memory => Ok(Bucket {
-            store: Arc::new(InMemory::new()),
-            prefix: Path::default(),
-            describe: "memory://".into(),
-        }),
+        Source::Memory => {
+            Ok(Bucket { store: Arc::new(InMemory::new()), prefix: Path::default(), describe: "memory://".into() })
+        }
         Source::Local(dir) => {
-            let meta = std::fs::metadata(dir)
-                .map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            let meta = std::fs::metadata(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
             if !meta.is_dir() {
-                return Err(format!(
-                    "bucket directory {} is not a directory",
-                    dir.display()
-                ));
+                return Err(format!("bucket directory {} is not a directory", dir.display()));
             }
             let store = LocalFileSystem::new_with_prefix(dir)
                 .map_err(|e| format!("bucket directory {}: {e}", dir.display()))?
                 .with_automatic_cleanup(true);
-            Ok(Bucket {
-                store: Arc::new(store),
-                prefix: Path::default(),
-                describe: dir.display().to_string(),
-            })
+            Ok(Bucket { store: Arc::new(store), prefix: Path::default(), describe: dir.display().to_string() })
         }
         Source::S3 { bucket, prefix } => {
             let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
             if let Some(region) = &s3.region {
                 b = b.with_region(region);
-            } else if std::env::var_os("AWS_REGION").is_none()
-                && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-            {
+            } else if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
                 b = b.with_region("us-east-1");
             }
             if let Some(url) = &s3.endpoint_url {
-                b = b
-                    .with_endpoint(url)
-                    .with_virtual_hosted_style_request(false);
+                b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
                 if url.starts_with("http://") {
                     b = b.with_allow_http(true);
                 }
@@ -130,11 +109,7 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let store = b.build().map_err(|e| format!("s3://{bucket}: {e}"))?;
             let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
             let describe = format!("s3://{bucket}/{prefix}");
-            Ok(Bucket {
-                store: Arc::new(store),
-                prefix,
-                describe,
-            })
+            Ok(Bucket { store: Arc::new(store), prefix, describe })
         }
     }
 }
@@ -146,10 +121,7 @@ impl Bucket {
         let mut list = self.store.list(Some(&self.prefix));
         let first = tokio::time::timeout(std::time::Duration::from_secs(30), list.next()).await;
         match first {
-            Err(_) => Err(format!(
-                "{}: no answer within 30 s (is the endpoint reachable?)",
-                self.describe
-            )),
+            Err(_) => Err(format!("{}: no answer within 30 s (is the endpoint reachable?)", self.describe)),
             Ok(Some(Err(e))) => Err(format!("{}: {}", self.describe, one_line(&e.to_string()))),
             Ok(_) => Ok(()),
         }
@@ -157,25 +129,16 @@ impl Bucket {
 
     /// The full key of a path relative to the prefix.
     pub fn key(&self, rel: &str) -> Path {
-        let mut parts: Vec<object_store::path::PathPart<'static>> = self
-            .prefix
-            .parts()
-            .map(|p| p.as_ref().to_owned().into())
-            .collect();
-        parts.extend(
-            rel.split('/')
-                .filter(|s| !s.is_empty())
-                .map(|s| object_store::path::PathPart::from(s.to_owned())),
-        );
+        let mut parts: Vec<object_store::path::PathPart<'static>> =
+            self.prefix.parts().map(|p| p.as_ref().to_owned().into()).collect();
+        parts
+            .extend(rel.split('/').filter(|s| !s.is_empty()).map(|s| object_store::path::PathPart::from(s.to_owned())));
         Path::from_iter(parts)
     }
 
     /// The path relative to the prefix of a full key.
     pub fn rel(&self, key: &Path) -> Option<String> {
-        let parts: Vec<_> = key
-            .prefix_match(&self.prefix)?
-            .map(|p| p.as_ref().to_owned())
-            .collect();
+        let parts: Vec<_> = key.prefix_match(&self.prefix)?.map(|p| p.as_ref().to_owned()).collect();
         Some(parts.join("/"))
     }
 }
@@ -191,36 +154,17 @@ mod tests {
 
     #[test]
     fn sources_parse() {
-        assert_eq!(
-            Source::parse("s3://b/p/q/").unwrap(),
-            Source::S3 {
-                bucket: "b".into(),
-                prefix: "p/q".into()
-            }
-        );
-        assert_eq!(
-            Source::parse("s3://b").unwrap(),
-            Source::S3 {
-                bucket: "b".into(),
-                prefix: "".into()
-            }
-        );
+        assert_eq!(Source::parse("s3://b/p/q/").unwrap(), Source::S3 { bucket: "b".into(), prefix: "p/q".into() });
+        assert_eq!(Source::parse("s3://b").unwrap(), Source::S3 { bucket: "b".into(), prefix: "".into() });
         assert_eq!(Source::parse("memory://").unwrap(), Source::Memory);
-        assert_eq!(
-            Source::parse("/data").unwrap(),
-            Source::Local("/data".into())
-        );
+        assert_eq!(Source::parse("/data").unwrap(), Source::Local("/data".into()));
         assert!(Source::parse("s3://").is_err());
         assert!(Source::parse("gs://x").is_err());
     }
 
     #[test]
     fn keys_join_prefix_and_relative_path() {
-        let b = Bucket {
-            store: Arc::new(InMemory::new()),
-            prefix: Path::from("base/dir"),
-            describe: String::new(),
-        };
+        let b = Bucket { store: Arc::new(InMemory::new()), prefix: Path::from("base/dir"), describe: String::new() };
         assert_eq!(b.key("a/b.txt").as_ref(), "base/dir/a/b.txt");
         assert_eq!(b.rel(&Path::from("base/dir/a/b.txt")).unwrap(), "a/b.txt");
         assert!(b.rel(&Path::from("other/x")).is_none());
@@ -228,11 +172,7 @@ mod tests {
 
     #[test]
     fn a_missing_local_bucket_is_a_clear_error() {
-        let e = open(
-            &Source::Local("/nonexistent/bucket".into()),
-            &S3Options::default(),
-        )
-        .unwrap_err();
+        let e = open(&Source::Local("/nonexistent/bucket".into()), &S3Options::default()).unwrap_err();
         assert!(e.contains("/nonexistent/bucket"), "{e}");
     }
 }

@@ -13,8 +13,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload, PutResult, WriteMultipart};
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter,
-    decode_payload, encode_frame,
+    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, decode_payload,
+    encode_frame,
 };
 use tokio::sync::oneshot;
 
@@ -73,8 +73,7 @@ impl Upload {
         spill: Option<File>,
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
-        let codec: Arc<dyn Codec> =
-            Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
+        let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
         let mut u = Upload {
@@ -149,9 +148,7 @@ impl Upload {
                 break;
             };
             let frame = if wait {
-                front
-                    .await
-                    .map_err(|_| Error::Invalid("encoder stopped".into()))?
+                front.await.map_err(|_| Error::Invalid("encoder stopped".into()))?
             } else {
                 match front.try_recv() {
                     Ok(f) => f,
@@ -221,24 +218,13 @@ impl Upload {
             }
             None => {
                 self.metrics.store_request("put");
-                self.store
-                    .put(
-                        &self.path,
-                        PutPayload::from(std::mem::take(&mut self.buffer)),
-                    )
-                    .await?
+                self.store.put(&self.path, PutPayload::from(std::mem::take(&mut self.buffer))).await?
             }
         };
         self.metrics.object_written(raw, self.stored);
-        let layout = Layout::parse(&tail, self.stored).map_err(|e| Error::Codec {
-            key: self.path.to_string(),
-            source: e,
-        })?;
-        Ok(Written {
-            put,
-            stored: self.stored,
-            layout,
-        })
+        let layout =
+            Layout::parse(&tail, self.stored).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
+        Ok(Written { put, stored: self.stored, layout })
     }
 
     /// Cancels the upload: nothing appears under the key.
@@ -254,10 +240,7 @@ impl Upload {
         self.drain(true).await?;
         let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
         let rest = cutter.finish().unwrap_or_default();
-        let mut spill = self
-            .spill
-            .take()
-            .ok_or_else(|| Error::Invalid("upload has no spill file".into()))?;
+        let mut spill = self.spill.take().ok_or_else(|| Error::Invalid("upload has no spill file".into()))?;
         if let Some(mp) = self.multipart.take() {
             let _ = mp.abort().await;
         }
@@ -272,22 +255,12 @@ impl Upload {
                 break;
             }
             dec.feed(&chunk[..n]);
-            while let Some(item) = dec.next_item().map_err(|e| Error::Codec {
-                key: self.path.to_string(),
-                source: e,
-            })? {
-                if let Item::Frame {
-                    frame,
-                    header,
-                    payload,
-                } = item
-                {
-                    decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw).map_err(
-                        |e| Error::Codec {
-                            key: self.path.to_string(),
-                            source: e,
-                        },
-                    )?;
+            while let Some(item) =
+                dec.next_item().map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?
+            {
+                if let Item::Frame { frame, header, payload } = item {
+                    decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw)
+                        .map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
                     out.write_all_at(&raw, at)?;
                     at += raw.len() as u64;
                 }

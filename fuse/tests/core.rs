@@ -12,11 +12,7 @@ use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::{Error, Fs, FsConfig};
 
 fn bucket(store: &Arc<InMemory>) -> Bucket {
-    Bucket {
-        store: store.clone(),
-        prefix: Path::from("pre"),
-        describe: "memory".into(),
-    }
+    Bucket { store: store.clone(), prefix: Path::from("pre"), describe: "memory".into() }
 }
 
 fn fs_on(store: &Arc<InMemory>, cfg: FsConfig) -> Fs {
@@ -25,29 +21,21 @@ fn fs_on(store: &Arc<InMemory>, cfg: FsConfig) -> Fs {
 
 fn small_frames() -> FsConfig {
     FsConfig {
-        encode: EncodeConfig {
-            frame_size: 4096,
-            ..Default::default()
-        },
+        encode: EncodeConfig { frame_size: 4096, ..Default::default() },
         metadata_ttl: std::time::Duration::ZERO,
         ..FsConfig::default()
     }
 }
 
 fn text(n: usize) -> Vec<u8> {
-    (0..n)
-        .map(|i| b"abcdefghij klmnop\n"[i % 18] ^ ((i / 997) as u8 & 1))
-        .collect()
+    (0..n).map(|i| b"abcdefghij klmnop\n"[i % 18] ^ ((i / 997) as u8 & 1)).collect()
 }
 
 async fn write_file(fs: &Fs, parent: u64, name: &str, data: &[u8], piece: usize) -> u64 {
     let (attr, fh) = fs.create(parent, name, 0o640, 1000, 1000).await.unwrap();
     let mut off = 0;
     for chunk in data.chunks(piece) {
-        assert_eq!(
-            fs.write(fh, off, chunk).await.unwrap() as usize,
-            chunk.len()
-        );
+        assert_eq!(fs.write(fh, off, chunk).await.unwrap() as usize, chunk.len());
         off += chunk.len() as u64;
     }
     fs.flush(fh).await.unwrap();
@@ -83,18 +71,9 @@ async fn written_files_read_back_here_after_a_remount_and_through_unpack() {
     let ino = write_file(&fs, ROOT, "a.log", &data, 7000).await;
     assert_eq!(fs.getattr(ino).await.unwrap().size, data.len() as u64);
     assert_eq!(read_file(&fs, ino).await, data);
-    let object = stored(&store, "pre/a.log")
-        .await
-        .expect("object under the same key");
-    assert!(
-        object.len() < data.len() / 2,
-        "not compressed: {}",
-        object.len()
-    );
-    assert_eq!(
-        shrinkfs_codec::decode_all(&object, None, &[]).unwrap(),
-        data
-    );
+    let object = stored(&store, "pre/a.log").await.expect("object under the same key");
+    assert!(object.len() < data.len() / 2, "not compressed: {}", object.len());
+    assert_eq!(shrinkfs_codec::decode_all(&object, None, &[]).unwrap(), data);
     let fs2 = fs_on(&store, small_frames());
     let a = fs2.lookup(ROOT, "a.log").await.unwrap();
     assert_eq!((a.size, a.perm, a.uid), (data.len() as u64, 0o640, 1000));
@@ -110,28 +89,19 @@ async fn large_files_stream_as_multipart_and_nothing_is_visible_before_close() {
     let mut big = vec![0u8; 20 << 20];
     let mut x = 1u64;
     for (i, b) in big.iter_mut().enumerate() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *b = if i % 3 == 0 { (x >> 56) as u8 } else { b'x' };
     }
     let (attr, fh) = fs.create(ROOT, "big", 0o644, 0, 0).await.unwrap();
     for (i, chunk) in big.chunks(128 << 10).enumerate() {
         fs.write(fh, (i * (128 << 10)) as u64, chunk).await.unwrap();
         if i == 100 {
-            assert!(
-                stored(&store, "pre/big").await.is_none(),
-                "partial object visible"
-            );
+            assert!(stored(&store, "pre/big").await.is_none(), "partial object visible");
         }
     }
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
-    assert!(
-        fs.metrics()
-            .value("shrinkfs_store_requests_total{kind=\"multipart_complete\"}")
-            >= 1
-    );
+    assert!(fs.metrics().value("shrinkfs_store_requests_total{kind=\"multipart_complete\"}") >= 1);
     assert_eq!(read_file(&fs, attr.ino).await, big);
 }
 
@@ -158,9 +128,7 @@ async fn random_offsets_appends_and_truncates_are_staged_and_reencoded() {
     fs.release(fh).await.unwrap();
     assert_eq!(read_file(&fs, ino).await, model);
     // Truncate through setattr with no open handle.
-    fs.setattr(ino, Some(12_345), None, None, None, None)
-        .await
-        .unwrap();
+    fs.setattr(ino, Some(12_345), None, None, None, None).await.unwrap();
     model.truncate(12_345);
     let fs2 = fs_on(&store, small_frames());
     let db = fs2.lookup(ROOT, "db").await.unwrap();
@@ -178,10 +146,7 @@ async fn directories_renames_unlinks_and_symlinks() {
     let store = Arc::new(InMemory::new());
     let fs = fs_on(&store, small_frames());
     let d = fs.mkdir(ROOT, "d", 0o750).await.unwrap();
-    assert!(matches!(
-        fs.mkdir(ROOT, "d", 0o750).await,
-        Err(Error::Exists)
-    ));
+    assert!(matches!(fs.mkdir(ROOT, "d", 0o750).await, Err(Error::Exists)));
     let f = write_file(&fs, d.ino, "f.txt", b"inside", 4).await;
     assert!(matches!(fs.rmdir(ROOT, "d").await, Err(Error::NotEmpty)));
     // An empty directory survives a remount through its marker.
@@ -189,53 +154,24 @@ async fn directories_renames_unlinks_and_symlinks() {
     let fs2 = fs_on(&store, small_frames());
     let d2 = fs2.lookup(ROOT, "d").await.unwrap();
     let dh = fs2.opendir(d2.ino).await.unwrap();
-    let names: Vec<String> = fs2
-        .readdir(dh, d2.ino, 0)
-        .unwrap()
-        .into_iter()
-        .map(|(_, e)| e.name)
-        .collect();
+    let names: Vec<String> = fs2.readdir(dh, d2.ino, 0).unwrap().into_iter().map(|(_, e)| e.name).collect();
     assert_eq!(names, [".", "..", "empty", "f.txt"]);
     // Rename a file, then the directory holding it.
-    fs.rename(d.ino, "f.txt", ROOT, "g.txt", false)
-        .await
-        .unwrap();
+    fs.rename(d.ino, "f.txt", ROOT, "g.txt", false).await.unwrap();
     assert!(stored(&store, "pre/d/f.txt").await.is_none());
     assert_eq!(read_file(&fs, f).await, b"inside");
     fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
     assert!(fs.lookup(ROOT, "d").await.is_err());
-    assert_eq!(
-        fs.lookup(fs.lookup(ROOT, "e").await.unwrap().ino, "empty")
-            .await
-            .unwrap()
-            .kind,
-        Kind::Dir
-    );
-    assert!(matches!(
-        fs.rename(ROOT, "g.txt", ROOT, "e", false).await,
-        Err(Error::IsDir)
-    ));
+    assert_eq!(fs.lookup(fs.lookup(ROOT, "e").await.unwrap().ino, "empty").await.unwrap().kind, Kind::Dir);
+    assert!(matches!(fs.rename(ROOT, "g.txt", ROOT, "e", false).await, Err(Error::IsDir)));
     // Symlinks.
     let l = fs.symlink(ROOT, "link", "e/empty", 0, 0).await.unwrap();
     assert_eq!(fs.readlink(l.ino).await.unwrap(), b"e/empty");
-    assert_eq!(
-        fs_on(&store, small_frames())
-            .lookup(ROOT, "link")
-            .await
-            .unwrap()
-            .kind,
-        Kind::Symlink
-    );
+    assert_eq!(fs_on(&store, small_frames()).lookup(ROOT, "link").await.unwrap().kind, Kind::Symlink);
     // Unlink and rmdir.
     fs.unlink(ROOT, "g.txt").await.unwrap();
-    assert!(matches!(
-        fs.lookup(ROOT, "g.txt").await,
-        Err(Error::NotFound)
-    ));
-    assert!(matches!(
-        fs.unlink(ROOT, "g.txt").await,
-        Err(Error::NotFound)
-    ));
+    assert!(matches!(fs.lookup(ROOT, "g.txt").await, Err(Error::NotFound)));
+    assert!(matches!(fs.unlink(ROOT, "g.txt").await, Err(Error::NotFound)));
     let e = fs.lookup(ROOT, "e").await.unwrap();
     fs.rmdir(e.ino, "empty").await.unwrap();
     fs.rmdir(ROOT, "e").await.unwrap();
@@ -248,48 +184,26 @@ async fn chmod_chown_and_mtime_persist_with_the_object() {
     let fs = fs_on(&store, small_frames());
     let ino = write_file(&fs, ROOT, "f", b"data", 4).await;
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-    fs.setattr(ino, None, Some(0o600), Some(42), Some(43), Some(t))
-        .await
-        .unwrap();
-    let a = fs_on(&store, small_frames())
-        .lookup(ROOT, "f")
-        .await
-        .unwrap();
-    assert_eq!(
-        (a.perm, a.uid, a.gid, a.mtime, a.size),
-        (0o600, 42, 43, t, 4)
-    );
+    fs.setattr(ino, None, Some(0o600), Some(42), Some(43), Some(t)).await.unwrap();
+    let a = fs_on(&store, small_frames()).lookup(ROOT, "f").await.unwrap();
+    assert_eq!((a.perm, a.uid, a.gid, a.mtime, a.size), (0o600, 42, 43, t, 4));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_objects_read_as_plain_bytes_and_xattrs_describe_objects() {
     let store = Arc::new(InMemory::new());
-    store
-        .put(&Path::from("pre/plain.csv"), b"a,b\n1,2\n".to_vec().into())
-        .await
-        .unwrap();
+    store.put(&Path::from("pre/plain.csv"), b"a,b\n1,2\n".to_vec().into()).await.unwrap();
     let fs = fs_on(&store, small_frames());
     let p = fs.lookup(ROOT, "plain.csv").await.unwrap();
     assert_eq!(p.size, 8);
     assert_eq!(read_file(&fs, p.ino).await, b"a,b\n1,2\n");
-    assert_eq!(
-        fs.getxattr(p.ino, "user.shrinkfs.codec").await.unwrap(),
-        b"plain"
-    );
+    assert_eq!(fs.getxattr(p.ino, "user.shrinkfs.codec").await.unwrap(), b"plain");
     let ino = write_file(&fs, ROOT, "t", &text(40_000), 4096).await;
-    assert_eq!(
-        fs.getxattr(ino, "user.shrinkfs.codec").await.unwrap(),
-        b"zstd"
-    );
-    let ratio: f64 = String::from_utf8(fs.getxattr(ino, "user.shrinkfs.ratio").await.unwrap())
-        .unwrap()
-        .parse()
-        .unwrap();
+    assert_eq!(fs.getxattr(ino, "user.shrinkfs.codec").await.unwrap(), b"zstd");
+    let ratio: f64 =
+        String::from_utf8(fs.getxattr(ino, "user.shrinkfs.ratio").await.unwrap()).unwrap().parse().unwrap();
     assert!(ratio > 2.0, "{ratio}");
-    assert!(matches!(
-        fs.getxattr(ino, "user.other").await,
-        Err(Error::NoXattr)
-    ));
+    assert!(matches!(fs.getxattr(ino, "user.other").await, Err(Error::NoXattr)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,18 +215,12 @@ async fn corrupt_objects_and_wrong_keys_are_errors_not_data() {
     write_file(&fs, ROOT, "secret", &text(20_000), 1000).await;
     let mut wrong = small_frames();
     wrong.encode.key = Some(MasterKey::from_bytes(&[8; 32]).unwrap());
-    let e = fs_on(&store, wrong)
-        .lookup(ROOT, "secret")
-        .await
-        .unwrap_err();
+    let e = fs_on(&store, wrong).lookup(ROOT, "secret").await.unwrap_err();
     assert_eq!(e.errno(), libc::EACCES, "{e}");
     // Flip a byte inside a frame: the read fails with EIO instead of returning bytes.
     let mut obj = stored(&store, "pre/secret").await.unwrap();
     obj[300] ^= 0x10;
-    store
-        .put(&Path::from("pre/secret"), obj.into())
-        .await
-        .unwrap();
+    store.put(&Path::from("pre/secret"), obj.into()).await.unwrap();
     let mut right = small_frames();
     right.encode.key = Some(MasterKey::from_bytes(&[7; 32]).unwrap());
     let fs3 = fs_on(&store, right);
@@ -322,10 +230,7 @@ async fn corrupt_objects_and_wrong_keys_are_errors_not_data() {
     let mut errors = 0;
     for off in (0..20_000).step_by(4096) {
         match fs3.read(fh, off, 4096).await {
-            Ok(bytes) => assert_eq!(
-                bytes,
-                text(20_000)[off as usize..(off as usize + 4096).min(20_000)]
-            ),
+            Ok(bytes) => assert_eq!(bytes, text(20_000)[off as usize..(off as usize + 4096).min(20_000)]),
             Err(e) => {
                 assert_eq!(e.errno(), libc::EIO, "{e}");
                 errors += 1;
@@ -351,10 +256,7 @@ async fn a_handle_never_mixes_two_versions_of_an_object() {
     // The old handle reads a frame it has not cached yet: stale, not a mix.
     match fs.read(fh, 16_000, 10).await {
         Err(e) => assert_eq!(e.errno(), libc::ESTALE, "{e}"),
-        Ok(bytes) => assert_eq!(
-            bytes, b"1111111111",
-            "a pinned handle may only serve its own version"
-        ),
+        Ok(bytes) => assert_eq!(bytes, b"1111111111", "a pinned handle may only serve its own version"),
     }
     fs.release(fh).await.unwrap();
     assert_eq!(read_file(&fs, ino).await, vec![b'2'; 20_000]);
@@ -372,12 +274,6 @@ async fn read_only_mounts_refuse_changes_and_unlinked_open_files_are_not_resurre
     let mut ro = small_frames();
     ro.read_only = true;
     let fs = fs_on(&store, ro);
-    assert!(matches!(
-        fs.create(ROOT, "x", 0o644, 0, 0).await,
-        Err(Error::ReadOnly)
-    ));
-    assert!(matches!(
-        fs.mkdir(ROOT, "x", 0o755).await,
-        Err(Error::ReadOnly)
-    ));
+    assert!(matches!(fs.create(ROOT, "x", 0o644, 0, 0).await, Err(Error::ReadOnly)));
+    assert!(matches!(fs.mkdir(ROOT, "x", 0o755).await, Err(Error::ReadOnly)));
 }

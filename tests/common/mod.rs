@@ -26,19 +26,12 @@ pub fn mount_unavailable() -> Option<String> {
 
 /// Path of an executable on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
 }
 
 fn is_mounted(dir: &Path) -> bool {
     let want = dir.to_str().unwrap();
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(want))
+    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(want))
 }
 
 /// A running mount; unmounted (and the process reaped) on drop.
@@ -54,34 +47,19 @@ pub fn mount(source: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> 
     std::fs::create_dir_all(dir).unwrap();
     let log = dir.with_extension("log");
     let mut cmd = Command::new(bin());
-    cmd.arg("mount")
-        .arg(source)
-        .arg(dir)
-        .args(extra)
-        .args(["--metadata-ttl", "0"]);
+    cmd.arg("mount").arg(source).arg(dir).args(extra).args(["--metadata-ttl", "0"]);
     cmd.envs(env.iter().copied()).env("RUST_LOG", "warn");
-    cmd.stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
     let mut child = cmd.spawn().expect("start shrinkfs mount");
     let start = Instant::now();
     while !is_mounted(dir) {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "mount exited with {status}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
+            panic!("mount exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "mount did not appear within 20 s"
-        );
+        assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear within 20 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Mounted {
-        child: Some(child),
-        dir: dir.to_path_buf(),
-        log,
-    }
+    Mounted { child: Some(child), dir: dir.to_path_buf(), log }
 }
 
 impl Mounted {
@@ -96,11 +74,7 @@ impl Mounted {
         };
         let start = Instant::now();
         loop {
-            let out = Command::new(bin())
-                .arg("unmount")
-                .arg(&self.dir)
-                .output()
-                .unwrap();
+            let out = Command::new(bin()).arg("unmount").arg(&self.dir).output().unwrap();
             if out.status.success() || !is_mounted(&self.dir) {
                 break;
             }
@@ -126,10 +100,7 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- mount log ---\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
+            eprintln!("--- mount log ---\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
             let _ = self.child.as_mut().map(|c| c.kill());
             let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
             return;
@@ -151,31 +122,16 @@ pub const S3_KEY: (&str, &str) = ("shrinkfstest", "shrinkfstestsecret");
 /// Path of the rclone the test set-up installed, if any.
 pub fn rclone() -> Option<PathBuf> {
     let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/bin/rclone");
-    if local.is_file() {
-        Some(local)
-    } else {
-        which("rclone")
-    }
+    if local.is_file() { Some(local) } else { which("rclone") }
 }
 
 /// Starts `rclone serve s3` on a free loopback port.
 pub fn s3_server(root: &Path) -> Option<S3Server> {
     let rclone = rclone()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
     let child = Command::new(rclone)
-        .args([
-            "serve",
-            "s3",
-            "--addr",
-            &addr,
-            "--auth-key",
-            &format!("{},{}", S3_KEY.0, S3_KEY.1),
-        ])
+        .args(["serve", "s3", "--addr", &addr, "--auth-key", &format!("{},{}", S3_KEY.0, S3_KEY.1)])
         .args(["--config", "/dev/null", "--vfs-cache-mode", "off"])
         .arg(root)
         .stdout(Stdio::null())
@@ -184,26 +140,16 @@ pub fn s3_server(root: &Path) -> Option<S3Server> {
         .ok()?;
     let start = Instant::now();
     while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "rclone serve s3 did not start"
-        );
+        assert!(start.elapsed() < Duration::from_secs(20), "rclone serve s3 did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(S3Server {
-        child,
-        endpoint: format!("http://{addr}"),
-    })
+    Some(S3Server { child, endpoint: format!("http://{addr}") })
 }
 
 impl S3Server {
     /// Environment for shrinkfs to reach this server.
     pub fn env(&self) -> Vec<(&'static str, &'static str)> {
-        vec![
-            ("AWS_ACCESS_KEY_ID", S3_KEY.0),
-            ("AWS_SECRET_ACCESS_KEY", S3_KEY.1),
-            ("AWS_REGION", "us-east-1"),
-        ]
+        vec![("AWS_ACCESS_KEY_ID", S3_KEY.0), ("AWS_SECRET_ACCESS_KEY", S3_KEY.1), ("AWS_REGION", "us-east-1")]
     }
 }
 
@@ -219,9 +165,7 @@ pub fn text(n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n + 64);
     let mut i = 0u64;
     while out.len() < n {
-        out.extend_from_slice(
-            format!("{i} GET /api/items/{} 200 {}\n", i % 97, i * 31 % 5000).as_bytes(),
-        );
+        out.extend_from_slice(format!("{i} GET /api/items/{} 200 {}\n", i % 97, i * 31 % 5000).as_bytes());
         i += 1;
     }
     out.truncate(n);
