@@ -361,3 +361,37 @@ fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
     drop(f);
     m.unmount();
 }
+
+#[test]
+fn the_mount_helper_turns_fstab_options_into_flags() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    fs::write(bucket.join("plain.txt"), b"from another tool").unwrap();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/mount.shrinkfs");
+    let o = Command::new(&helper)
+        .arg(&bucket)
+        .arg(&mnt)
+        .args(["-o", "ro,codec=lz4,frame_size=256K,_netdev,nofail"])
+        .env("SHRINKFS", common::bin())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(fs::read(mnt.join("plain.txt")).unwrap(), b"from another tool");
+        assert_eq!(errno_of(&fs::write(mnt.join("new.txt"), b"x").unwrap_err()), libc::EROFS);
+    });
+    let u = Command::new(common::bin()).arg("unmount").arg(&mnt).output().unwrap();
+    assert!(u.status.success(), "{}", String::from_utf8_lossy(&u.stderr));
+    result.unwrap();
+    let bad = Command::new(&helper)
+        .arg(&bucket)
+        .arg(&mnt)
+        .args(["-o", "bogus=1"])
+        .env("SHRINKFS", common::bin())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("unknown option bogus=1"));
+}

@@ -168,6 +168,11 @@ async fn directories_renames_unlinks_and_symlinks() {
     let l = fs.symlink(ROOT, "link", "e/empty", 0, 0).await.unwrap();
     assert_eq!(fs.readlink(l.ino).await.unwrap(), b"e/empty");
     assert_eq!(fs_on(&store, small_frames()).lookup(ROOT, "link").await.unwrap().kind, Kind::Symlink);
+    assert!(matches!(fs.rename(ROOT, "link", ROOT, "g.txt", true).await, Err(Error::Exists)));
+    // Directory modes are kept in memory only.
+    let e_ino = fs.lookup(ROOT, "e").await.unwrap().ino;
+    assert_eq!(fs.setattr(e_ino, None, Some(0o700), None, None, None).await.unwrap().perm, 0o700);
+    assert_eq!(fs.getattr(e_ino).await.unwrap().perm, 0o700);
     // Unlink and rmdir.
     fs.unlink(ROOT, "g.txt").await.unwrap();
     assert!(matches!(fs.lookup(ROOT, "g.txt").await, Err(Error::NotFound)));
