@@ -38,6 +38,42 @@ pub enum Command {
     Unmount(UnmountArgs),
     /// Write one of the benchmark corpora (deterministic, made by shrinkfs itself).
     Corpus(CorpusArgs),
+    /// Measure things.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `shrinkfs bench ...`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Ratio and host-to-host GB/s of every CPU and GPU codec, plus the small-object case.
+    Codecs(BenchCodecsArgs),
+}
+
+/// `shrinkfs bench codecs`.
+#[derive(Debug, Args)]
+pub struct BenchCodecsArgs {
+    /// Corpora to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "logs,json,numeric,random")]
+    pub corpora: Vec<CorpusKind>,
+    /// Bytes of each corpus.
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    pub size: u64,
+    /// Frame sizes.
+    #[arg(long, value_delimiter = ',', default_value = "64K,1M", value_parser = crate::size::parse_size)]
+    pub frame_sizes: Vec<u64>,
+    /// Runs per figure (the best is kept).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Number of small objects.
+    #[arg(long, default_value_t = 1000)]
+    pub small_count: usize,
+    /// Size of each small object.
+    #[arg(long, default_value = "8K", value_parser = crate::size::parse_size)]
+    pub small_size: u64,
+    /// Also write the rows as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `shrinkfs mount`.
@@ -84,6 +120,9 @@ pub struct MountArgs {
     /// Threads serving kernel requests.
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
+    /// Serve Prometheus metrics over HTTP at this address, e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `shrinkfs unmount`.
@@ -93,15 +132,29 @@ pub struct UnmountArgs {
     pub mountpoint: PathBuf,
 }
 
-/// Codecs selectable on the command line.
+/// Codecs selectable on the command line. zstd, lz4, deflate and snappy run on the GPU when one
+/// is used (`--gpu`) and on the CPU otherwise, in the same format; the gpu-only codecs need nVCOMP
+/// to decode and fall back to zstd level 1 when written without a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CodecChoice {
-    /// zstd (levels 1 to 19).
+    /// zstd (levels 1 to 19; the GPU ignores the level).
     Zstd,
     /// LZ4 block format (fast, lower ratio).
     Lz4,
+    /// Raw deflate (RFC 1951).
+    Deflate,
+    /// Snappy.
+    Snappy,
     /// Store frames uncompressed (still framed, checksummed and optionally sealed).
     None,
+    /// nVCOMP GDeflate (GPU-only format).
+    Gdeflate,
+    /// nVCOMP Cascaded, for typed numeric data (GPU-only format; see --gpu-data-type).
+    Cascaded,
+    /// nVCOMP Bitcomp, for typed numeric data (GPU-only format).
+    Bitcomp,
+    /// nVCOMP ANS (GPU-only format).
+    Ans,
 }
 
 impl From<CodecChoice> for CodecId {
@@ -109,8 +162,73 @@ impl From<CodecChoice> for CodecId {
         match c {
             CodecChoice::Zstd => CodecId::Zstd,
             CodecChoice::Lz4 => CodecId::Lz4,
+            CodecChoice::Deflate => CodecId::Deflate,
+            CodecChoice::Snappy => CodecId::Snappy,
             CodecChoice::None => CodecId::None,
+            CodecChoice::Gdeflate => CodecId::GDeflate,
+            CodecChoice::Cascaded => CodecId::Cascaded,
+            CodecChoice::Bitcomp => CodecId::Bitcomp,
+            CodecChoice::Ans => CodecId::Ans,
         }
+    }
+}
+
+/// Whether to compress on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GpuChoice {
+    /// When one is found (the default); a line in the log says why not otherwise.
+    Auto,
+    /// Require a GPU: fail at start without one.
+    On,
+    /// Never.
+    Off,
+}
+
+/// GPU dispatcher settings.
+#[derive(Debug, Clone, Args)]
+pub struct GpuArgs {
+    /// Use the GPU for compression.
+    #[arg(long, value_enum, default_value_t = GpuChoice::Auto)]
+    pub gpu: GpuChoice,
+    /// Frames of at least this size launch on the GPU at once; smaller ones are batched.
+    #[arg(long, default_value = "16M", value_parser = crate::size::parse_size)]
+    pub gpu_min_bytes: u64,
+    /// Most frames in one GPU launch.
+    #[arg(long, default_value_t = 1024)]
+    pub gpu_batch_max_items: usize,
+    /// Longest a small frame waits for others to share its launch, in milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub gpu_batch_window_ms: f64,
+    /// A batch launches as soon as this many bytes wait.
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    pub gpu_batch_floor_bytes: u64,
+    /// nVCOMP data type of the data, for cascaded and bitcomp: char, short, int, longlong (and u* forms).
+    #[arg(long, default_value = "char", value_parser = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"])]
+    pub gpu_data_type: String,
+}
+
+impl GpuArgs {
+    /// Starts the dispatcher these arguments describe.
+    pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+        use shrinkfs_codec::dispatch::{DispatchConfig, Dispatcher, GpuPolicy};
+        let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
+            .iter()
+            .position(|t| *t == self.gpu_data_type)
+            .unwrap_or(0) as i32;
+        let cfg = DispatchConfig {
+            policy: match self.gpu {
+                GpuChoice::Auto => GpuPolicy::Auto,
+                GpuChoice::On => GpuPolicy::On,
+                GpuChoice::Off => GpuPolicy::Off,
+            },
+            min_bytes: self.gpu_min_bytes as usize,
+            batch_max_items: self.gpu_batch_max_items.max(1),
+            batch_window: std::time::Duration::from_secs_f64(self.gpu_batch_window_ms.max(0.0) / 1000.0),
+            batch_floor_bytes: self.gpu_batch_floor_bytes as usize,
+            data_type,
+            ..DispatchConfig::default()
+        };
+        Dispatcher::new(cfg).map_err(|e| UsageError(e).into())
     }
 }
 
@@ -131,6 +249,8 @@ pub struct CodecArgs {
     pub dict: Option<PathBuf>,
     #[command(flatten)]
     pub key: KeyArgs,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
 }
 
 /// The encryption key.
@@ -168,6 +288,9 @@ impl CodecArgs {
         let frame_size = u32::try_from(self.frame_size)
             .map_err(|_| UsageError(format!("frame size {} is too large", self.frame_size)))?;
         let dict = load_dict(&self.dict)?;
+        if CodecId::from(self.codec).gpu_only() && self.gpu.gpu == GpuChoice::Off {
+            return Err(UsageError(format!("codec {:?} needs the GPU; drop --gpu off", self.codec)).into());
+        }
         if dict.is_some() && self.codec != CodecChoice::Zstd {
             return Err(UsageError("--dict works with --codec zstd only".into()).into());
         }

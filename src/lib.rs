@@ -1,6 +1,7 @@
 //! shrinkfs: the command-line front end and the pieces tests and benches reach (pack/unpack
 //! pipelines, corpora, sizes, exit codes).
 
+pub mod bench;
 pub mod cli;
 pub mod corpus;
 pub mod exit;
@@ -24,10 +25,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(a) => {
             let config = a.codec.to_config()?;
+            let dispatcher = a.codec.gpu.dispatcher()?;
             let mut input = open_input(&a.input, &a.s3)?;
             let mut out = Output::create(&a.output, &a.s3)?;
             let bar = progress(input.len, "pack");
-            let t = pack::pack_stream(&mut input.reader, &mut out, &config, &|n| bar.inc(n))
+            let t = pack::pack_stream(&mut input.reader, &mut out, &config, &dispatcher, &|n| bar.inc(n))
                 .with_context(|| format!("cannot pack {}", a.input.display()))?;
             out.commit()?;
             bar.finish_and_clear();
@@ -58,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().write_all(text.as_bytes()).context("cannot write to stdout")?;
             Ok(())
         }
+        Command::Bench(cli::BenchCommand::Codecs(a)) => bench::run(a),
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Corpus(a) => {

@@ -29,6 +29,8 @@ pub fn mode_arg(s: &str) -> Result<u16, String> {
 pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     let encode = a.codec.to_config()?;
     let dicts = crate::cli::load_dict(&a.codec.dict)?.into_iter().collect();
+    // The dispatcher (and its GPU thread) starts in `serve`, after a --daemon fork: threads and
+    // CUDA contexts do not survive fork.
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
     cfg.uid = a.uid.unwrap_or(cfg.uid);
     cfg.gid = a.gid.unwrap_or(cfg.gid);
@@ -112,13 +114,26 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     result
 }
 
-fn serve(a: MountArgs, source: Source, cfg: FsConfig, notify: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+fn serve(a: MountArgs, source: Source, mut cfg: FsConfig, notify: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+    cfg.dispatcher = Arc::new(a.codec.gpu.dispatcher()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let s3 = a.s3.options();
     let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
     rt.block_on(bucket.check_reachable()).map_err(|e| anyhow::anyhow!(e))?;
     let describe = bucket.describe.clone();
     let fs = Arc::new(Fs::new(bucket, cfg));
+    if let Some(addr) = a.metrics_addr {
+        let listener =
+            std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} for metrics"))?;
+        listener.set_nonblocking(true).context("metrics socket")?;
+        let fs = fs.clone();
+        rt.spawn(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => serve_metrics(l, fs).await,
+                Err(e) => tracing::error!(error = %e, "metrics endpoint failed"),
+            }
+        });
+    }
     let opts = MountOptions {
         fs_name: describe.clone(),
         read_only: a.read_only,
@@ -155,6 +170,24 @@ fn serve(a: MountArgs, source: Source, cfg: FsConfig, notify: &mut Option<OwnedF
     session.run().context("the FUSE session ended with an error")?;
     rt.block_on(fs.flush_all()).context("uploading pending files at unmount")?;
     Ok(())
+}
+
+/// Answers every HTTP request on `listener` with the Prometheus text of the mount's metrics.
+async fn serve_metrics(listener: tokio::net::TcpListener, fs: Arc<Fs>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut sock, _)) = listener.accept().await {
+        let body = fs.metrics_text();
+        tokio::spawn(async move {
+            let mut req = [0u8; 2048];
+            let _ = sock.read(&mut req).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.write_all(body.as_bytes()).await;
+        });
+    }
 }
 
 /// Runs `shrinkfs unmount`.

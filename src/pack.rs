@@ -5,11 +5,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use anyhow::Context;
+use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::pool::OrderedPool;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
-use shrinkfs_codec::{
-    Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload, encode_frame,
-};
+use shrinkfs_codec::{Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload};
 
 use crate::fileio::read_full;
 
@@ -29,13 +28,14 @@ pub fn pack_stream(
     input: &mut dyn Read,
     output: &mut dyn Write,
     config: &EncodeConfig,
+    dispatcher: &Dispatcher,
     on_progress: &dyn Fn(u64),
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
     let mut writer = ObjectWriter::new(ctx.clone());
     output.write_all(&writer.header_bytes()).context("cannot write output")?;
-    let mut pool: OrderedPool<EncodedFrame> = OrderedPool::for_this_machine();
+    let mut pool: OrderedPool<EncodedFrame> = OrderedPool::new(dispatcher.frames_in_flight());
     let mut emit = |f: EncodedFrame, writer: &mut ObjectWriter| -> anyhow::Result<()> {
         writer.push(&f);
         output.write_all(&f.bytes).context("cannot write output")?;
@@ -53,8 +53,8 @@ pub fn pack_stream(
             let f = pool.wait_next().expect("pool is full");
             emit(f, &mut writer)?;
         }
-        let (ctx, codec) = (ctx.clone(), codec.clone());
-        pool.submit(move || encode_frame(&ctx, codec.as_ref(), frame, &buf));
+        let (ctx, codec, gpu_codec) = (ctx.clone(), codec.clone(), config.params.codec);
+        pool.submit_async(|done| dispatcher.submit(ctx, codec, gpu_codec, frame, buf, done));
         frame += 1;
         while let Some(f) = pool.ready() {
             emit(f, &mut writer)?;

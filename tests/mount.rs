@@ -395,3 +395,28 @@ fn the_mount_helper_turns_fstab_options_into_flags() {
         .unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("unknown option bogus=1"));
 }
+
+#[test]
+fn prometheus_metrics_count_what_the_mount_did() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    fs::write(mnt.join("f.log"), text(3 << 20)).unwrap();
+    assert!(fs::read(mnt.join("f.log")).unwrap() == text(3 << 20));
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let value = |name: &str| -> f64 {
+        body.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    };
+    assert!(value("shrinkfs_fuse_ops_total{kind=\"write\"}") >= 1.0, "{body}");
+    assert_eq!(value("shrinkfs_logical_written_bytes_total"), (3 << 20) as f64, "{body}");
+    assert!(value("shrinkfs_store_written_bytes_total") < (1 << 20) as f64, "{body}");
+    assert!(value("shrinkfs_dispatch_cpu_frames_total") >= 3.0, "{body}");
+    m.unmount();
+}

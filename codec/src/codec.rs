@@ -292,6 +292,79 @@ impl Codec for Lz4Codec {
     }
 }
 
+/// Raw deflate (RFC 1951), the format nVCOMP's Deflate writes, so either side decodes the other's.
+#[derive(Debug, Clone, Copy)]
+pub struct DeflateCodec {
+    level: u32,
+}
+
+impl DeflateCodec {
+    /// Deflate at `level` (1..=9).
+    pub fn new(level: i32) -> Self {
+        DeflateCodec { level: level.clamp(1, 9) as u32 }
+    }
+}
+
+impl Codec for DeflateCodec {
+    fn id(&self) -> CodecId {
+        CodecId::Deflate
+    }
+
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut c = flate2::Compress::new(flate2::Compression::new(self.level), false);
+        out.clear();
+        out.reserve_exact(raw.len());
+        match c.compress_vec(raw, out, flate2::FlushCompress::Finish) {
+            Ok(flate2::Status::StreamEnd) => out.len() < raw.len(),
+            _ => false,
+        }
+    }
+
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
+        let mut d = flate2::Decompress::new(false);
+        out.clear();
+        out.reserve_exact(raw_len);
+        match d.decompress_vec(stored, out, flate2::FlushDecompress::Finish) {
+            Ok(flate2::Status::StreamEnd) if out.len() == raw_len && d.total_in() as usize == stored.len() => Ok(()),
+            Ok(_) => Err(DecodeFailure::Corrupt(format!("decoded {} bytes, expected {raw_len}", out.len()))),
+            Err(e) => Err(DecodeFailure::Corrupt(e.to_string())),
+        }
+    }
+}
+
+/// Raw Snappy blocks, the format nVCOMP's Snappy writes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SnappyCodec;
+
+impl Codec for SnappyCodec {
+    fn id(&self) -> CodecId {
+        CodecId::Snappy
+    }
+
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        out.resize(snap::raw::max_compress_len(raw.len()), 0);
+        match snap::raw::Encoder::new().compress(raw, out) {
+            Ok(n) if n < raw.len() => {
+                out.truncate(n);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
+        match snap::raw::decompress_len(stored) {
+            Ok(n) if n == raw_len => {}
+            Ok(n) => return Err(DecodeFailure::Corrupt(format!("block says {n} bytes, expected {raw_len}"))),
+            Err(e) => return Err(DecodeFailure::Corrupt(e.to_string())),
+        }
+        out.clear();
+        out.resize(raw_len, 0);
+        snap::raw::Decoder::new().decompress(stored, out).map(|_| ()).map_err(|e| DecodeFailure::Corrupt(e.to_string()))
+    }
+}
+
 /// What an encoder should compress with.
 #[derive(Debug, Clone)]
 pub struct CodecParams {
@@ -316,8 +389,12 @@ impl CodecParams {
             CodecId::None => Box::new(NoneCodec),
             CodecId::Zstd => Box::new(ZstdCodec::new(self.level, self.dict.clone())?),
             CodecId::Lz4 => Box::new(Lz4Codec),
-            other => {
-                return Err(Error::InvalidOption(format!("codec {other} has no CPU encoder")));
+            CodecId::Deflate => Box::new(DeflateCodec::new(self.level)),
+            CodecId::Snappy => Box::new(SnappyCodec),
+            // GPU-only formats: the CPU path (no GPU, or a GPU fallback) writes zstd level 1, which
+            // every host reads.
+            CodecId::GDeflate | CodecId::Cascaded | CodecId::Bitcomp | CodecId::Ans => {
+                Box::new(ZstdCodec::new(1, None)?)
             }
         })
     }
@@ -335,9 +412,8 @@ pub fn decompress_cpu(
         CodecId::None => NoneCodec.decompress(stored, raw_len, out),
         CodecId::Zstd => decompress_zstd(stored, raw_len, dict, out),
         CodecId::Lz4 => Lz4Codec.decompress(stored, raw_len, out),
-        CodecId::Deflate | CodecId::Snappy => {
-            Err(DecodeFailure::Unavailable("this build has no CPU decoder for it yet"))
-        }
+        CodecId::Deflate => DeflateCodec::new(1).decompress(stored, raw_len, out),
+        CodecId::Snappy => SnappyCodec.decompress(stored, raw_len, out),
         _ => Err(DecodeFailure::Unavailable("it is a GPU-only codec; decode on a host with nVCOMP")),
     }
 }

@@ -9,9 +9,12 @@
 
 pub mod codec;
 pub mod detect;
+pub mod dispatch;
 pub mod error;
 pub mod format;
 pub mod frame;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod pool;
 pub mod reader;
 pub mod seal;

@@ -47,6 +47,17 @@ impl<T: Send + 'static> OrderedPool<T> {
         });
     }
 
+    /// Starts a job that completes by calling the callback it is given, on any thread (for work
+    /// handed to another scheduler, such as the GPU dispatcher).
+    pub fn submit_async(&mut self, start: impl FnOnce(Box<dyn FnOnce(T) + Send>)) {
+        let seq = self.next_submit;
+        self.next_submit += 1;
+        let tx = self.tx.clone();
+        start(Box::new(move |v| {
+            let _ = tx.send((seq, v));
+        }));
+    }
+
     /// The next result in order if it is ready, without waiting.
     pub fn ready(&mut self) -> Option<T> {
         while let Ok((seq, v)) = self.rx.try_recv() {

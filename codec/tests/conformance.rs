@@ -1,7 +1,7 @@
 //! The conformance suite every `Codec` implementation runs: CPU codecs here; GPU codecs run the
 //! same checks from the GPU back end's tests.
 
-use shrinkfs_codec::codec::{Codec, Lz4Codec, NoneCodec, ZstdCodec, decompress_cpu};
+use shrinkfs_codec::codec::{Codec, DeflateCodec, Lz4Codec, NoneCodec, SnappyCodec, ZstdCodec, decompress_cpu};
 
 /// Inputs that exercise edge cases: empty, one byte, runs, text, incompressible noise, odd sizes.
 pub fn inputs() -> Vec<Vec<u8>> {
@@ -63,4 +63,14 @@ fn zstd_conforms_at_every_level() {
 #[test]
 fn lz4_conforms() {
     conform(&Lz4Codec);
+}
+
+#[test]
+fn deflate_conforms() {
+    conform(&DeflateCodec::new(6));
+}
+
+#[test]
+fn snappy_conforms() {
+    conform(&SnappyCodec);
 }

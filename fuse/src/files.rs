@@ -122,6 +122,7 @@ impl Fs {
             self.bucket.store.clone(),
             self.key(path),
             &self.cfg.encode,
+            self.cfg.dispatcher.clone(),
             Some(self.staging_file()?),
             self.metrics.clone(),
         )
@@ -326,6 +327,7 @@ impl Fs {
                     &file,
                     len,
                     &of.meta,
+                    self.cfg.dispatcher.clone(),
                     self.metrics.clone(),
                 )
                 .await;

@@ -46,6 +46,8 @@ pub struct FsConfig {
     pub cache_bytes: u64,
     /// Where files being rewritten at random offsets are staged.
     pub staging_dir: PathBuf,
+    /// Routes frames to the GPU or the CPU pool.
+    pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
 }
 
 impl Default for FsConfig {
@@ -63,6 +65,7 @@ impl Default for FsConfig {
             metadata_ttl: Duration::from_secs(1),
             cache_bytes: 256 << 20,
             staging_dir: std::env::temp_dir(),
+            dispatcher: Arc::new(shrinkfs_codec::dispatch::Dispatcher::cpu_only("CPU only")),
         }
     }
 }
@@ -159,6 +162,15 @@ impl Fs {
     /// The mount's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Prometheus text of every metric, the dispatcher's counters included.
+    pub fn metrics_text(&self) -> String {
+        let mut s = self.metrics.render();
+        for (name, v) in self.cfg.dispatcher.counters().snapshot() {
+            s.push_str(&format!("# TYPE shrinkfs_dispatch_{name} counter\nshrinkfs_dispatch_{name}_total {v}\n"));
+        }
+        s
     }
 
     /// The configuration.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload, PutResult, WriteMultipart};
+use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
     Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, decode_payload,
-    encode_frame,
 };
 use tokio::sync::oneshot;
 
@@ -44,6 +44,8 @@ pub struct Upload {
     metrics: Arc<Metrics>,
     ctx: Arc<ObjectContext>,
     codec: Arc<dyn Codec>,
+    gpu_codec: shrinkfs_codec::CodecId,
+    dispatcher: Arc<Dispatcher>,
     frame_size: u32,
     cutter: FrameCutter,
     writer: ObjectWriter,
@@ -70,17 +72,21 @@ impl Upload {
         store: Arc<dyn ObjectStore>,
         path: Path,
         config: &EncodeConfig,
+        dispatcher: Arc<Dispatcher>,
         spill: Option<File>,
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
+        let max_pending = dispatcher.frames_in_flight();
         let mut u = Upload {
             store,
             path,
             metrics,
             codec,
+            gpu_codec: config.params.codec,
+            dispatcher,
             frame_size: config.frame_size,
             cutter: FrameCutter::new(config.frame_size),
             writer,
@@ -88,7 +94,7 @@ impl Upload {
             next_frame: 0,
             raw_in: 0,
             pending: VecDeque::new(),
-            max_pending: 2 * rayon::current_num_threads() + 2,
+            max_pending,
             buffer: Vec::new(),
             multipart: None,
             spill,
@@ -134,8 +140,8 @@ impl Upload {
         let (tx, rx) = oneshot::channel();
         let (ctx, codec, n) = (self.ctx.clone(), self.codec.clone(), self.next_frame);
         self.next_frame += 1;
-        rayon::spawn(move || {
-            let _ = tx.send(encode_frame(&ctx, codec.as_ref(), n, &raw));
+        self.dispatcher.submit(ctx, codec, self.gpu_codec, n, raw, move |f| {
+            let _ = tx.send(f);
         });
         self.pending.push_back(rx);
     }
@@ -279,9 +285,10 @@ pub async fn upload_file(
     file: &File,
     len: u64,
     meta: &FileMeta,
+    dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
 ) -> Result<Written> {
-    let mut up = Upload::new(store, path, config, None, metrics)?;
+    let mut up = Upload::new(store, path, config, dispatcher, None, metrics)?;
     let mut buf = vec![0u8; config.frame_size as usize];
     let mut at = 0u64;
     while at < len {

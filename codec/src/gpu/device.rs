@@ -1,0 +1,472 @@
+//! One GPU, driven through cudarc (dynamically loaded driver) and nVCOMP: batched compression and
+//! decompression of frames, host memory to host memory, with device and pinned buffers reused
+//! across batches. Only the real compressed bytes travel back.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaContext, CudaStream, result};
+
+use rayon::prelude::*;
+
+use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
+use crate::codec::CodecId;
+
+/// Why a GPU batch failed; the caller falls back to the CPU.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// A CUDA driver call failed.
+    #[error("CUDA: {0}")]
+    Cuda(String),
+    /// nVCOMP returned an error status.
+    #[error("nVCOMP {call} returned status {status}")]
+    Nvcomp {
+        /// The call.
+        call: &'static str,
+        /// Its status.
+        status: i32,
+    },
+    /// nVCOMP has no such algorithm, or a chunk is larger than it accepts.
+    #[error("codec {0} cannot run on the GPU for this input")]
+    Unsupported(CodecId),
+    /// Fault injection (`SHRINKFS_GPU_FAULT=1`) asked this call to fail.
+    #[error("injected GPU fault")]
+    Injected,
+    /// Decoded output had the wrong size (corrupt input that slipped past the checksums).
+    #[error("GPU decoded chunk {0} to a wrong size")]
+    WrongSize(usize),
+}
+
+fn cuda<T>(r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
+    r.map_err(|e| GpuError::Cuda(e.to_string()))
+}
+
+fn check(call: &'static str, status: i32) -> Result<(), GpuError> {
+    if status == SUCCESS { Ok(()) } else { Err(GpuError::Nvcomp { call, status }) }
+}
+
+const ALIGN: usize = 256;
+
+fn align(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// Copies `chunks` into `dst` at `offsets` on every core (one core's memcpy would cap a batch).
+fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
+    use rayon::prelude::*;
+    let mut parts: Vec<&mut [u8]> = Vec::with_capacity(chunks.len());
+    let mut rest = dst;
+    let mut at = 0;
+    for (c, &o) in chunks.iter().zip(offsets) {
+        let (_, tail) = rest.split_at_mut(o - at);
+        let (part, tail) = tail.split_at_mut(c.len());
+        parts.push(part);
+        rest = tail;
+        at = o + c.len();
+    }
+    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// A device allocation that grows on demand and is freed on drop.
+struct DevBuf {
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+impl DevBuf {
+    fn ensure(&mut self, len: usize) -> Result<CUdeviceptr, GpuError> {
+        if self.len < len {
+            if self.ptr != 0 {
+                // SAFETY: ptr came from malloc_sync and no work using it is in flight (callers synchronise).
+                unsafe { cuda(result::free_sync(self.ptr))? };
+                self.ptr = 0;
+            }
+            let want = len.next_power_of_two().max(1 << 20);
+            // SAFETY: plain device allocation.
+            self.ptr = unsafe { cuda(result::malloc_sync(want))? };
+            self.len = want;
+        }
+        Ok(self.ptr)
+    }
+}
+
+/// Pinned host memory that grows on demand.
+struct HostBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostBuf {
+    fn ensure(&mut self, len: usize) -> Result<&mut [u8], GpuError> {
+        if self.len < len {
+            if !self.ptr.is_null() {
+                // SAFETY: ptr came from malloc_host; nothing uses it now.
+                unsafe { cuda(result::free_host(self.ptr.cast()))? };
+                self.ptr = std::ptr::null_mut();
+            }
+            let want = len.next_power_of_two().max(1 << 20);
+            // SAFETY: page-locked host allocation.
+            self.ptr = unsafe { cuda(result::malloc_host(want, 0))? }.cast();
+            self.len = want;
+        }
+        // SAFETY: ptr points to self.len bytes we own.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, len) })
+    }
+}
+
+struct Buffers {
+    d_in: DevBuf,
+    d_out: DevBuf,
+    d_temp: DevBuf,
+    d_meta: DevBuf,
+    h_in: HostBuf,
+    h_out: HostBuf,
+    h_meta: HostBuf,
+}
+
+// SAFETY: the raw pointers are only used while the Mutex around Buffers is held.
+unsafe impl Send for Buffers {}
+
+/// Time and bytes of GPU work, for metrics and benches.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GpuStats {
+    /// Batches run.
+    pub batches: u64,
+    /// Chunks in them.
+    pub chunks: u64,
+    /// Bytes given to the GPU.
+    pub bytes_in: u64,
+    /// Bytes brought back.
+    pub bytes_out: u64,
+    /// Wall time inside batch calls, nanoseconds.
+    pub nanos: u64,
+}
+
+/// A GPU with nVCOMP, ready for batches.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    lib: Nvcomp,
+    bufs: Mutex<Buffers>,
+    stats: Mutex<GpuStats>,
+    /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
+    pub describe: String,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe)
+    }
+}
+
+fn fault_injected() -> bool {
+    std::env::var("SHRINKFS_GPU_FAULT").is_ok_and(|v| v == "1")
+}
+
+impl Gpu {
+    /// Opens GPU 0 and nVCOMP; the error is one line saying why not (no driver, no device, no library).
+    pub fn probe() -> Result<Self, String> {
+        // SAFETY: only checks whether the driver library can be opened.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err("no NVIDIA driver (libcuda.so.1 not found)".into());
+        }
+        let count = cudarc::driver::result::init()
+            .and_then(|()| result::device::get_count())
+            .map_err(|e| format!("CUDA: {e}"))?;
+        if count < 1 {
+            return Err("no CUDA device".into());
+        }
+        let lib = Nvcomp::load()?;
+        let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context: {e}"))?;
+        let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+        let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
+        let describe = format!("{name} (nVCOMP from {})", lib.path);
+        let empty = || DevBuf { ptr: 0, len: 0 };
+        let host = || HostBuf { ptr: std::ptr::null_mut(), len: 0 };
+        let bufs = Buffers {
+            d_in: empty(),
+            d_out: empty(),
+            d_temp: empty(),
+            d_meta: empty(),
+            h_in: host(),
+            h_out: host(),
+            h_meta: host(),
+        };
+        Ok(Gpu { ctx, stream, lib, bufs: Mutex::new(bufs), stats: Mutex::new(GpuStats::default()), describe })
+    }
+
+    /// Codecs this GPU can run.
+    pub fn codecs(&self) -> Vec<CodecId> {
+        self.lib.codecs()
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> GpuStats {
+        *self.stats.lock().expect("stats lock")
+    }
+
+    fn algo(&self, codec: CodecId, max_chunk: usize) -> Result<Algo, GpuError> {
+        let a = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
+        if max_chunk > a.max_chunk {
+            return Err(GpuError::Unsupported(codec));
+        }
+        Ok(a)
+    }
+
+    fn record(&self, chunks: usize, bytes_in: usize, bytes_out: usize, start: Instant) {
+        let mut s = self.stats.lock().expect("stats lock");
+        s.batches += 1;
+        s.chunks += chunks as u64;
+        s.bytes_in += bytes_in as u64;
+        s.bytes_out += bytes_out as u64;
+        s.nanos += start.elapsed().as_nanos() as u64;
+    }
+
+    /// Compresses each chunk with `codec`. `None` for a chunk whose output is not smaller than it.
+    /// `data_type` is nVCOMP's type hint (0 = bytes) for Cascaded and Bitcomp.
+    pub fn compress_batch(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        if fault_injected() {
+            return Err(GpuError::Injected);
+        }
+        if chunks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let n = chunks.len();
+        let max_chunk = chunks.iter().map(|c| c.len()).max().unwrap_or(0).max(1);
+        let algo = self.algo(codec, max_chunk)?;
+        let opts = Opts::compress(codec, data_type);
+        let s = self.stream.cu_stream() as *mut c_void;
+        cuda(self.ctx.bind_to_thread())?;
+        let mut b = self.bufs.lock().expect("buffers lock");
+        let mut max_out = 0usize;
+        // SAFETY: FFI with valid out-pointers.
+        check("CompressGetMaxOutputChunkSize", unsafe { (algo.max_output)(max_chunk, opts, &mut max_out) })?;
+        let in_offsets: Vec<usize> = chunks
+            .iter()
+            .scan(0, |at, c| {
+                let o = *at;
+                *at += align(c.len());
+                Some(o)
+            })
+            .collect();
+        let in_total = in_offsets.last().copied().unwrap_or(0) + align(chunks[n - 1].len());
+        let out_stride = align(max_out);
+        let total_raw: usize = chunks.iter().map(|c| c.len()).sum();
+        let mut temp = 0usize;
+        // SAFETY: FFI with valid out-pointers.
+        check("CompressGetTempSize", unsafe { (algo.compress_temp)(n, max_chunk, opts, &mut temp, total_raw, s) })?;
+        let d_in = b.d_in.ensure(in_total)?;
+        let d_out = b.d_out.ensure(out_stride * n)?;
+        let d_temp = b.d_temp.ensure(temp.max(1))?;
+        // Metadata: in_ptrs, in_sizes, out_ptrs, out_sizes (n words each), then statuses.
+        let meta_len = 8 * 4 * n + 4 * n;
+        let d_meta = b.d_meta.ensure(meta_len)?;
+        {
+            let h_in = b.h_in.ensure(in_total)?;
+            scatter(h_in, chunks, &in_offsets);
+        }
+        {
+            let h_meta = b.h_meta.ensure(meta_len)?;
+            let words: Vec<u64> = (0..n)
+                .map(|i| d_in + in_offsets[i] as u64)
+                .chain(chunks.iter().map(|c| c.len() as u64))
+                .chain((0..n).map(|i| d_out + (i * out_stride) as u64))
+                .chain(std::iter::repeat_n(0, n))
+                .collect();
+            for (i, w) in words.iter().enumerate() {
+                h_meta[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            h_meta[32 * n..].fill(0);
+        }
+        let cs = self.stream.cu_stream();
+        // SAFETY: device and pinned buffers are at least as large as the copies; the stream is ours.
+        unsafe {
+            cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
+            cuda(result::memcpy_htod_async(d_in, &b.h_in.ensure(in_total)?[..], cs))?;
+            let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
+            check(
+                "CompressAsync",
+                (algo.compress)(
+                    p(0) as *const *const c_void,
+                    p(1) as *const usize,
+                    max_chunk,
+                    n,
+                    d_temp as *mut c_void,
+                    temp,
+                    p(2) as *const *mut c_void,
+                    p(3) as *mut usize,
+                    opts,
+                    (d_meta + (32 * n) as u64) as *mut i32,
+                    s,
+                ),
+            )?;
+            // Sizes and statuses first, then only the real compressed bytes of useful chunks.
+            let h_meta = b.h_meta.ensure(meta_len)?;
+            cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))?;
+            cuda(result::stream::synchronize(cs))?;
+        }
+        let h_meta = b.h_meta.ensure(meta_len)?;
+        let sizes: Vec<usize> = (0..n)
+            .map(|i| u64::from_le_bytes(h_meta[24 * n + i * 8..24 * n + i * 8 + 8].try_into().expect("8")) as usize)
+            .collect();
+        let statuses: Vec<i32> = (0..n)
+            .map(|i| i32::from_le_bytes(h_meta[32 * n + i * 4..32 * n + i * 4 + 4].try_into().expect("4")))
+            .collect();
+        let useful: Vec<bool> =
+            (0..n).map(|i| statuses[i] == SUCCESS && sizes[i] < chunks[i].len() && sizes[i] <= max_out).collect();
+        let out_total: usize = (0..n).filter(|&i| useful[i]).map(|i| sizes[i]).sum();
+        let mut offsets = Vec::with_capacity(n);
+        {
+            let h_out = b.h_out.ensure(out_total.max(1))?;
+            let mut at = 0;
+            for i in 0..n {
+                offsets.push(at);
+                if useful[i] {
+                    // SAFETY: h_out has out_total bytes; the device chunk holds sizes[i] bytes.
+                    unsafe {
+                        cuda(result::memcpy_dtoh_async(
+                            &mut h_out[at..at + sizes[i]],
+                            d_out + (i * out_stride) as u64,
+                            cs,
+                        ))?
+                    };
+                    at += sizes[i];
+                }
+            }
+            // SAFETY: our stream.
+            unsafe { cuda(result::stream::synchronize(cs))? };
+        }
+        let h_out: &[u8] = b.h_out.ensure(out_total.max(1))?;
+        let out = (0..n)
+            .into_par_iter()
+            .map(|i| useful[i].then(|| h_out[offsets[i]..offsets[i] + sizes[i]].to_vec()))
+            .collect();
+        drop(b);
+        self.record(n, total_raw, out_total, start);
+        Ok(out)
+    }
+
+    /// Decompresses each payload (already verified against its checksum on the CPU: nVCOMP does
+    /// not validate input) into exactly `raw_lens[i]` bytes.
+    pub fn decompress_batch(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+        data_type: i32,
+    ) -> Result<Vec<Vec<u8>>, GpuError> {
+        if fault_injected() {
+            return Err(GpuError::Injected);
+        }
+        let n = payloads.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let max_raw = raw_lens.iter().copied().max().unwrap_or(0).max(1);
+        let algo = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
+        let _ = data_type;
+        let opts = Opts::decompress(codec);
+        let s = self.stream.cu_stream() as *mut c_void;
+        cuda(self.ctx.bind_to_thread())?;
+        let mut b = self.bufs.lock().expect("buffers lock");
+        let in_offsets: Vec<usize> = payloads
+            .iter()
+            .scan(0, |at, c| {
+                let o = *at;
+                *at += align(c.len());
+                Some(o)
+            })
+            .collect();
+        let in_total = in_offsets[n - 1] + align(payloads[n - 1].len());
+        let out_offsets: Vec<usize> = raw_lens
+            .iter()
+            .scan(0, |at, &l| {
+                let o = *at;
+                *at += align(l);
+                Some(o)
+            })
+            .collect();
+        let out_total = out_offsets[n - 1] + align(raw_lens[n - 1]);
+        let total_raw: usize = raw_lens.iter().sum();
+        let mut temp = 0usize;
+        // SAFETY: FFI with valid out-pointers.
+        check("DecompressGetTempSize", unsafe { (algo.decompress_temp)(n, max_raw, opts, &mut temp, total_raw, s) })?;
+        let d_in = b.d_in.ensure(in_total)?;
+        let d_out = b.d_out.ensure(out_total)?;
+        let d_temp = b.d_temp.ensure(temp.max(1))?;
+        // in_ptrs, in_sizes, out_caps, out_sizes, out_ptrs, statuses
+        let meta_len = 8 * 5 * n + 4 * n;
+        let d_meta = b.d_meta.ensure(meta_len)?;
+        {
+            let h_in = b.h_in.ensure(in_total)?;
+            scatter(h_in, payloads, &in_offsets);
+            let words: Vec<u64> = (0..n)
+                .map(|i| d_in + in_offsets[i] as u64)
+                .chain(payloads.iter().map(|c| c.len() as u64))
+                .chain(raw_lens.iter().map(|&l| l as u64))
+                .chain(std::iter::repeat_n(0, n))
+                .chain((0..n).map(|i| d_out + out_offsets[i] as u64))
+                .collect();
+            let h_meta = b.h_meta.ensure(meta_len)?;
+            for (i, w) in words.iter().enumerate() {
+                h_meta[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            h_meta[40 * n..].fill(0);
+        }
+        let cs = self.stream.cu_stream();
+        // SAFETY: buffers sized above; our stream.
+        unsafe {
+            cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
+            cuda(result::memcpy_htod_async(d_in, &b.h_in.ensure(in_total)?[..], cs))?;
+            let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
+            check(
+                "DecompressAsync",
+                (algo.decompress)(
+                    p(0) as *const *const c_void,
+                    p(1) as *const usize,
+                    p(2) as *const usize,
+                    p(3) as *mut usize,
+                    n,
+                    d_temp as *mut c_void,
+                    temp,
+                    p(4) as *const *mut c_void,
+                    opts,
+                    (d_meta + (40 * n) as u64) as *mut i32,
+                    s,
+                ),
+            )?;
+            let h_meta = b.h_meta.ensure(meta_len)?;
+            cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..32 * n], d_meta + (24 * n) as u64, cs))?;
+            cuda(result::memcpy_dtoh_async(&mut h_meta[40 * n..], d_meta + (40 * n) as u64, cs))?;
+            let h_out = b.h_out.ensure(out_total)?;
+            cuda(result::memcpy_dtoh_async(&mut h_out[..], d_out, cs))?;
+            cuda(result::stream::synchronize(cs))?;
+        }
+        let h_meta = b.h_meta.ensure(meta_len)?.to_vec();
+        // Sizes and statuses first; then the copies out, on every core (fresh pages fault in
+        // parallel instead of one after another).
+        for (i, &want) in raw_lens.iter().enumerate() {
+            let size = u64::from_le_bytes(h_meta[24 * n + i * 8..24 * n + i * 8 + 8].try_into().expect("8")) as usize;
+            let status = i32::from_le_bytes(h_meta[40 * n + i * 4..40 * n + i * 4 + 4].try_into().expect("4"));
+            check("DecompressAsync (chunk)", status)?;
+            if size != want {
+                return Err(GpuError::WrongSize(i));
+            }
+        }
+        let h_out: &[u8] = b.h_out.ensure(out_total)?;
+        let out: Vec<Vec<u8>> =
+            (0..n).into_par_iter().map(|i| h_out[out_offsets[i]..out_offsets[i] + raw_lens[i]].to_vec()).collect();
+        drop(b);
+        self.record(n, in_total, total_raw, start);
+        Ok(out)
+    }
+}

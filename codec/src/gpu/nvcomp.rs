@@ -1,0 +1,215 @@
+//! Our own declarations of nVCOMP 6's batched low-level C API, resolved at run time (dlopen) from
+//! `SHRINKFS_NVCOMP_LIB`, the `nvidia/libnvcomp/lib64` folder of installed Python packages, or the
+//! system linker path. No nVCOMP header or library is part of this project.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+
+use libloading::Library;
+
+use crate::codec::CodecId;
+
+/// `nvcompStatus_t`.
+pub type Status = i32;
+/// `nvcompSuccess`.
+pub const SUCCESS: Status = 0;
+/// `cudaStream_t` (the same handle as a driver `CUstream`).
+pub type Stream = *mut c_void;
+
+/// Every nVCOMP 6 options struct of the batched API is 64 bytes; all-zero is the default
+/// (byte data type, default backend, no bitshuffle) for every algorithm we use.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Opts(pub [u8; 64]);
+
+impl Opts {
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Compression options of `codec`, laid out as nVCOMP 6's structs (offsets from its headers).
+    /// `data_type` is the `nvcompType_t` hint for Cascaded and Bitcomp (0 = let shrinkfs choose).
+    pub fn compress(codec: CodecId, data_type: i32) -> Self {
+        let mut o = Opts([0; 64]);
+        match codec {
+            // int algorithm: 1 = nVCOMP's default (high throughput); 0 is entropy-only (ratio ~1.5).
+            CodecId::Deflate | CodecId::GDeflate => o.put(0, &1i32.to_le_bytes()),
+            CodecId::Cascaded => {
+                // common_opts {type, mode = asymmetric, terminal = bitpack, coarse = none},
+                // fine = delta|rle|for, compression_level = 3: nVCOMP's defaults.
+                let dt = if data_type == 0 { 5 } else { data_type };
+                o.put(0, &dt.to_le_bytes());
+                o.put(4, &1u32.to_le_bytes());
+                o.put(8, &1u64.to_le_bytes());
+                o.put(24, &7u64.to_le_bytes());
+                o.put(32, &[3u8]);
+            }
+            // int algorithm = 0, nvcompType_t data_type, double delta = 0, mode = lossless.
+            CodecId::Bitcomp => o.put(4, &(if data_type == 0 { 1 } else { data_type }).to_le_bytes()),
+            _ => {}
+        }
+        o
+    }
+
+    /// Decompression options of `codec` (default backend).
+    pub fn decompress(codec: CodecId) -> Self {
+        let mut o = Opts([0; 64]);
+        if codec == CodecId::Cascaded {
+            // common_opts after the backend: data type BITS lets the stream say its own type.
+            o.put(8, &0xffi32.to_le_bytes());
+        }
+        o
+    }
+}
+
+type CompressGetTempSize = unsafe extern "C" fn(usize, usize, Opts, *mut usize, usize, Stream) -> Status;
+type CompressGetMaxOutputChunkSize = unsafe extern "C" fn(usize, Opts, *mut usize) -> Status;
+type CompressAsync = unsafe extern "C" fn(
+    *const *const c_void,
+    *const usize,
+    usize,
+    usize,
+    *mut c_void,
+    usize,
+    *const *mut c_void,
+    *mut usize,
+    Opts,
+    *mut Status,
+    Stream,
+) -> Status;
+type DecompressGetTempSize = unsafe extern "C" fn(usize, usize, Opts, *mut usize, usize, Stream) -> Status;
+type DecompressAsync = unsafe extern "C" fn(
+    *const *const c_void,
+    *const usize,
+    *const usize,
+    *mut usize,
+    usize,
+    *mut c_void,
+    usize,
+    *const *mut c_void,
+    Opts,
+    *mut Status,
+    Stream,
+) -> Status;
+
+/// The batched entry points of one algorithm.
+#[derive(Clone, Copy)]
+pub struct Algo {
+    /// Compression scratch size.
+    pub compress_temp: CompressGetTempSize,
+    /// Worst-case compressed size of one chunk.
+    pub max_output: CompressGetMaxOutputChunkSize,
+    /// Batched compression.
+    pub compress: CompressAsync,
+    /// Decompression scratch size.
+    pub decompress_temp: DecompressGetTempSize,
+    /// Batched decompression.
+    pub decompress: DecompressAsync,
+    /// Largest chunk the algorithm compresses.
+    pub max_chunk: usize,
+}
+
+/// The loaded library.
+pub struct Nvcomp {
+    _lib: Library,
+    algos: Vec<(CodecId, Algo)>,
+    /// Where it was loaded from.
+    pub path: String,
+}
+
+fn candidates() -> Vec<PathBuf> {
+    let mut c = Vec::new();
+    if let Some(p) = std::env::var_os("SHRINKFS_NVCOMP_LIB") {
+        c.push(PathBuf::from(p));
+    }
+    // Python packages: pip install nvidia-libnvcomp-cu13 puts it under site-packages.
+    let mut roots: Vec<PathBuf> = ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"].iter().map(PathBuf::from).collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(PathBuf::from(home).join(".local/lib"));
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        roots.push(PathBuf::from(venv).join("lib"));
+    }
+    for root in roots {
+        let Ok(dirs) = std::fs::read_dir(&root) else { continue };
+        for d in dirs.flatten() {
+            let name = d.file_name();
+            if name.to_string_lossy().starts_with("python3") {
+                for pkgs in ["site-packages", "dist-packages"] {
+                    c.push(d.path().join(pkgs).join("nvidia/libnvcomp/lib64/libnvcomp.so.6"));
+                }
+            }
+        }
+    }
+    c.push(PathBuf::from("libnvcomp.so.6"));
+    c.push(PathBuf::from("libnvcomp.so"));
+    c
+}
+
+const NAMES: [(CodecId, &str, usize); 8] = [
+    (CodecId::Zstd, "Zstd", (1 << 31) - 1),
+    (CodecId::Lz4, "LZ4", 1 << 24),
+    (CodecId::Snappy, "Snappy", 1 << 24),
+    (CodecId::Deflate, "Deflate", 1 << 31),
+    (CodecId::GDeflate, "Gdeflate", 1 << 31),
+    (CodecId::Cascaded, "Cascaded", 1 << 24),
+    (CodecId::Bitcomp, "Bitcomp", 1 << 24),
+    (CodecId::Ans, "ANS", 1 << 24),
+];
+
+impl Nvcomp {
+    /// Loads nVCOMP from the first candidate that opens; the error says what was tried.
+    pub fn load() -> Result<Self, String> {
+        let mut tried = Vec::new();
+        for path in candidates() {
+            // SAFETY: loading a shared library runs its initialisers; nVCOMP's are benign.
+            match unsafe { Library::new(&path) } {
+                Ok(lib) => return Self::bind(lib, path.display().to_string()),
+                Err(_) => tried.push(path.display().to_string()),
+            }
+        }
+        Err(format!("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {})", tried.len()))
+    }
+
+    fn bind(lib: Library, path: String) -> Result<Self, String> {
+        let mut algos = Vec::new();
+        for (id, name, max_chunk) in NAMES {
+            // SAFETY: the symbol types are the declarations of nVCOMP 6.0's batched API.
+            let algo = unsafe {
+                let sym = |suffix: &str| format!("nvcompBatched{name}{suffix}\0");
+                let get = |s: String| lib.get::<*const c_void>(s.as_bytes()).map(|p| *p);
+                let ct = get(sym("CompressGetTempSize"));
+                let mo = get(sym("CompressGetMaxOutputChunkSize"));
+                let c = get(sym("CompressAsync"));
+                let dt = get(sym("DecompressGetTempSize"));
+                let d = get(sym("DecompressAsync"));
+                match (ct, mo, c, dt, d) {
+                    (Ok(ct), Ok(mo), Ok(c), Ok(dt), Ok(d)) => Algo {
+                        compress_temp: std::mem::transmute::<*const c_void, CompressGetTempSize>(ct),
+                        max_output: std::mem::transmute::<*const c_void, CompressGetMaxOutputChunkSize>(mo),
+                        compress: std::mem::transmute::<*const c_void, CompressAsync>(c),
+                        decompress_temp: std::mem::transmute::<*const c_void, DecompressGetTempSize>(dt),
+                        decompress: std::mem::transmute::<*const c_void, DecompressAsync>(d),
+                        max_chunk,
+                    },
+                    _ => continue,
+                }
+            };
+            algos.push((id, algo));
+        }
+        if algos.is_empty() {
+            return Err(format!("{path} has none of nVCOMP 6's batched functions"));
+        }
+        Ok(Nvcomp { _lib: lib, algos, path })
+    }
+
+    /// The entry points for a codec, if nVCOMP has it.
+    pub fn algo(&self, id: CodecId) -> Option<Algo> {
+        self.algos.iter().find(|a| a.0 == id).map(|a| a.1)
+    }
+
+    /// Codecs available.
+    pub fn codecs(&self) -> Vec<CodecId> {
+        self.algos.iter().map(|a| a.0).collect()
+    }
+}

@@ -1,0 +1,43 @@
+//! Frames produced by nVCOMP on a GPU (checked in under tests/vectors/, written by gpu.rs on the GPU
+//! machine) decode byte-identical with the CPU decoders: GPU output is portable to CPU-only hosts.
+
+use shrinkfs_codec::CodecId;
+use shrinkfs_codec::codec::decompress_cpu;
+
+fn vector_input(i: usize) -> Vec<u8> {
+    match i {
+        0 => b"the quick brown fox jumps over the lazy dog\n".repeat(200),
+        1 => (0..20_000u32).flat_map(|v| (v * 3).to_le_bytes()).collect(),
+        _ => (0..65_536u32).map(|v| (v % 251) as u8 ^ (v / 4096) as u8).collect(),
+    }
+}
+
+#[test]
+fn gpu_written_frames_decode_on_the_cpu() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
+    let mut per_codec = std::collections::BTreeMap::<CodecId, usize>::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "bin") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let (codec, i) = name.rsplit_once('-').expect("codec-index.bin");
+        let codec: CodecId = codec.parse().unwrap();
+        let raw = vector_input(i.parse().unwrap());
+        let stored = std::fs::read(&path).unwrap();
+        let mut out = Vec::new();
+        let res = decompress_cpu(codec, &stored, raw.len(), None, &mut out);
+        if codec.gpu_only() {
+            // A CPU-only host names what it would need instead of guessing.
+            assert!(matches!(res, Err(shrinkfs_codec::codec::DecodeFailure::Unavailable(_))), "{name}");
+            continue;
+        }
+        res.unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert!(out == raw, "{name}: CPU decode of the GPU's output differs");
+        *per_codec.entry(codec).or_default() += 1;
+    }
+    // Produced by nVCOMP 6.0 on an H100 (codec/tests/gpu.rs with SHRINKFS_VECTORS_OUT).
+    let want = [CodecId::Zstd, CodecId::Lz4, CodecId::Deflate, CodecId::Snappy];
+    assert_eq!(per_codec.keys().copied().collect::<Vec<_>>(), want, "{per_codec:?}");
+}

@@ -1,0 +1,223 @@
+//! `shrinkfs bench codecs`: ratio and host-to-host throughput of every CPU and GPU codec over the
+//! project's corpora and frame sizes, and the small-object case (many 8 KiB objects), side by side
+//! in one run so the figures can be compared on a shared, noisy machine.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use rayon::prelude::*;
+use serde::Serialize;
+use shrinkfs_codec::CodecId;
+use shrinkfs_codec::codec::{Codec, decompress_cpu};
+use shrinkfs_codec::dispatch::cpu_equivalent;
+
+use crate::cli::BenchCodecsArgs;
+use crate::corpus::{CorpusKind, generate};
+
+/// One measured row.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Corpus name.
+    pub corpus: String,
+    /// Frame size in bytes.
+    pub frame: usize,
+    /// "cpu-zstd-1", "gpu-lz4", ...
+    pub codec: String,
+    /// Raw bytes over stored bytes.
+    pub ratio: f64,
+    /// Raw GB/s compressing (10^9 bytes/s), best of the runs.
+    pub compress_gbs: f64,
+    /// Raw GB/s decompressing.
+    pub decompress_gbs: f64,
+}
+
+fn best<T>(runs: usize, mut f: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<(f64, T)> {
+    let mut out = None;
+    let mut best = f64::MAX;
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let v = f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+        out = Some(v);
+    }
+    Ok((best, out.expect("at least one run")))
+}
+
+fn cpu_row(corpus: &str, data: &[u8], frame: usize, name: &str, codec: &dyn Codec, runs: usize) -> anyhow::Result<Row> {
+    let frames: Vec<&[u8]> = data.chunks(frame).collect();
+    let (tc, stored) = best(runs, || {
+        Ok(frames
+            .par_iter()
+            .map(|f| {
+                let mut out = Vec::new();
+                if codec.compress(f, &mut out) { Some(out) } else { None }
+            })
+            .collect::<Vec<_>>())
+    })?;
+    let (td, _) = best(runs, || {
+        frames.par_iter().zip(&stored).try_for_each(|(f, s)| {
+            if let Some(s) = s {
+                let mut out = Vec::new();
+                codec.decompress(s, f.len(), &mut out).map_err(|e| anyhow::anyhow!("{name}: {e:?}"))?;
+                anyhow::ensure!(out.len() == f.len(), "{name}: size");
+            }
+            Ok(())
+        })
+    })?;
+    let stored_len: usize = frames.iter().zip(&stored).map(|(f, s)| s.as_ref().map_or(f.len(), Vec::len)).sum();
+    let n = data.len() as f64;
+    Ok(Row {
+        corpus: corpus.into(),
+        frame,
+        codec: name.into(),
+        ratio: n / stored_len as f64,
+        compress_gbs: n / tc / 1e9,
+        decompress_gbs: n / td / 1e9,
+    })
+}
+
+#[cfg(feature = "gpu")]
+fn gpu_row(
+    gpu: &shrinkfs_codec::gpu::Gpu,
+    corpus: &str,
+    data: &[u8],
+    frame: usize,
+    id: CodecId,
+    runs: usize,
+) -> anyhow::Result<Row> {
+    let frames: Vec<&[u8]> = data.chunks(frame).collect();
+    let (tc, stored) = best(runs, || Ok(gpu.compress_batch(id, &frames, 0)?))?;
+    // Decompress what compressed (stored frames are plain copies either way).
+    let (payloads, lens): (Vec<&[u8]>, Vec<usize>) =
+        frames.iter().zip(&stored).filter_map(|(f, s)| s.as_ref().map(|s| (s.as_slice(), f.len()))).unzip();
+    let (td, back) = best(runs, || Ok(gpu.decompress_batch(id, &payloads, &lens, 0)?))?;
+    let originals: Vec<&[u8]> = frames.iter().zip(&stored).filter(|(_, s)| s.is_some()).map(|(f, _)| *f).collect();
+    anyhow::ensure!(back.iter().zip(&originals).all(|(b, o)| b.as_slice() == *o), "gpu-{id}: roundtrip differs");
+    let stored_len: usize = frames.iter().zip(&stored).map(|(f, s)| s.as_ref().map_or(f.len(), Vec::len)).sum();
+    let n = data.len() as f64;
+    let raw_compressed: usize = lens.iter().sum();
+    Ok(Row {
+        corpus: corpus.into(),
+        frame,
+        codec: format!("gpu-{id}"),
+        ratio: n / stored_len as f64,
+        compress_gbs: n / tc / 1e9,
+        decompress_gbs: if raw_compressed == 0 { 0.0 } else { raw_compressed as f64 / td / 1e9 },
+    })
+}
+
+/// Runs the codec benchmark and prints Markdown tables.
+pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
+    #[cfg(feature = "gpu")]
+    let gpu = match shrinkfs_codec::gpu::Gpu::probe() {
+        Ok(g) => {
+            println!("GPU: {}", g.describe);
+            Some(g)
+        }
+        Err(why) => {
+            println!("GPU: none ({why}); CPU codecs only");
+            None
+        }
+    };
+    println!("CPU: {} threads\n", rayon::current_num_threads());
+    let cpu_codecs: Vec<(String, std::sync::Arc<dyn Codec>)> = vec![
+        ("cpu-zstd-1".into(), cpu_equivalent(CodecId::Zstd, 1)),
+        ("cpu-zstd-3".into(), cpu_equivalent(CodecId::Zstd, 3)),
+        ("cpu-lz4".into(), cpu_equivalent(CodecId::Lz4, 1)),
+        ("cpu-deflate-1".into(), cpu_equivalent(CodecId::Deflate, 1)),
+        ("cpu-snappy".into(), cpu_equivalent(CodecId::Snappy, 1)),
+    ];
+    let mut rows = Vec::new();
+    println!("| corpus | frame | codec | ratio | compress GB/s | decompress GB/s |");
+    println!("|---|---|---|---|---|---|");
+    for kind in &a.corpora {
+        let data = generate(*kind, a.size as usize, 1);
+        for &frame in &a.frame_sizes {
+            let frame = frame as usize;
+            let mut these = Vec::new();
+            for (name, c) in &cpu_codecs {
+                these.push(cpu_row(kind.name(), &data, frame, name, c.as_ref(), a.runs)?);
+            }
+            #[cfg(feature = "gpu")]
+            if let Some(gpu) = &gpu {
+                for id in gpu.codecs() {
+                    match gpu_row(gpu, kind.name(), &data, frame, id, a.runs) {
+                        Ok(r) => these.push(r),
+                        Err(e) => println!("| {} | {} | gpu-{id} | failed: {e} | | |", kind.name(), frame),
+                    }
+                }
+            }
+            for r in these {
+                println!(
+                    "| {} | {}K | {} | {:.3} | {:.2} | {:.2} |",
+                    r.corpus,
+                    r.frame >> 10,
+                    r.codec,
+                    r.ratio,
+                    r.compress_gbs,
+                    r.decompress_gbs
+                );
+                rows.push(r);
+            }
+        }
+    }
+    small_objects(
+        &a,
+        #[cfg(feature = "gpu")]
+        gpu.as_ref(),
+    )?;
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// 1,000 objects of 8 KiB: one CPU core at zstd level 3, every core, and the GPU's batched path.
+fn small_objects(
+    a: &BenchCodecsArgs,
+    #[cfg(feature = "gpu")] gpu: Option<&shrinkfs_codec::gpu::Gpu>,
+) -> anyhow::Result<()> {
+    let data = generate(CorpusKind::Logs, a.small_count * a.small_size as usize, 7);
+    let objects: Vec<&[u8]> = data.chunks(a.small_size as usize).collect();
+    let zstd3 = cpu_equivalent(CodecId::Zstd, 3);
+    let size_of = |outs: &[Option<Vec<u8>>]| -> usize {
+        objects.iter().zip(outs).map(|(o, s)| s.as_ref().map_or(o.len(), Vec::len)).sum()
+    };
+    let compress_one = |o: &&[u8]| {
+        let mut out = Vec::new();
+        if zstd3.compress(o, &mut out) { Some(out) } else { None }
+    };
+    let (t1, s1) = best(a.runs, || Ok(objects.iter().map(compress_one).collect::<Vec<_>>()))?;
+    let (tn, _) = best(a.runs, || Ok(objects.par_iter().map(compress_one).collect::<Vec<_>>()))?;
+    let base = size_of(&s1);
+    println!("\nSmall objects: {} x {} B (logs corpus)\n", a.small_count, a.small_size);
+    println!("| path | time ms | objects/s | stored bytes | vs one CPU core |");
+    println!("|---|---|---|---|---|");
+    let line = |name: &str, t: f64, stored: usize| {
+        println!(
+            "| {name} | {:.2} | {:.0} | {stored} | {:.2}x faster, size {:.3}x |",
+            t * 1e3,
+            objects.len() as f64 / t,
+            t1 / t,
+            stored as f64 / base as f64
+        );
+    };
+    line("cpu zstd-3, 1 core", t1, base);
+    line(&format!("cpu zstd-3, {} cores", rayon::current_num_threads()), tn, base);
+    #[cfg(feature = "gpu")]
+    if let Some(gpu) = gpu {
+        for id in [CodecId::Zstd, CodecId::Lz4] {
+            let (tg, sg) = best(a.runs, || Ok(gpu.compress_batch(id, &objects, 0)?))?;
+            for (o, s) in objects.iter().zip(&sg) {
+                if let Some(s) = s {
+                    let mut out = Vec::new();
+                    decompress_cpu(id, s, o.len(), None, &mut out).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    anyhow::ensure!(out == *o, "gpu-{id} small object differs");
+                }
+            }
+            line(&format!("gpu-{id}, one batched launch"), tg, size_of(&sg));
+        }
+    }
+    Ok(())
+}
