@@ -320,17 +320,15 @@ impl Fs {
         let written: Written = match std::mem::replace(&mut of.body, Body::Clean) {
             Body::Streaming(up) => up.finish(&of.meta).await?,
             Body::Staged { file, len } => {
-                let res = upload_file(
+                let up = Upload::new(
                     self.bucket.store.clone(),
                     path.clone(),
                     &self.cfg.encode,
-                    &file,
-                    len,
-                    &of.meta,
                     self.cfg.dispatcher.clone(),
+                    None,
                     self.metrics.clone(),
-                )
-                .await;
+                )?;
+                let res = upload_file(up, &file, len, &of.meta).await;
                 of.body = Body::Staged { file, len };
                 res?
             }

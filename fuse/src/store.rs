@@ -89,10 +89,19 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
         }
         Source::S3 { bucket, prefix } => {
             let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            let profile = aws_profile();
+            if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+                && let (Some(id), Some(secret)) = (&profile.access_key_id, &profile.secret_access_key)
+            {
+                b = b.with_access_key_id(id).with_secret_access_key(secret);
+                if let Some(token) = &profile.session_token {
+                    b = b.with_token(token);
+                }
+            }
             if let Some(region) = &s3.region {
                 b = b.with_region(region);
             } else if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
-                b = b.with_region("us-east-1");
+                b = b.with_region(profile.region.as_deref().unwrap_or("us-east-1"));
             }
             if let Some(url) = &s3.endpoint_url {
                 b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
@@ -111,6 +120,49 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let describe = format!("s3://{bucket}/{prefix}");
             Ok(Bucket { store: Arc::new(store), prefix, describe })
         }
+    }
+}
+
+/// Credentials and region from the AWS shared files (`~/.aws/credentials`, `~/.aws/config`, or
+/// `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE`), for the profile `AWS_PROFILE` (default
+/// "default"). Environment variables, read by object_store itself, take precedence.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AwsProfile {
+    /// aws_access_key_id
+    pub access_key_id: Option<String>,
+    /// aws_secret_access_key
+    pub secret_access_key: Option<String>,
+    /// aws_session_token
+    pub session_token: Option<String>,
+    /// region
+    pub region: Option<String>,
+}
+
+/// Reads the profile named by `AWS_PROFILE` from the shared files; missing files give nothing.
+pub fn aws_profile() -> AwsProfile {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let creds =
+        std::env::var_os("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from).unwrap_or(home.join(".aws/credentials"));
+    let config = std::env::var_os("AWS_CONFIG_FILE").map(PathBuf::from).unwrap_or(home.join(".aws/config"));
+    let name = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    read_profile(&creds, &config, &name)
+}
+
+/// Reads profile `name` from a credentials file and a config file (sections `[name]` and
+/// `[profile name]`, as the AWS CLI writes them).
+pub fn read_profile(creds: &std::path::Path, config: &std::path::Path, name: &str) -> AwsProfile {
+    let get = |path: &std::path::Path, sections: &[String], key: &str| -> Option<String> {
+        let ini = ini::Ini::load_from_file(path).ok()?;
+        sections.iter().find_map(|s| ini.section(Some(s.as_str()))?.get(key).map(|v| v.trim().to_owned()))
+    };
+    let cred_sections = [name.to_owned()];
+    let config_sections = [format!("profile {name}"), name.to_owned()];
+    let either = |key: &str| get(creds, &cred_sections, key).or_else(|| get(config, &config_sections, key));
+    AwsProfile {
+        access_key_id: either("aws_access_key_id"),
+        secret_access_key: either("aws_secret_access_key"),
+        session_token: either("aws_session_token"),
+        region: get(config, &config_sections, "region").or_else(|| get(creds, &cred_sections, "region")),
     }
 }
 
@@ -168,6 +220,21 @@ mod tests {
         assert_eq!(b.key("a/b.txt").as_ref(), "base/dir/a/b.txt");
         assert_eq!(b.rel(&Path::from("base/dir/a/b.txt")).unwrap(), "a/b.txt");
         assert!(b.rel(&Path::from("other/x")).is_none());
+    }
+
+    #[test]
+    fn profiles_come_from_the_shared_files() {
+        let d = tempfile::tempdir().unwrap();
+        let (creds, config) = (d.path().join("credentials"), d.path().join("config"));
+        std::fs::write(&creds, "[default]\naws_access_key_id = AKDEF\naws_secret_access_key = s1\n[work]\naws_access_key_id=AKWORK\naws_secret_access_key=s2\naws_session_token=t\n").unwrap();
+        std::fs::write(&config, "[default]\nregion = eu-west-1\n[profile work]\nregion = ap-south-1\n").unwrap();
+        let p = read_profile(&creds, &config, "work");
+        assert_eq!(p.access_key_id.as_deref(), Some("AKWORK"));
+        assert_eq!(p.session_token.as_deref(), Some("t"));
+        assert_eq!(p.region.as_deref(), Some("ap-south-1"));
+        let p = read_profile(&creds, &config, "default");
+        assert_eq!((p.access_key_id.as_deref(), p.region.as_deref()), (Some("AKDEF"), Some("eu-west-1")));
+        assert_eq!(read_profile(&d.path().join("none"), &d.path().join("none"), "x"), AwsProfile::default());
     }
 
     #[test]

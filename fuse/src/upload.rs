@@ -277,19 +277,9 @@ impl Upload {
     }
 }
 
-/// Encodes the first `len` bytes of a local file into an object at `path`.
-pub async fn upload_file(
-    store: Arc<dyn ObjectStore>,
-    path: Path,
-    config: &EncodeConfig,
-    file: &File,
-    len: u64,
-    meta: &FileMeta,
-    dispatcher: Arc<Dispatcher>,
-    metrics: Arc<Metrics>,
-) -> Result<Written> {
-    let mut up = Upload::new(store, path, config, dispatcher, None, metrics)?;
-    let mut buf = vec![0u8; config.frame_size as usize];
+/// Encodes the first `len` bytes of a local file through `up` and completes the object.
+pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta) -> Result<Written> {
+    let mut buf = vec![0u8; up.frame_size as usize];
     let mut at = 0u64;
     while at < len {
         let n = ((len - at) as usize).min(buf.len());
