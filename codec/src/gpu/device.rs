@@ -53,6 +53,29 @@ fn align(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
+/// Offsets of buffers of these lengths laid end to end, each aligned, and the total length.
+fn aligned_offsets(lens: impl Iterator<Item = usize>) -> (Vec<usize>, usize) {
+    let mut total = 0;
+    let offsets = lens
+        .map(|l| {
+            let o = total;
+            total += align(l);
+            o
+        })
+        .collect();
+    (offsets, total)
+}
+
+/// Writes 64-bit little-endian words at the start of `meta` and zeroes the rest (the statuses).
+fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
+    let mut at = 0;
+    for w in words {
+        meta[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        at += 8;
+    }
+    meta[at..].fill(0);
+}
+
 /// Copies `chunks` into `dst` at `offsets` on every core (one core's memcpy would cap a batch).
 fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
     use rayon::prelude::*;
@@ -249,15 +272,7 @@ impl Gpu {
         let mut max_out = 0usize;
         // SAFETY: FFI with valid out-pointers.
         check("CompressGetMaxOutputChunkSize", unsafe { (algo.max_output)(max_chunk, opts, &mut max_out) })?;
-        let in_offsets: Vec<usize> = chunks
-            .iter()
-            .scan(0, |at, c| {
-                let o = *at;
-                *at += align(c.len());
-                Some(o)
-            })
-            .collect();
-        let in_total = in_offsets.last().copied().unwrap_or(0) + align(chunks[n - 1].len());
+        let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
         let out_stride = align(max_out);
         let total_raw: usize = chunks.iter().map(|c| c.len()).sum();
         let mut temp = 0usize;
@@ -275,16 +290,11 @@ impl Gpu {
         }
         {
             let h_meta = b.h_meta.ensure(meta_len)?;
-            let words: Vec<u64> = (0..n)
+            let words = (0..n)
                 .map(|i| d_in + in_offsets[i] as u64)
                 .chain(chunks.iter().map(|c| c.len() as u64))
-                .chain((0..n).map(|i| d_out + (i * out_stride) as u64))
-                .chain(std::iter::repeat_n(0, n))
-                .collect();
-            for (i, w) in words.iter().enumerate() {
-                h_meta[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-            }
-            h_meta[32 * n..].fill(0);
+                .chain((0..n).map(|i| d_out + (i * out_stride) as u64));
+            put_words(h_meta, words);
         }
         let cs = self.stream.cu_stream();
         // SAFETY: device and pinned buffers are at least as large as the copies; the stream is ours.
@@ -378,24 +388,8 @@ impl Gpu {
         let s = self.stream.cu_stream() as *mut c_void;
         cuda(self.ctx.bind_to_thread())?;
         let mut b = self.bufs.lock().expect("buffers lock");
-        let in_offsets: Vec<usize> = payloads
-            .iter()
-            .scan(0, |at, c| {
-                let o = *at;
-                *at += align(c.len());
-                Some(o)
-            })
-            .collect();
-        let in_total = in_offsets[n - 1] + align(payloads[n - 1].len());
-        let out_offsets: Vec<usize> = raw_lens
-            .iter()
-            .scan(0, |at, &l| {
-                let o = *at;
-                *at += align(l);
-                Some(o)
-            })
-            .collect();
-        let out_total = out_offsets[n - 1] + align(raw_lens[n - 1]);
+        let (in_offsets, in_total) = aligned_offsets(payloads.iter().map(|c| c.len()));
+        let (out_offsets, out_total) = aligned_offsets(raw_lens.iter().copied());
         let total_raw: usize = raw_lens.iter().sum();
         let mut temp = 0usize;
         // SAFETY: FFI with valid out-pointers.
@@ -409,18 +403,13 @@ impl Gpu {
         {
             let h_in = b.h_in.ensure(in_total)?;
             scatter(h_in, payloads, &in_offsets);
-            let words: Vec<u64> = (0..n)
+            let words = (0..n)
                 .map(|i| d_in + in_offsets[i] as u64)
                 .chain(payloads.iter().map(|c| c.len() as u64))
                 .chain(raw_lens.iter().map(|&l| l as u64))
                 .chain(std::iter::repeat_n(0, n))
-                .chain((0..n).map(|i| d_out + out_offsets[i] as u64))
-                .collect();
-            let h_meta = b.h_meta.ensure(meta_len)?;
-            for (i, w) in words.iter().enumerate() {
-                h_meta[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-            }
-            h_meta[40 * n..].fill(0);
+                .chain((0..n).map(|i| d_out + out_offsets[i] as u64));
+            put_words(b.h_meta.ensure(meta_len)?, words);
         }
         let cs = self.stream.cu_stream();
         // SAFETY: buffers sized above; our stream.
@@ -468,5 +457,32 @@ impl Gpu {
         drop(b);
         self.record(n, in_total, total_raw, start);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_laid_out_aligned_and_metadata_zero_padded() {
+        let (offsets, total) = aligned_offsets([1usize, 256, 257, 0].into_iter());
+        assert_eq!((offsets, total), (vec![0, 256, 512, 1024], 1024));
+        let mut meta = vec![0xaa; 8 * 3 + 4 * 2];
+        put_words(&mut meta, [1u64, 2].into_iter());
+        assert_eq!(&meta[..8], &1u64.to_le_bytes());
+        assert_eq!(&meta[8..16], &2u64.to_le_bytes());
+        assert!(meta[16..].iter().all(|&b| b == 0), "sizes and statuses start at zero");
+    }
+
+    #[test]
+    fn scatter_places_every_chunk_at_its_offset() {
+        let chunks: Vec<&[u8]> = vec![b"abc", b"", b"defgh"];
+        let (offsets, total) = aligned_offsets(chunks.iter().map(|c| c.len()));
+        let mut dst = vec![0u8; total];
+        scatter(&mut dst, &chunks, &offsets);
+        for (c, o) in chunks.iter().zip(&offsets) {
+            assert_eq!(&dst[*o..*o + c.len()], *c);
+        }
     }
 }
