@@ -18,6 +18,9 @@ use crate::inode::{Attr, Inode, Kind, join};
 use crate::objects::ObjectInfo;
 use crate::upload::{Upload, Written, upload_file};
 
+/// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
+pub const MAX_READAHEAD_FRAMES: usize = 16;
+
 /// An open file handle.
 #[derive(Debug, Clone)]
 pub struct Handle {
@@ -27,6 +30,8 @@ pub struct Handle {
     pub write: bool,
     /// The object version a read-only handle reads (pinned at open).
     pub info: Option<ObjectInfo>,
+    /// Where the last read ended, and how many frames to fetch ahead while reads stay sequential.
+    pub readahead: (u64, usize),
 }
 
 /// What the bytes of an open file are, right now.
@@ -150,7 +155,7 @@ impl Fs {
         };
         let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::File, attr, None, true);
         self.open.lock().expect("open lock").insert(i.ino, Arc::new(tokio::sync::Mutex::new(of)));
-        let fh = self.new_handle(Handle { ino: i.ino, write: true, info: None });
+        let fh = self.new_handle(Handle { ino: i.ino, write: true, info: None, readahead: (0, 0) });
         Ok((self.attrs_of(&i), fh))
     }
 
@@ -169,11 +174,11 @@ impl Fs {
             if truncate && write {
                 self.truncate_locked(&i, &mut of, 0).await?;
             }
-            return Ok(self.new_handle(Handle { ino, write, info: None }));
+            return Ok(self.new_handle(Handle { ino, write, info: None, readahead: (0, 0) }));
         }
         let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
         if !write {
-            return Ok(self.new_handle(Handle { ino, write, info: Some(info) }));
+            return Ok(self.new_handle(Handle { ino, write, info: Some(info), readahead: (0, 0) }));
         }
         let mut of = OpenFile {
             meta: info.meta(),
@@ -187,7 +192,7 @@ impl Fs {
             self.truncate_locked(&i, &mut of, 0).await?;
         }
         self.open.lock().expect("open lock").insert(ino, Arc::new(tokio::sync::Mutex::new(of)));
-        Ok(self.new_handle(Handle { ino, write, info: None }))
+        Ok(self.new_handle(Handle { ino, write, info: None, readahead: (0, 0) }))
     }
 
     /// Reads up to `size` bytes at `offset`.
@@ -226,7 +231,26 @@ impl Fs {
                 self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?
             }
         };
-        self.reader.read(&info, offset..offset.saturating_add(size as u64)).await
+        let end = offset.saturating_add(size as u64);
+        let data = self.reader.read(&info, offset..end).await?;
+        self.read_ahead(fh, &info, offset, end);
+        Ok(data)
+    }
+
+    /// Sequential readers get frames fetched ahead in the background, in a window that doubles
+    /// (up to `MAX_READAHEAD_FRAMES`) while reads keep following each other; any jump resets it.
+    fn read_ahead(&self, fh: u64, info: &ObjectInfo, offset: u64, end: u64) {
+        let window = {
+            let mut handles = self.handles.lock().expect("handles lock");
+            let Some(h) = handles.get_mut(&fh) else { return };
+            let (last_end, window) = h.readahead;
+            let next = if offset == last_end && offset > 0 { (window * 2).clamp(1, MAX_READAHEAD_FRAMES) } else { 0 };
+            h.readahead = (end, next);
+            next
+        };
+        if window > 0 {
+            self.reader.prefetch(info, end, window);
+        }
     }
 
     /// Moves an open file's bytes into a local staging file (from the upload so far or the object).

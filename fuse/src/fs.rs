@@ -145,6 +145,7 @@ impl Fs {
             key: cfg.encode.key.clone(),
             dicts: cfg.dicts.clone(),
             metrics: metrics.clone(),
+            inflight: Arc::default(),
         };
         Fs {
             bucket,

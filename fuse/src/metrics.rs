@@ -25,6 +25,7 @@ pub struct Metrics {
     cache_hits: Counter,
     cache_misses: Counter,
     frames_decoded: Counter,
+    frames_prefetched: Counter,
     frames_encoded: Family<KindLabel, Counter>,
 }
 
@@ -54,6 +55,7 @@ impl Metrics {
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             frames_decoded: Counter::default(),
+            frames_prefetched: Counter::default(),
             frames_encoded: Family::default(),
             registry: Registry::default(),
         };
@@ -66,6 +68,11 @@ impl Metrics {
         registry.register("cache_hits", "Frame cache hits", m.cache_hits.clone());
         registry.register("cache_misses", "Frame cache misses", m.cache_misses.clone());
         registry.register("frames_decoded", "Frames fetched and decoded", m.frames_decoded.clone());
+        registry.register(
+            "frames_prefetched",
+            "Frames fetched ahead for sequential readers",
+            m.frames_prefetched.clone(),
+        );
         registry.register("frames_encoded", "Frames encoded, by codec stored", m.frames_encoded.clone());
         Metrics { registry, ..m }
     }
@@ -107,6 +114,11 @@ impl Metrics {
     /// Counts a decoded frame.
     pub fn frame_decoded(&self, _raw: u64) {
         self.frames_decoded.inc();
+    }
+
+    /// Counts frames scheduled for read-ahead.
+    pub fn prefetched(&self, n: usize) {
+        self.frames_prefetched.inc_by(n as u64);
     }
 
     /// Counts an encoded frame by the codec it was stored with.

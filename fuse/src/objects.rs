@@ -87,6 +87,8 @@ pub struct Reader {
     pub dicts: Vec<Arc<Dictionary>>,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Frames being prefetched, so a window is not fetched twice.
+    pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
 }
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
@@ -273,6 +275,35 @@ impl Reader {
             out.push((f, bytes));
         }
         Ok(out)
+    }
+
+    /// Fetches and decodes, in the background, up to `frames` frames from logical offset `from`
+    /// that are neither cached nor already being fetched.
+    pub fn prefetch(&self, info: &ObjectInfo, from: u64, frames: usize) {
+        let Parsed::Framed { layout, ctx } = &info.parsed else { return };
+        let Some(first) = layout.frame_at(from) else { return };
+        let last = (first + frames).min(layout.entries.len());
+        let wanted: Vec<usize> = {
+            let mut inflight = self.inflight.lock().expect("inflight lock");
+            (first..last)
+                .filter(|&f| self.chunks.get(&info.id, f as u32).is_none())
+                .filter(|&f| inflight.insert((info.id.clone(), f as u32)))
+                .collect()
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        self.metrics.prefetched(wanted.len());
+        let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
+        tokio::spawn(async move {
+            if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted).await {
+                tracing::debug!(error = %e, "prefetch failed; reads will fetch on demand");
+            }
+            let mut inflight = me.inflight.lock().expect("inflight lock");
+            for f in wanted {
+                inflight.remove(&(info.id.clone(), f as u32));
+            }
+        });
     }
 
     /// Reads a whole object version (symlink targets, staging a file for rewrite).

@@ -282,3 +282,32 @@ async fn read_only_mounts_refuse_changes_and_unlinked_open_files_are_not_resurre
     assert!(matches!(fs.create(ROOT, "x", 0o644, 0, 0).await, Err(Error::ReadOnly)));
     assert!(matches!(fs.mkdir(ROOT, "x", 0o755).await, Err(Error::ReadOnly)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let data = text(400_000);
+    let ino = write_file(&fs, ROOT, "seq", &data, 65_536).await;
+    let fresh = fs_on(&store, small_frames());
+    let ino_fresh = fresh.lookup(ROOT, "seq").await.unwrap().ino;
+    let fh = fresh.open(ino_fresh, false, false).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        got.extend(fresh.read(fh, got.len() as u64, 4096).await.unwrap());
+        tokio::task::yield_now().await;
+    }
+    assert!(got == data);
+    let m = fresh.metrics();
+    assert!(m.value("shrinkfs_frames_prefetched_total") > 10, "{}", m.render());
+    assert!(m.value("shrinkfs_cache_hits_total") > 10, "{}", m.render());
+    // Random offsets: no read-ahead.
+    let other = fs_on(&store, small_frames());
+    let ino_other = other.lookup(ROOT, "seq").await.unwrap().ino;
+    let fh = other.open(ino_other, false, false).await.unwrap();
+    for off in [300_000u64, 12_000, 250_000, 40_000, 390_000, 5_000] {
+        assert_eq!(other.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
+    }
+    assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
+    let _ = ino;
+}
