@@ -20,6 +20,9 @@ use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
 use crate::store::Bucket;
 
+/// Attribute fetches in flight when a listed directory's files are looked up.
+pub const PREFETCH_CONCURRENCY: usize = 32;
+
 /// Name of the object that keeps an empty directory in existence. Hidden from listings.
 pub const DIR_MARKER: &str = ".shrinkfs.dir";
 
@@ -107,10 +110,12 @@ pub struct Fs {
     pub(crate) bucket: Bucket,
     pub(crate) reader: Reader,
     pub(crate) cfg: FsConfig,
-    pub(crate) inodes: Mutex<InodeTable>,
+    pub(crate) inodes: Arc<Mutex<InodeTable>>,
     pub(crate) open: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<OpenFile>>>>,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    /// Per directory: the file names of its latest listing, until their attributes are prefetched.
+    pub(crate) listed: Mutex<HashMap<u64, Vec<String>>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -151,10 +156,11 @@ impl Fs {
             bucket,
             reader,
             cfg,
-            inodes: Mutex::new(InodeTable::new()),
+            inodes: Arc::new(Mutex::new(InodeTable::new())),
             open: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             metrics,
         }
@@ -177,6 +183,10 @@ impl Fs {
     /// The configuration.
     pub fn config(&self) -> &FsConfig {
         &self.cfg
+    }
+
+    fn inodes_handle(&self) -> Arc<Mutex<InodeTable>> {
+        self.inodes.clone()
     }
 
     pub(crate) fn inode(&self, ino: u64) -> Result<Inode> {
@@ -255,6 +265,7 @@ impl Fs {
             return Ok(self.attrs_of(&i));
         }
         let rel = join(&dir.path, name);
+        self.prefetch_listed(parent, &dir.path);
         if let Some(info) = self.reader.stat(&self.key(&rel)).await? {
             let (kind, attr) = Self::attr_from_object(&info);
             let i =
@@ -275,6 +286,35 @@ impl Fs {
         }
         self.inodes.lock().expect("inode lock").remove_name(parent, name);
         Err(Error::NotFound)
+    }
+
+    /// The first lookup in a freshly listed directory (`ls -l`, `find`, a file manager) starts
+    /// fetching the attributes of every file listed, `PREFETCH_CONCURRENCY` at a time, so the
+    /// lookups that follow find them instead of each waiting for its own request.
+    fn prefetch_listed(&self, dir: u64, dir_path: &str) {
+        let Some(names) = self.listed.lock().expect("listed lock").remove(&dir) else { return };
+        if names.len() < 2 || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (reader, bucket, inodes) = (self.reader.clone(), self.bucket.clone(), self.inodes_handle());
+        let dir_path = dir_path.to_owned();
+        self.metrics.store_request("attr_prefetch");
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let stats = futures::stream::iter(names)
+                .map(|name| {
+                    let (reader, key) = (reader.clone(), bucket.key(&join(&dir_path, &name)));
+                    async move { (name, reader.stat(&key).await) }
+                })
+                .buffer_unordered(PREFETCH_CONCURRENCY);
+            futures::pin_mut!(stats);
+            while let Some((name, res)) = stats.next().await {
+                if let Ok(Some(info)) = res {
+                    let (kind, attr) = Self::attr_from_object(&info);
+                    inodes.lock().expect("inode lock").upsert(dir, &name, kind, attr, Some(Instant::now()), false);
+                }
+            }
+        });
     }
 
     /// Attributes of an inode, refreshed from the store when older than the metadata TTL.
@@ -351,6 +391,8 @@ impl Fs {
                 entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
             }
         }
+        let files: Vec<String> = entries.iter().filter(|e| e.kind != Kind::Dir).map(|e| e.name.clone()).collect();
+        self.listed.lock().expect("listed lock").insert(ino, files);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().expect("dirs lock").insert(fh, entries);
         Ok(fh)

@@ -311,3 +311,29 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
     assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
     let _ = ino;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_one() {
+    let store = Arc::new(InMemory::new());
+    for i in 0..200 {
+        store.put(&Path::from(format!("pre/dir/f{i:03}")), vec![b'x'; i].into()).await.unwrap();
+    }
+    let cfg = FsConfig { metadata_ttl: std::time::Duration::from_secs(60), ..small_frames() };
+    let fs = fs_on(&store, cfg);
+    let d = fs.lookup(ROOT, "dir").await.unwrap();
+    let fh = fs.opendir(d.ino).await.unwrap();
+    assert_eq!(fs.readdir(fh, d.ino, 0).unwrap().len(), 202);
+    let tails = || fs.metrics().value("shrinkfs_store_requests_total{kind=\"get_tail\"}");
+    let before = tails();
+    // The first lookup starts the prefetch of all 200; wait for it, as `ls -l` would overlap with it.
+    assert_eq!(fs.lookup(d.ino, "f000").await.unwrap().size, 0);
+    let start = std::time::Instant::now();
+    while tails() < before + 201 && start.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let after_prefetch = tails();
+    for i in 1..200 {
+        assert_eq!(fs.lookup(d.ino, &format!("f{i:03}")).await.unwrap().size, i as u64);
+    }
+    assert_eq!(tails(), after_prefetch, "lookups after the prefetch must not ask the store again");
+}
