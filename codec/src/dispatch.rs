@@ -80,6 +80,10 @@ pub struct Counters {
     pub fallback_queue_full: AtomicU64,
     /// Frames the GPU could not make smaller (stored as they are).
     pub fallback_not_smaller: AtomicU64,
+    /// Frames decoded on the GPU (reads).
+    pub gpu_decoded_frames: AtomicU64,
+    /// Read batches sent back to the CPU because GPU decoding failed.
+    pub gpu_decode_fallback: AtomicU64,
 }
 
 impl Counters {
@@ -96,6 +100,8 @@ impl Counters {
             ("fallback_error", g(&self.fallback_error)),
             ("fallback_queue_full", g(&self.fallback_queue_full)),
             ("fallback_not_smaller", g(&self.fallback_not_smaller)),
+            ("gpu_decoded_frames", g(&self.gpu_decoded_frames)),
+            ("gpu_decode_fallback", g(&self.gpu_decode_fallback)),
         ]
     }
 }
@@ -114,6 +120,8 @@ struct Job {
 /// Routes frames to the GPU or the CPU pool.
 pub struct Dispatcher {
     gpu_tx: Option<SyncSender<Job>>,
+    #[cfg(feature = "gpu")]
+    gpu: Option<Arc<crate::gpu::Gpu>>,
     counters: Arc<Counters>,
     gpu_codecs: Vec<CodecId>,
     /// What the GPU is, or why none is used.
@@ -138,7 +146,14 @@ pub fn cpu_equivalent(id: CodecId, level: i32) -> Arc<dyn Codec> {
 impl Dispatcher {
     /// A dispatcher that only uses the CPU.
     pub fn cpu_only(why: &str) -> Self {
-        Dispatcher { gpu_tx: None, counters: Arc::default(), gpu_codecs: vec![], describe: why.to_owned() }
+        Dispatcher {
+            gpu_tx: None,
+            #[cfg(feature = "gpu")]
+            gpu: None,
+            counters: Arc::default(),
+            gpu_codecs: vec![],
+            describe: why.to_owned(),
+        }
     }
 
     /// Probes the GPU as the policy says; `Err` only for `GpuPolicy::On` without a usable GPU.
@@ -150,6 +165,8 @@ impl Dispatcher {
         {
             match crate::gpu::Gpu::probe() {
                 Ok(gpu) => {
+                    let gpu = Arc::new(gpu);
+                    let shared = gpu.clone();
                     let describe = gpu.describe.clone();
                     let gpu_codecs = gpu.codecs();
                     let (tx, rx) = sync_channel(cfg.queue_max);
@@ -160,7 +177,7 @@ impl Dispatcher {
                         .spawn(move || gpu_loop(gpu, rx, cfg, c))
                         .map_err(|e| format!("cannot start the GPU thread: {e}"))?;
                     tracing::info!(gpu = %describe, "GPU compression enabled");
-                    Ok(Dispatcher { gpu_tx: Some(tx), counters, gpu_codecs, describe })
+                    Ok(Dispatcher { gpu_tx: Some(tx), gpu: Some(shared), counters, gpu_codecs, describe })
                 }
                 Err(why) if cfg.policy == GpuPolicy::On => Err(format!("--gpu on, but {why}")),
                 Err(why) => {
@@ -182,6 +199,27 @@ impl Dispatcher {
     pub fn frames_in_flight(&self) -> usize {
         let cpu = 2 * rayon::current_num_threads() + 1;
         if self.gpu_tx.is_some() { cpu.max(256) } else { cpu }
+    }
+
+    /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
+    /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted).
+    pub fn gpu_decompress(&self, codec: CodecId, payloads: &[&[u8]], raw_lens: &[usize]) -> Option<Vec<Vec<u8>>> {
+        #[cfg(feature = "gpu")]
+        if let Some(gpu) = self.gpu.as_ref().filter(|_| self.gpu_for(codec)) {
+            return match gpu.decompress_batch(codec, payloads, raw_lens, 0) {
+                Ok(out) => {
+                    self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed);
+                    Some(out)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, frames = payloads.len(), "GPU decode failed; decoding on the CPU");
+                    self.counters.gpu_decode_fallback.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            };
+        }
+        let _ = (codec, payloads, raw_lens);
+        None
     }
 
     /// Whether frames of `codec` can go to the GPU.
@@ -229,7 +267,7 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 }
 
 #[cfg(feature = "gpu")]
-fn gpu_loop(gpu: crate::gpu::Gpu, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
+fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
     while let Ok(first) = rx.recv() {
         let deadline = Instant::now() + cfg.batch_window;
         let mut bytes = first.raw.len();

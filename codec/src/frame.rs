@@ -163,6 +163,26 @@ pub fn decode_payload(
     expected: Option<&IndexEntry>,
     out: &mut Vec<u8>,
 ) -> Result<()> {
+    let compressed = open_payload(ctx, frame, header, payload, expected)?;
+    decompress_cpu(header.codec, &compressed, header.raw_len as usize, ctx.dict.as_deref(), out).map_err(
+        |f| match f {
+            DecodeFailure::Unavailable(why) => Error::CodecUnavailable { frame, codec: header.codec, why },
+            DecodeFailure::Corrupt(detail) => Error::Corrupt { frame, codec: header.codec, detail },
+        },
+    )?;
+    check_raw(frame, header, out)
+}
+
+/// Everything `decode_payload` checks before decompressing — index agreement, lengths, the stored
+/// checksum, the seal — returning the codec's payload. A GPU decoder runs this on the CPU first,
+/// since nVCOMP's decoders do not validate their input.
+pub fn open_payload<'a>(
+    ctx: &ObjectContext,
+    frame: u64,
+    header: &FrameHeader,
+    payload: &'a [u8],
+    expected: Option<&IndexEntry>,
+) -> Result<std::borrow::Cow<'a, [u8]>> {
     if let Some(e) = expected
         && !e.matches(header)
     {
@@ -181,22 +201,23 @@ pub fn decode_payload(
     if checksum(payload) != header.stored_crc {
         return Err(Error::FrameChecksum { frame });
     }
-    let mut opened = Vec::new();
-    let compressed: &[u8] = match &ctx.key {
+    match &ctx.key {
         Some(key) => {
-            opened.extend_from_slice(payload);
+            let mut opened = payload.to_vec();
             key.open_frame(&ctx.header.object_id, frame, &header.aad_bytes(), &mut opened)?;
-            &opened
+            Ok(std::borrow::Cow::Owned(opened))
         }
-        None => payload,
-    };
-    decompress_cpu(header.codec, compressed, header.raw_len as usize, ctx.dict.as_deref(), out).map_err(
-        |f| match f {
-            DecodeFailure::Unavailable(why) => Error::CodecUnavailable { frame, codec: header.codec, why },
-            DecodeFailure::Corrupt(detail) => Error::Corrupt { frame, codec: header.codec, detail },
-        },
-    )?;
-    if !header.sealed() && checksum(out) != header.raw_crc {
+        None => Ok(std::borrow::Cow::Borrowed(payload)),
+    }
+}
+
+/// The check after decompressing: the decoded bytes match their checksum (unsealed frames; a
+/// sealed frame's tag already authenticated them).
+pub fn check_raw(frame: u64, header: &FrameHeader, raw: &[u8]) -> Result<()> {
+    if raw.len() != header.raw_len as usize {
+        return Err(Error::Corrupt { frame, codec: header.codec, detail: format!("decoded {} bytes", raw.len()) });
+    }
+    if !header.sealed() && checksum(raw) != header.raw_crc {
         return Err(Error::RawChecksum { frame });
     }
     Ok(())

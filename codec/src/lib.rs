@@ -24,7 +24,7 @@ pub mod writer;
 pub use codec::{Codec, CodecId, CodecParams, Dictionary};
 pub use error::{Error, Result};
 pub use format::FileMeta;
-pub use frame::{EncodedFrame, ObjectContext, decode_frame, decode_payload, encode_frame};
+pub use frame::{EncodedFrame, ObjectContext, check_raw, decode_frame, decode_payload, encode_frame, open_payload};
 pub use reader::{Fetch, Layout, TailProbe, probe_tail};
 pub use seal::MasterKey;
 pub use writer::{DEFAULT_FRAME_SIZE, EncodeConfig, FrameCutter, ObjectWriter, encode_all, encode_all_with};

@@ -150,6 +150,7 @@ impl Fs {
             key: cfg.encode.key.clone(),
             dicts: cfg.dicts.clone(),
             metrics: metrics.clone(),
+            dispatcher: cfg.dispatcher.clone(),
             inflight: Arc::default(),
         };
         Fs {

@@ -9,13 +9,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use shrinkfs_codec::format::{FRAME_HEADER_LEN, FrameHeader};
 use shrinkfs_codec::format::{FileMeta, Header};
 use shrinkfs_codec::reader::SUGGESTED_TAIL;
-use shrinkfs_codec::{Dictionary, Layout, MasterKey, TailProbe, decode_frame, probe_tail};
+use shrinkfs_codec::{Dictionary, Layout, MasterKey, TailProbe, check_raw, decode_frame, open_payload, probe_tail};
 
 use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+
+/// Frames decoded by number.
+type Decoded = Vec<(usize, Vec<u8>)>;
+
+/// Fewest frames in a read batch worth a GPU launch.
+pub const GPU_DECODE_MIN_FRAMES: usize = 8;
 
 /// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
 pub const MAX_FETCH: u64 = 8 << 20;
@@ -87,6 +94,8 @@ pub struct Reader {
     pub dicts: Vec<Arc<Dictionary>>,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Routes large read batches to the GPU when one is in use.
+    pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
 }
@@ -250,11 +259,29 @@ impl Reader {
         let fetches = layout.fetches(frames, MAX_FETCH);
         let gets = fetches.iter().map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
         let blobs = futures::future::try_join_all(gets).await?;
-        let mut jobs = Vec::new();
+        let mut slices = Vec::with_capacity(frames.len());
         for (fetch, blob) in fetches.into_iter().zip(blobs) {
             for f in fetch.frames.clone() {
                 let r = layout.entries[f].stored_range();
-                let slice = blob.slice((r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize);
+                slices.push((
+                    f,
+                    blob.slice((r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize),
+                ));
+            }
+        }
+        if let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices).await? {
+            let mut out = Vec::with_capacity(decoded.len());
+            for (f, bytes) in decoded {
+                let bytes = Arc::new(bytes);
+                self.metrics.frame_decoded(bytes.len() as u64);
+                self.chunks.insert(&info.id, f as u32, bytes.clone());
+                out.push((f, bytes));
+            }
+            return Ok(out);
+        }
+        let mut jobs = Vec::new();
+        {
+            for (f, slice) in slices {
                 let (layout, ctx, path) = (layout.clone(), ctx.clone(), info.path.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 rayon::spawn(move || {
@@ -275,6 +302,53 @@ impl Reader {
             out.push((f, bytes));
         }
         Ok(out)
+    }
+
+    /// Decodes a batch of fetched frames on the GPU when one is in use, the batch is large enough and
+    /// all of one GPU codec: checksums and seals are checked on the CPU first (nVCOMP does not
+    /// validate its input), the decoded bytes checked after. `None`: decode on the CPU instead.
+    async fn gpu_decode(
+        &self,
+        info: &ObjectInfo,
+        layout: &Arc<Layout>,
+        ctx: &Arc<shrinkfs_codec::ObjectContext>,
+        slices: &[(usize, Bytes)],
+    ) -> Result<Option<Decoded>> {
+        let codec = match slices.first() {
+            Some((f, _)) => layout.entries[*f].codec,
+            None => return Ok(None),
+        };
+        let eligible = slices.len() >= GPU_DECODE_MIN_FRAMES
+            && ctx.dict().is_none()
+            && self.dispatcher.gpu_for(codec)
+            && slices.iter().all(|(f, _)| layout.entries[*f].codec == codec);
+        if !eligible {
+            return Ok(None);
+        }
+        let (slices, layout, ctx, path, dispatcher) =
+            (slices.to_vec(), layout.clone(), ctx.clone(), info.path.clone(), self.dispatcher.clone());
+        let job = move || -> Result<Option<Decoded>> {
+            let err = |e| codec_err(&path, e);
+            let mut heads = Vec::with_capacity(slices.len());
+            let mut payloads = Vec::with_capacity(slices.len());
+            for (f, blob) in &slices {
+                let h = FrameHeader::parse(blob, *f as u64).map_err(err)?;
+                let p = open_payload(&ctx, *f as u64, &h, &blob[FRAME_HEADER_LEN..], Some(&layout.entries[*f]))
+                    .map_err(err)?;
+                heads.push(h);
+                payloads.push(p);
+            }
+            let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_ref()).collect();
+            let lens: Vec<usize> = heads.iter().map(|h| h.raw_len as usize).collect();
+            let Some(raws) = dispatcher.gpu_decompress(codec, &refs, &lens) else { return Ok(None) };
+            let mut out = Vec::with_capacity(raws.len());
+            for (((f, _), h), raw) in slices.iter().zip(&heads).zip(raws) {
+                check_raw(*f as u64, h, &raw).map_err(err)?;
+                out.push((*f, raw));
+            }
+            Ok(Some(out))
+        };
+        tokio::task::spawn_blocking(job).await.map_err(|_| Error::Invalid("GPU decode task stopped".into()))?
     }
 
     /// Fetches and decodes, in the background, up to `frames` frames from logical offset `from`
