@@ -12,7 +12,7 @@ pub fn init(verbose: u8) {
     };
     // fuser warns that it could not unmount after every clean `shrinkfs unmount` (it is unmounted
     // already); its other messages stay visible.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},fuser::session=error")));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},fuser::session=error")));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -201,8 +201,7 @@ impl Fs {
         if let Some(of) = self.open_file(h.ino) {
             let mut of = of.lock().await;
             if let Body::Streaming(_) = of.body {
-                let i = self.inode(h.ino)?;
-                self.stage_locked(&i, &mut of).await?;
+                self.stage_locked(&mut of).await?;
             }
             match &of.body {
                 Body::Staged { file, len } => {
@@ -254,7 +253,7 @@ impl Fs {
     }
 
     /// Moves an open file's bytes into a local staging file (from the upload so far or the object).
-    async fn stage_locked(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+    async fn stage_locked(&self, of: &mut OpenFile) -> Result<()> {
         match std::mem::replace(&mut of.body, Body::Clean) {
             Body::Staged { file, len } => of.body = Body::Staged { file, len },
             Body::Streaming(up) => {
@@ -274,7 +273,6 @@ impl Fs {
                         len += chunk.len() as u64;
                     }
                 }
-                let _ = i;
                 of.body = Body::Staged { file, len };
             }
         }
@@ -298,7 +296,7 @@ impl Fs {
         }
         let sequential = matches!(&of.body, Body::Streaming(u) if u.len() == offset);
         if !sequential {
-            self.stage_locked(&i, &mut of).await?;
+            self.stage_locked(&mut of).await?;
         }
         match &mut of.body {
             Body::Streaming(u) => u.write(data).await?,
@@ -323,7 +321,7 @@ impl Fs {
             }
             of.body = Body::Streaming(Box::new(self.new_upload(&i.path)?));
         } else {
-            self.stage_locked(i, of).await?;
+            self.stage_locked(of).await?;
             if let Body::Staged { file, len } = &mut of.body {
                 file.set_len(size)?;
                 *len = size;
@@ -358,7 +356,7 @@ impl Fs {
             }
             Body::Clean => {
                 // Only metadata changed: rewrite the object's bytes with the new metadata.
-                self.stage_locked(i, of).await?;
+                self.stage_locked(of).await?;
                 return Box::pin(self.commit_locked(i, of)).await;
             }
         };

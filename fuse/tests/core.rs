@@ -288,7 +288,7 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
     let store = Arc::new(InMemory::new());
     let fs = fs_on(&store, small_frames());
     let data = text(400_000);
-    let ino = write_file(&fs, ROOT, "seq", &data, 65_536).await;
+    write_file(&fs, ROOT, "seq", &data, 65_536).await;
     let fresh = fs_on(&store, small_frames());
     let ino_fresh = fresh.lookup(ROOT, "seq").await.unwrap().ino;
     let fh = fresh.open(ino_fresh, false, false).await.unwrap();
@@ -309,7 +309,6 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
         assert_eq!(other.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
     }
     assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
-    let _ = ino;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
