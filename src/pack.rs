@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::sync::Arc;
+use std::sync::mpsc::{SyncSender, sync_channel};
 
 use anyhow::Context;
 use shrinkfs_codec::dispatch::Dispatcher;
@@ -23,55 +24,82 @@ pub struct Totals {
     pub frames: u64,
 }
 
+/// Runs `body` with a channel whose buffers a second thread writes to `output` in order, so
+/// reading and writing overlap (as `zstd -T` does); returns once everything is written.
+fn with_writer<T>(
+    output: &mut (dyn Write + Send),
+    body: impl FnOnce(&SyncSender<Vec<u8>>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = sync_channel::<Vec<u8>>(16);
+        let writer = scope.spawn(move || -> std::io::Result<()> {
+            for buf in rx {
+                output.write_all(&buf)?;
+            }
+            output.flush()
+        });
+        let result = body(&tx);
+        drop(tx);
+        let written = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))?;
+        // A write error explains a failed send better than the send does.
+        written.context("cannot write output")?;
+        result
+    })
+}
+
+fn send(tx: &SyncSender<Vec<u8>>, buf: Vec<u8>) -> anyhow::Result<()> {
+    tx.send(buf).map_err(|_| anyhow::anyhow!("the output writer stopped"))
+}
+
 /// Encodes everything `input` yields into one object written to `output`.
 pub fn pack_stream(
     input: &mut dyn Read,
-    output: &mut dyn Write,
+    output: &mut (dyn Write + Send),
     config: &EncodeConfig,
     dispatcher: &Dispatcher,
     on_progress: &dyn Fn(u64),
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
-    let mut writer = ObjectWriter::new(ctx.clone());
-    output.write_all(&writer.header_bytes()).context("cannot write output")?;
-    let mut pool: OrderedPool<EncodedFrame> = OrderedPool::new(dispatcher.frames_in_flight());
-    let mut emit = |f: EncodedFrame, writer: &mut ObjectWriter| -> anyhow::Result<()> {
-        writer.push(&f);
-        output.write_all(&f.bytes).context("cannot write output")?;
-        on_progress(f.header.raw_len as u64);
-        Ok(())
-    };
-    let mut frame = 0u64;
-    loop {
-        let mut buf = Vec::new();
-        let n = read_full(input, &mut buf, config.frame_size as usize).context("cannot read input")?;
-        if n == 0 {
-            break;
+    with_writer(output, |tx| {
+        let mut writer = ObjectWriter::new(ctx.clone());
+        send(tx, writer.header_bytes().to_vec())?;
+        let mut pool: OrderedPool<EncodedFrame> = OrderedPool::new(dispatcher.frames_in_flight());
+        let emit = |f: EncodedFrame, writer: &mut ObjectWriter| -> anyhow::Result<()> {
+            writer.push(&f);
+            on_progress(f.header.raw_len as u64);
+            send(tx, f.bytes)
+        };
+        let mut frame = 0u64;
+        loop {
+            let mut buf = Vec::new();
+            let n = read_full(input, &mut buf, config.frame_size as usize).context("cannot read input")?;
+            if n == 0 {
+                break;
+            }
+            while pool.is_full() {
+                let f = pool.wait_next().expect("pool is full");
+                emit(f, &mut writer)?;
+            }
+            let (ctx, codec, gpu_codec) = (ctx.clone(), codec.clone(), config.params.codec);
+            pool.submit_async(|done| dispatcher.submit(ctx, codec, gpu_codec, frame, buf, done));
+            frame += 1;
+            while let Some(f) = pool.ready() {
+                emit(f, &mut writer)?;
+            }
+            if n < config.frame_size as usize {
+                break;
+            }
         }
-        while pool.is_full() {
-            let f = pool.wait_next().expect("pool is full");
+        while let Some(f) = pool.wait_next() {
             emit(f, &mut writer)?;
         }
-        let (ctx, codec, gpu_codec) = (ctx.clone(), codec.clone(), config.params.codec);
-        pool.submit_async(|done| dispatcher.submit(ctx, codec, gpu_codec, frame, buf, done));
-        frame += 1;
-        while let Some(f) = pool.ready() {
-            emit(f, &mut writer)?;
-        }
-        if n < config.frame_size as usize {
-            break;
-        }
-    }
-    while let Some(f) = pool.wait_next() {
-        emit(f, &mut writer)?;
-    }
-    let totals = Totals { raw: writer.raw_len(), stored: 0, frames: writer.next_frame() };
-    let stored_before_tail = writer.stored_len();
-    let tail = writer.finish();
-    output.write_all(&tail).context("cannot write output")?;
-    output.flush().context("cannot write output")?;
-    Ok(Totals { stored: stored_before_tail + tail.len() as u64, ..totals })
+        let (raw, frames, body) = (writer.raw_len(), writer.next_frame(), writer.stored_len());
+        let tail = writer.finish();
+        let stored = body + tail.len() as u64;
+        send(tx, tail)?;
+        Ok(Totals { raw, stored, frames })
+    })
 }
 
 /// Decodes the object `input` yields (or copies plain bytes) to `output`, checking everything.
