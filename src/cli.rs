@@ -207,6 +207,19 @@ pub struct GpuArgs {
     pub gpu_data_type: String,
 }
 
+impl CodecArgs {
+    /// Starts the dispatcher for these arguments; warns when a GPU-only codec will be written as
+    /// zstd because no GPU is in use.
+    pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+        let d = self.gpu.dispatcher()?;
+        let id = CodecId::from(self.codec);
+        if id.gpu_only() && !d.gpu_for(id) {
+            tracing::warn!("codec {id} needs a GPU ({}); frames are written with zstd level 1 instead", d.describe);
+        }
+        Ok(d)
+    }
+}
+
 impl GpuArgs {
     /// Starts the dispatcher these arguments describe.
     pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
@@ -289,7 +302,7 @@ impl CodecArgs {
             .map_err(|_| UsageError(format!("frame size {} is too large", self.frame_size)))?;
         let dict = load_dict(&self.dict)?;
         if CodecId::from(self.codec).gpu_only() && self.gpu.gpu == GpuChoice::Off {
-            return Err(UsageError(format!("codec {:?} needs the GPU; drop --gpu off", self.codec)).into());
+            return Err(UsageError(format!("codec {} needs the GPU; drop --gpu off", CodecId::from(self.codec))).into());
         }
         if dict.is_some() && self.codec != CodecChoice::Zstd {
             return Err(UsageError("--dict works with --codec zstd only".into()).into());

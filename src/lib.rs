@@ -25,7 +25,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(a) => {
             let config = a.codec.to_config()?;
-            let dispatcher = a.codec.gpu.dispatcher()?;
+            let dispatcher = a.codec.dispatcher()?;
             let mut input = open_input(&a.input, &a.s3)?;
             let mut out = Output::create(&a.output, &a.s3)?;
             let bar = progress(input.len, "pack");

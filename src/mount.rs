@@ -115,7 +115,7 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
 }
 
 fn serve(a: MountArgs, source: Source, mut cfg: FsConfig, notify: &mut Option<OwnedFd>) -> anyhow::Result<()> {
-    cfg.dispatcher = Arc::new(a.codec.gpu.dispatcher()?);
+    cfg.dispatcher = Arc::new(a.codec.dispatcher()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let s3 = a.s3.options();
     let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
