@@ -110,7 +110,16 @@ pub struct MountArgs {
     pub daemon: bool,
     /// Memory for decoded frames, e.g. 256M.
     #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    pub memory_cache_size: u64,
+    /// Keep stored (compressed, still sealed) frames in this local directory too; survives remounts.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes the --cache-dir cache holds, evicting least recently used frames.
+    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
     pub cache_size: u64,
+    /// Share of the cache directory's disk to leave free (0.05 = 5%).
+    #[arg(long, default_value_t = 0.05)]
+    pub cache_min_free: f64,
     /// Seconds attributes and names are trusted before the store is asked again.
     #[arg(long, default_value_t = 1.0)]
     pub metadata_ttl: f64,

@@ -37,7 +37,20 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
     cfg.dir_mode = a.dir_mode.unwrap_or(cfg.dir_mode);
     cfg.metadata_ttl = std::time::Duration::from_secs_f64(a.metadata_ttl);
-    cfg.cache_bytes = a.cache_size;
+    cfg.cache_bytes = a.memory_cache_size;
+    if let Some(dir) = &a.cache_dir {
+        if !(0.0..1.0).contains(&a.cache_min_free) {
+            bail!(UsageError(format!("--cache-min-free must be between 0 and 1, not {}", a.cache_min_free)));
+        }
+        let dc = shrinkfs_fuse::diskcache::DiskCacheConfig {
+            dir: dir.clone(),
+            max_bytes: a.cache_size,
+            min_free: a.cache_min_free,
+        };
+        let cache = shrinkfs_fuse::diskcache::DiskCache::open(&dc)
+            .with_context(|| format!("cache directory {}", dir.display()))?;
+        cfg.disk_cache = Some(cache);
+    }
     if let Some(d) = &a.staging_dir {
         cfg.staging_dir = d.clone();
     }

@@ -51,6 +51,8 @@ pub struct FsConfig {
     pub staging_dir: PathBuf,
     /// Routes frames to the GPU or the CPU pool.
     pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
+    /// Keep stored frames on local disk too.
+    pub disk_cache: Option<crate::diskcache::DiskCache>,
 }
 
 impl Default for FsConfig {
@@ -69,6 +71,7 @@ impl Default for FsConfig {
             cache_bytes: 256 << 20,
             staging_dir: std::env::temp_dir(),
             dispatcher: Arc::new(shrinkfs_codec::dispatch::Dispatcher::cpu_only("CPU only")),
+            disk_cache: None,
         }
     }
 }
@@ -151,6 +154,7 @@ impl Fs {
             dicts: cfg.dicts.clone(),
             metrics: metrics.clone(),
             dispatcher: cfg.dispatcher.clone(),
+            disk: cfg.disk_cache.clone(),
             inflight: Arc::default(),
         };
         Fs {

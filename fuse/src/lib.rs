@@ -3,6 +3,7 @@
 
 pub mod adapter;
 pub mod cache;
+pub mod diskcache;
 pub mod error;
 pub mod files;
 pub mod fs;

@@ -26,6 +26,8 @@ pub struct Metrics {
     cache_misses: Counter,
     frames_decoded: Counter,
     frames_prefetched: Counter,
+    disk_hits: Counter,
+    disk_misses: Counter,
     frames_encoded: Family<KindLabel, Counter>,
 }
 
@@ -56,6 +58,8 @@ impl Metrics {
             cache_misses: Counter::default(),
             frames_decoded: Counter::default(),
             frames_prefetched: Counter::default(),
+            disk_hits: Counter::default(),
+            disk_misses: Counter::default(),
             frames_encoded: Family::default(),
             registry: Registry::default(),
         };
@@ -67,6 +71,8 @@ impl Metrics {
         registry.register("logical_written_bytes", "Logical (uncompressed) bytes written", m.raw_bytes_written.clone());
         registry.register("cache_hits", "Frame cache hits", m.cache_hits.clone());
         registry.register("cache_misses", "Frame cache misses", m.cache_misses.clone());
+        registry.register("disk_cache_hits", "Frames read from the disk cache", m.disk_hits.clone());
+        registry.register("disk_cache_misses", "Frames not found in the disk cache", m.disk_misses.clone());
         registry.register("frames_decoded", "Frames fetched and decoded", m.frames_decoded.clone());
         registry.register(
             "frames_prefetched",
@@ -114,6 +120,12 @@ impl Metrics {
     /// Counts a decoded frame.
     pub fn frame_decoded(&self, _raw: u64) {
         self.frames_decoded.inc();
+    }
+
+    /// Counts disk cache hits and misses.
+    pub fn disk_cache(&self, hits: usize, misses: usize) {
+        self.disk_hits.inc_by(hits as u64);
+        self.disk_misses.inc_by(misses as u64);
     }
 
     /// Counts frames scheduled for read-ahead.

@@ -18,6 +18,19 @@ use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
+/// Cheap checks of a stored frame from the disk cache before it is decoded: its header parses,
+/// agrees with the index, and its payload matches its checksum.
+fn stored_frame_ok(b: &[u8], frame: usize, entry: &shrinkfs_codec::format::IndexEntry) -> bool {
+    match FrameHeader::parse(b, frame as u64) {
+        Ok(h) => {
+            entry.matches(&h)
+                && b.len() == FRAME_HEADER_LEN + h.stored_len as usize
+                && shrinkfs_codec::format::checksum(&b[FRAME_HEADER_LEN..]) == h.stored_crc
+        }
+        Err(_) => false,
+    }
+}
+
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
 
@@ -96,6 +109,8 @@ pub struct Reader {
     pub metrics: Arc<Metrics>,
     /// Routes large read batches to the GPU when one is in use.
     pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
+    /// Stored frames on local disk (`--cache-dir`).
+    pub disk: Option<crate::diskcache::DiskCache>,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
 }
@@ -256,19 +271,48 @@ impl Reader {
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         frames: &[usize],
     ) -> Result<Vec<(usize, Arc<Vec<u8>>)>> {
-        let fetches = layout.fetches(frames, MAX_FETCH);
+        let mut slices = Vec::with_capacity(frames.len());
+        let mut missing = Vec::with_capacity(frames.len());
+        for &f in frames {
+            match self.disk.as_ref().and_then(|d| d.get(&info.id, f as u32)) {
+                Some(b) if stored_frame_ok(&b, f, &layout.entries[f]) => slices.push((f, b)),
+                Some(_) => {
+                    // A damaged or foreign entry: drop it and fetch the frame again.
+                    self.metrics.store_request("disk_cache_bad_entry");
+                    self.disk.as_ref().expect("entry came from it").remove(&info.id, f as u32);
+                    missing.push(f);
+                }
+                None => missing.push(f),
+            }
+        }
+        if self.disk.is_some() {
+            self.metrics.disk_cache(slices.len(), missing.len());
+        }
+        let fetches = layout.fetches(&missing, MAX_FETCH);
         let gets = fetches.iter().map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
         let blobs = futures::future::try_join_all(gets).await?;
-        let mut slices = Vec::with_capacity(frames.len());
+        let mut fetched = Vec::with_capacity(missing.len());
         for (fetch, blob) in fetches.into_iter().zip(blobs) {
             for f in fetch.frames.clone() {
                 let r = layout.entries[f].stored_range();
-                slices.push((
+                fetched.push((
                     f,
                     blob.slice((r.start - fetch.range.start) as usize..(r.end - fetch.range.start) as usize),
                 ));
             }
         }
+        if let Some(disk) = &self.disk
+            && !fetched.is_empty()
+        {
+            let (disk, id, copy) = (disk.clone(), info.id.clone(), fetched.clone());
+            tokio::task::spawn_blocking(move || {
+                for (f, b) in copy {
+                    disk.put(&id, f as u32, &b);
+                }
+            });
+        }
+        slices.extend(fetched);
+        slices.sort_by_key(|s| s.0);
         if let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices).await? {
             let mut out = Vec::with_capacity(decoded.len());
             for (f, bytes) in decoded {

@@ -336,3 +336,34 @@ async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_o
     }
     assert_eq!(tails(), after_prefetch, "lookups after the prefetch must not ask the store again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
+    use shrinkfs_fuse::diskcache::{DiskCache, DiskCacheConfig};
+    let store = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let dc = DiskCacheConfig { dir: dir.path().join("cache"), max_bytes: 1 << 30, min_free: 0.0 };
+    let with_cache = || FsConfig { disk_cache: Some(DiskCache::open(&dc).unwrap()), ..small_frames() };
+    let data = text(100_000);
+    write_file(&fs_on(&store, small_frames()), ROOT, "f", &data, 10_000).await;
+    // First mount: frames come from the store and land on disk.
+    let fs = fs_on(&store, with_cache());
+    let a = fs.lookup(ROOT, "f").await.unwrap();
+    assert_eq!(read_file(&fs, a.ino).await, data);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await; // the disk writes run in the background
+    let entries: Vec<_> = std::fs::read_dir(&dc.dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(entries.len() >= 20, "{} frames cached", entries.len());
+    // Damage one entry on disk.
+    let victim = &entries[3];
+    let mut bytes = std::fs::read(victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(victim, bytes).unwrap();
+    // "Remount": a new filesystem over the same cache directory reads from disk, not the store.
+    let fs2 = fs_on(&store, with_cache());
+    let a2 = fs2.lookup(ROOT, "f").await.unwrap();
+    assert_eq!(read_file(&fs2, a2.ino).await, data, "a damaged entry must never be served");
+    let m = fs2.metrics();
+    assert!(m.value("shrinkfs_disk_cache_hits_total") >= 20, "{}", m.render());
+    assert_eq!(m.value("shrinkfs_store_requests_total{kind=\"disk_cache_bad_entry\"}"), 1, "{}", m.render());
+}
