@@ -5,17 +5,11 @@
 #![cfg(feature = "gpu")]
 
 use shrinkfs_codec::codec::decompress_cpu;
+
+mod common;
+use common::vector_input;
 use shrinkfs_codec::dispatch::cpu_equivalent;
 use shrinkfs_codec::gpu::Gpu;
-
-/// Deterministic inputs (the vectors test regenerates them by index).
-pub fn vector_input(i: usize) -> Vec<u8> {
-    match i {
-        0 => b"the quick brown fox jumps over the lazy dog\n".repeat(200),
-        1 => (0..20_000u32).flat_map(|v| (v * 3).to_le_bytes()).collect(),
-        _ => (0..65_536u32).map(|v| (v % 251) as u8 ^ (v / 4096) as u8).collect(),
-    }
-}
 
 #[test]
 fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {

@@ -4,13 +4,8 @@
 use shrinkfs_codec::CodecId;
 use shrinkfs_codec::codec::decompress_cpu;
 
-fn vector_input(i: usize) -> Vec<u8> {
-    match i {
-        0 => b"the quick brown fox jumps over the lazy dog\n".repeat(200),
-        1 => (0..20_000u32).flat_map(|v| (v * 3).to_le_bytes()).collect(),
-        _ => (0..65_536u32).map(|v| (v % 251) as u8 ^ (v / 4096) as u8).collect(),
-    }
-}
+mod common;
+use common::vector_input;
 
 #[test]
 fn gpu_written_frames_decode_on_the_cpu() {
