@@ -20,34 +20,42 @@ use anyhow::Context;
 use crate::cli::{Cli, Command};
 use crate::fileio::{Output, open_input, progress};
 
+/// Streams `input` through `f` into `output` with a progress bar; the output appears only if `f`
+/// succeeds (`pack` and `unpack`).
+fn transform(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    s3: &cli::S3Args,
+    what: &str,
+    f: impl FnOnce(&mut dyn std::io::Read, &mut (dyn Write + Send), &dyn Fn(u64)) -> anyhow::Result<pack::Totals>,
+) -> anyhow::Result<()> {
+    let mut source = open_input(input, s3)?;
+    let mut out = Output::create(output, s3)?;
+    let bar = progress(source.len, what);
+    let t = f(&mut source.reader, &mut out, &|n| bar.inc(n))
+        .with_context(|| format!("cannot {what} {}", input.display()))?;
+    out.commit()?;
+    bar.finish_and_clear();
+    tracing::info!(raw = t.raw, stored = t.stored, frames = t.frames, "{what} done");
+    Ok(())
+}
+
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(a) => {
             let config = a.codec.to_config()?;
             let dispatcher = a.codec.dispatcher()?;
-            let mut input = open_input(&a.input, &a.s3)?;
-            let mut out = Output::create(&a.output, &a.s3)?;
-            let bar = progress(input.len, "pack");
-            let t = pack::pack_stream(&mut input.reader, &mut out, &config, &dispatcher, &|n| bar.inc(n))
-                .with_context(|| format!("cannot pack {}", a.input.display()))?;
-            out.commit()?;
-            bar.finish_and_clear();
-            tracing::info!(raw = t.raw, stored = t.stored, frames = t.frames, "packed");
-            Ok(())
+            transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
+                pack::pack_stream(input, out, &config, &dispatcher, progress)
+            })
         }
         Command::Unpack(a) => {
             let key = a.key.load()?;
             let dicts = cli::load_dict(&a.dict)?.into_iter().collect();
-            let mut input = open_input(&a.input, &a.s3)?;
-            let mut out = Output::create(&a.output, &a.s3)?;
-            let bar = progress(input.len, "unpack");
-            let t = pack::unpack_stream(&mut input.reader, &mut out, key, dicts, &|n| bar.inc(n))
-                .with_context(|| format!("cannot unpack {}", a.input.display()))?;
-            out.commit()?;
-            bar.finish_and_clear();
-            tracing::info!(raw = t.raw, stored = t.stored, frames = t.frames, "unpacked");
-            Ok(())
+            transform(&a.input, &a.output, &a.s3, "unpack", |input, out, progress| {
+                pack::unpack_stream(input, out, key, dicts, progress)
+            })
         }
         Command::Inspect(a) => {
             let report =
