@@ -108,9 +108,13 @@ pub struct MountArgs {
     /// Detach once the mount is ready.
     #[arg(long)]
     pub daemon: bool,
-    /// Memory for decoded frames, e.g. 256M.
-    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
-    pub memory_cache_size: u64,
+    /// Memory the mount may use for data: write buffers, uploads, fetches, read-ahead and the frame
+    /// cache together. Writers wait instead of growing past it.
+    #[arg(long, default_value = "1G", value_parser = crate::size::parse_size)]
+    pub memory_limit: u64,
+    /// Share of --memory-limit kept as a cache of decoded frames (default: a quarter of it).
+    #[arg(long, value_parser = crate::size::parse_size)]
+    pub memory_cache_size: Option<u64>,
     /// Keep stored (compressed, still sealed) frames in this local directory too; survives remounts.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,

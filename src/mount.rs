@@ -25,6 +25,26 @@ pub fn mode_arg(s: &str) -> Result<u16, String> {
     parse_mode(s)
 }
 
+/// Smallest --memory-limit: room for a multipart part and a few frames in flight.
+const MIN_MEMORY_LIMIT: u64 = 32 << 20;
+
+/// Splits `--memory-limit` into the frame cache and the budget for bytes in flight.
+fn memory_split(limit: u64, cache: Option<u64>) -> anyhow::Result<(u64, u64)> {
+    use crate::size::human;
+    if limit < MIN_MEMORY_LIMIT {
+        bail!(UsageError(format!("--memory-limit must be at least {}", human(MIN_MEMORY_LIMIT))));
+    }
+    let cache = cache.unwrap_or(limit / 4);
+    if cache > limit / 2 {
+        bail!(UsageError(format!(
+            "--memory-cache-size ({}) must be at most half of --memory-limit ({})",
+            human(cache),
+            human(limit)
+        )));
+    }
+    Ok((cache, limit - cache))
+}
+
 /// The filesystem configuration the arguments describe.
 pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     let encode = a.codec.to_config()?;
@@ -37,7 +57,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
     cfg.dir_mode = a.dir_mode.unwrap_or(cfg.dir_mode);
     cfg.metadata_ttl = std::time::Duration::from_secs_f64(a.metadata_ttl);
-    cfg.cache_bytes = a.memory_cache_size;
+    (cfg.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
     if let Some(dir) = &a.cache_dir {
         if !(0.0..1.0).contains(&a.cache_min_free) {
             bail!(UsageError(format!("--cache-min-free must be between 0 and 1, not {}", a.cache_min_free)));

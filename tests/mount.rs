@@ -267,6 +267,17 @@ fn bad_sources_fail_before_mounting_with_one_line() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("shrinkfs: error:"));
+    // Memory settings that cannot work are usage errors, named.
+    let src = t.path().to_str().unwrap();
+    for (args, says) in [
+        (vec!["--memory-limit", "1M"], "--memory-limit must be at least"),
+        (vec!["--memory-limit", "64M", "--memory-cache-size", "40M"], "at most half of --memory-limit"),
+    ] {
+        let o = run(&[&["mount", src, mnt.to_str().unwrap()][..], &args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says) && err.lines().count() == 1, "{err}");
+    }
     assert!(!std::fs::read_to_string("/proc/mounts").unwrap().contains(mnt.to_str().unwrap()));
 }
 
@@ -416,5 +427,63 @@ fn prometheus_metrics_count_what_the_mount_did() {
     assert_eq!(value("shrinkfs_logical_written_bytes_total"), (3 << 20) as f64, "{body}");
     assert!(value("shrinkfs_store_written_bytes_total") < (1 << 20) as f64, "{body}");
     assert!(value("shrinkfs_dispatch_cpu_frames_total") >= 3.0, "{body}");
+    m.unmount();
+}
+
+/// Block `k` of the memory test's file: text and random bytes alternate, so some frames shrink
+/// and some are stored as they are.
+fn mixed_block(k: u64, len: usize) -> Vec<u8> {
+    if k.is_multiple_of(2) {
+        let mut b = text(len);
+        b[..8].copy_from_slice(&k.to_le_bytes());
+        b
+    } else {
+        let mut x = 0x2545_F491_4F6C_DD1Du64 ^ k;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn memory_stays_under_the_limit_writing_and_reading_a_file_ten_times_larger() {
+    require_fuse!();
+    const LIMIT: u64 = 64 << 20;
+    const BLOCK: usize = 4 << 20;
+    const BLOCKS: u64 = 10 * LIMIT / BLOCK as u64;
+    // The binary, the runtime, thread stacks and allocator slack, measured idle at about 20 MiB.
+    const OVERHEAD: u64 = 48 << 20;
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--memory-limit", "64M", "--gpu", "off"], &[]);
+    let idle = m.peak_rss();
+    {
+        let mut f = fs::File::create(mnt.join("big.bin")).unwrap();
+        for k in 0..BLOCKS {
+            f.write_all(&mixed_block(k, BLOCK)).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let after_write = m.peak_rss();
+    {
+        let mut f = fs::File::open(mnt.join("big.bin")).unwrap();
+        let mut got = vec![0u8; BLOCK];
+        for k in 0..BLOCKS {
+            f.read_exact(&mut got).unwrap();
+            assert!(got == mixed_block(k, BLOCK), "block {k} differs");
+        }
+        assert_eq!(f.read(&mut got).unwrap(), 0, "file longer than written");
+    }
+    let after_read = m.peak_rss();
+    println!("peak RSS: idle {idle}, after writing {after_write}, after reading {after_read} (limit {LIMIT})");
+    assert_eq!(fs::metadata(mnt.join("big.bin")).unwrap().len(), BLOCKS * BLOCK as u64);
+    assert!(after_write <= LIMIT + OVERHEAD, "writing peaked at {after_write} bytes");
+    assert!(after_read <= LIMIT + OVERHEAD, "reading peaked at {after_read} bytes");
     m.unmount();
 }

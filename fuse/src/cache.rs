@@ -40,7 +40,7 @@ impl ChunkCache {
     pub fn new(bytes: u64) -> Self {
         let frames = Cache::builder()
             .max_capacity(bytes)
-            .weigher(|_k, v: &Arc<Vec<u8>>| v.len().min(u32::MAX as usize) as u32)
+            .weigher(|_k, v: &Arc<Vec<u8>>| v.capacity().min(u32::MAX as usize) as u32)
             .build();
         ChunkCache { frames }
     }
@@ -53,6 +53,9 @@ impl ChunkCache {
     /// Keeps a decoded frame.
     pub fn insert(&self, id: &ObjectId, frame: u32, bytes: Arc<Vec<u8>>) {
         self.frames.insert((id.clone(), frame), bytes);
+        // Evict now rather than at moka's next maintenance: frames are large, and the cache is
+        // part of the mount's memory limit.
+        self.frames.run_pending_tasks();
     }
 
     /// Bytes currently held (approximate until moka runs its maintenance).

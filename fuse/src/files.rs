@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::fs::{FileAttrs, Fs, check_name};
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::objects::ObjectInfo;
-use crate::upload::{Upload, Written, upload_file};
+use crate::upload::{Sink, Upload, Written, upload_file};
 
 /// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
 pub const MAX_READAHEAD_FRAMES: usize = 16;
@@ -122,15 +122,17 @@ impl Fs {
         Ok(tempfile::tempfile_in(&self.cfg.staging_dir)?)
     }
 
+    fn sink(&self) -> Sink {
+        Sink {
+            store: self.bucket.store.clone(),
+            dispatcher: self.cfg.dispatcher.clone(),
+            budget: self.budget.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
     fn new_upload(&self, path: &str) -> Result<Upload> {
-        Upload::new(
-            self.bucket.store.clone(),
-            self.key(path),
-            &self.cfg.encode,
-            self.cfg.dispatcher.clone(),
-            Some(self.staging_file()?),
-            self.metrics.clone(),
-        )
+        Upload::new(self.sink(), self.key(path), &self.cfg.encode, self.staging_file()?)
     }
 
     /// Creates and opens a new, empty file.
@@ -236,6 +238,13 @@ impl Fs {
         Ok(data)
     }
 
+    /// Most frames fetched ahead of one reader: `MAX_READAHEAD_FRAMES`, fewer when the frame cache
+    /// could not hold them all until they are read.
+    fn max_readahead(&self) -> usize {
+        let fits = self.cfg.cache_bytes / (2 * self.cfg.encode.frame_size.max(1) as u64);
+        (fits as usize).clamp(1, MAX_READAHEAD_FRAMES)
+    }
+
     /// Sequential readers get frames fetched ahead in the background, in a window that doubles
     /// (up to `MAX_READAHEAD_FRAMES`) while reads keep following each other; any jump resets it.
     fn read_ahead(&self, fh: u64, info: &ObjectInfo, offset: u64, end: u64) {
@@ -243,7 +252,7 @@ impl Fs {
             let mut handles = self.handles.lock().expect("handles lock");
             let Some(h) = handles.get_mut(&fh) else { return };
             let (last_end, window) = h.readahead;
-            let next = if offset == last_end && offset > 0 { (window * 2).clamp(1, MAX_READAHEAD_FRAMES) } else { 0 };
+            let next = if offset == last_end && offset > 0 { (window * 2).clamp(1, self.max_readahead()) } else { 0 };
             h.readahead = (end, next);
             next
         };
@@ -342,14 +351,7 @@ impl Fs {
         let written: Written = match std::mem::replace(&mut of.body, Body::Clean) {
             Body::Streaming(up) => up.finish(&of.meta).await?,
             Body::Staged { file, len } => {
-                let up = Upload::new(
-                    self.bucket.store.clone(),
-                    path.clone(),
-                    &self.cfg.encode,
-                    self.cfg.dispatcher.clone(),
-                    None,
-                    self.metrics.clone(),
-                )?;
+                let up = Upload::new(self.sink(), path.clone(), &self.cfg.encode, self.staging_file()?)?;
                 let res = upload_file(up, &file, len, &of.meta).await;
                 of.body = Body::Staged { file, len };
                 res?

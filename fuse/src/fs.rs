@@ -12,6 +12,7 @@ use object_store::path::Path;
 use shrinkfs_codec::format::{S_IFLNK, S_IFMT};
 use shrinkfs_codec::{EncodeConfig, FileMeta};
 
+use crate::budget::Budget;
 use crate::cache::{ChunkCache, LayoutCache, Parsed};
 use crate::error::{Error, Result};
 use crate::files::{Handle, OpenFile};
@@ -47,6 +48,8 @@ pub struct FsConfig {
     pub metadata_ttl: Duration,
     /// Bytes of decoded frames kept in memory.
     pub cache_bytes: u64,
+    /// Bytes that writes, uploads and fetches may hold at once (`--memory-limit` less the cache).
+    pub io_budget: u64,
     /// Where files being rewritten at random offsets are staged.
     pub staging_dir: PathBuf,
     /// Routes frames to the GPU or the CPU pool.
@@ -69,6 +72,7 @@ impl Default for FsConfig {
             dir_mode: 0o755,
             metadata_ttl: Duration::from_secs(1),
             cache_bytes: 256 << 20,
+            io_budget: 768 << 20,
             staging_dir: std::env::temp_dir(),
             dispatcher: Arc::new(shrinkfs_codec::dispatch::Dispatcher::cpu_only("CPU only")),
             disk_cache: None,
@@ -121,6 +125,7 @@ pub struct Fs {
     pub(crate) listed: Mutex<HashMap<u64, Vec<String>>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) budget: Budget,
 }
 
 impl std::fmt::Debug for Fs {
@@ -146,7 +151,9 @@ impl Fs {
     /// A filesystem over `bucket`.
     pub fn new(bucket: Bucket, cfg: FsConfig) -> Self {
         let metrics = Arc::new(Metrics::new());
+        let budget = Budget::new(cfg.io_budget, metrics.clone());
         let reader = Reader {
+            budget: budget.clone(),
             store: bucket.store.clone(),
             chunks: ChunkCache::new(cfg.cache_bytes),
             layouts: LayoutCache::new(100_000),
@@ -168,6 +175,7 @@ impl Fs {
             listed: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             metrics,
+            budget,
         }
     }
 

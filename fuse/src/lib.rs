@@ -2,6 +2,7 @@
 //! fuser adapter that mounts it.
 
 pub mod adapter;
+pub mod budget;
 pub mod cache;
 pub mod diskcache;
 pub mod error;

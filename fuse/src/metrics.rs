@@ -4,6 +4,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Label of a per-kind counter.
@@ -29,6 +30,9 @@ pub struct Metrics {
     disk_hits: Counter,
     disk_misses: Counter,
     frames_encoded: Family<KindLabel, Counter>,
+    budget_used: Gauge,
+    budget_waits: Counter,
+    prefetch_skipped: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -61,6 +65,9 @@ impl Metrics {
             disk_hits: Counter::default(),
             disk_misses: Counter::default(),
             frames_encoded: Family::default(),
+            budget_used: Gauge::default(),
+            budget_waits: Counter::default(),
+            prefetch_skipped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("fuse_ops", "Filesystem operations by kind", m.ops.clone());
@@ -80,6 +87,21 @@ impl Metrics {
             m.frames_prefetched.clone(),
         );
         registry.register("frames_encoded", "Frames encoded, by codec stored", m.frames_encoded.clone());
+        registry.register(
+            "memory_budget_used_bytes",
+            "Bytes of the --memory-limit budget held by writes, uploads and fetches",
+            m.budget_used.clone(),
+        );
+        registry.register(
+            "memory_budget_waits",
+            "Times a write or read waited for room in the memory budget",
+            m.budget_waits.clone(),
+        );
+        registry.register(
+            "prefetch_skipped",
+            "Read-ahead frames not fetched because the memory budget was full",
+            m.prefetch_skipped.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -136,6 +158,21 @@ impl Metrics {
     /// Counts an encoded frame by the codec it was stored with.
     pub fn frame_encoded(&self, codec: &str) {
         self.frames_encoded.get_or_create(&Self::label(codec)).inc();
+    }
+
+    /// Moves the budget gauge by `delta` bytes.
+    pub fn budget_used(&self, delta: i64) {
+        self.budget_used.inc_by(delta);
+    }
+
+    /// Counts a wait for room in the budget.
+    pub fn budget_wait(&self) {
+        self.budget_waits.inc();
+    }
+
+    /// Counts read-ahead frames skipped for want of budget.
+    pub fn prefetch_skipped(&self, n: usize) {
+        self.prefetch_skipped.inc_by(n as u64);
     }
 
     /// The Prometheus text exposition of every metric.

@@ -111,6 +111,8 @@ pub struct Reader {
     pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
     /// Stored frames on local disk (`--cache-dir`).
     pub disk: Option<crate::diskcache::DiskCache>,
+    /// Room for fetched and decoded frames in the mount's memory budget.
+    pub budget: crate::budget::Budget,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
 }
@@ -247,6 +249,7 @@ impl Reader {
         let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
         if !missing.is_empty() {
+            let _room = self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await;
             let fetched = self.fetch_frames(info, layout, ctx, &missing).await?;
             for (f, bytes) in fetched {
                 decoded[f - frames.start] = Some(bytes);
@@ -401,13 +404,29 @@ impl Reader {
         let Parsed::Framed { layout, ctx } = &info.parsed else { return };
         let Some(first) = layout.frame_at(from) else { return };
         let last = (first + frames).min(layout.entries.len());
-        let wanted: Vec<usize> = {
+        let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
+        // Read-ahead only uses room that is free: it never makes a writer or a demand read wait.
+        let mut room = Vec::new();
+        let mut wanted = Vec::new();
+        let mut starved = 0;
+        {
             let mut inflight = self.inflight.lock().expect("inflight lock");
-            (first..last)
-                .filter(|&f| self.chunks.get(&info.id, f as u32).is_none())
-                .filter(|&f| inflight.insert((info.id.clone(), f as u32)))
-                .collect()
-        };
+            for &f in &candidates {
+                if inflight.contains(&(info.id.clone(), f as u32)) {
+                    continue;
+                }
+                let Some(held) = self.budget.try_take(frame_cost(&layout.entries[f])) else {
+                    starved = candidates.len() - wanted.len();
+                    break;
+                };
+                room.push(held);
+                inflight.insert((info.id.clone(), f as u32));
+                wanted.push(f);
+            }
+        }
+        if starved > 0 {
+            self.metrics.prefetch_skipped(starved);
+        }
         if wanted.is_empty() {
             return;
         }
@@ -417,6 +436,7 @@ impl Reader {
             if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted).await {
                 tracing::debug!(error = %e, "prefetch failed; reads will fetch on demand");
             }
+            drop(room);
             let mut inflight = me.inflight.lock().expect("inflight lock");
             for f in wanted {
                 inflight.remove(&(info.id.clone(), f as u32));
@@ -428,6 +448,11 @@ impl Reader {
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
         self.read(info, 0..info.size()).await
     }
+}
+
+/// Memory a frame takes while fetched and decoded: its stored and its raw bytes.
+fn frame_cost(e: &shrinkfs_codec::format::IndexEntry) -> u64 {
+    e.stored_range().end - e.stored_range().start + e.raw_len as u64
 }
 
 /// A ranged GET of `range` of an object of `object_len` bytes. A range covering the whole object

@@ -1,7 +1,13 @@
-//! Writing one object while its bytes arrive: frames are cut, encoded on the CPU pool (a bounded
-//! number in flight), and streamed to the store — one PUT for small objects, multipart parts
-//! for large ones — so memory stays flat whatever the file size. The object appears under its key
-//! only when `finish` completes; an aborted upload leaves nothing visible.
+//! Writing one object while its bytes arrive: frames are cut, encoded on the dispatcher (a bounded
+//! number in flight), appended to an unlinked spill file, and shipped to the store from there — one
+//! PUT for small objects, multipart parts for large ones — so memory stays within the mount's
+//! budget whatever the file size. The object appears under its key only when `finish` completes;
+//! an aborted upload leaves nothing visible.
+//!
+//! Memory: a raw frame holds budget room from the moment it is cut until it is encoded (released by
+//! the encoder, so a writer blocked on the budget never holds room it alone could give back); a part
+//! holds room while it is uploaded (released when its upload task ends). Encoded frames waiting to
+//! be appended to the spill are bounded per file by the dispatcher's frames in flight.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -10,14 +16,16 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use object_store::path::Path;
-use object_store::{ObjectStore, PutPayload, PutResult, WriteMultipart};
+use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
     Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, decode_payload,
 };
 use tokio::sync::oneshot;
+use tokio::task::JoinSet;
 
+use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
@@ -37,15 +45,26 @@ pub struct Written {
     pub layout: Layout,
 }
 
+/// Where an upload's bytes go and what bounds its memory.
+#[derive(Clone)]
+pub struct Sink {
+    /// The store.
+    pub store: Arc<dyn ObjectStore>,
+    /// Encodes frames.
+    pub dispatcher: Arc<Dispatcher>,
+    /// The mount's memory budget.
+    pub budget: Budget,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
 /// One object being written.
 pub struct Upload {
-    store: Arc<dyn ObjectStore>,
+    sink: Sink,
     path: Path,
-    metrics: Arc<Metrics>,
     ctx: Arc<ObjectContext>,
     codec: Arc<dyn Codec>,
     gpu_codec: shrinkfs_codec::CodecId,
-    dispatcher: Arc<Dispatcher>,
     frame_size: u32,
     cutter: FrameCutter,
     writer: ObjectWriter,
@@ -53,10 +72,14 @@ pub struct Upload {
     raw_in: u64,
     pending: VecDeque<oneshot::Receiver<EncodedFrame>>,
     max_pending: usize,
-    buffer: Vec<u8>,
-    multipart: Option<WriteMultipart>,
-    spill: Option<File>,
+    /// Every stored byte so far, in order (unlinked; also lets `recover_into` rebuild the file).
+    spill: File,
+    /// Bytes in `spill`.
     stored: u64,
+    /// Bytes of `spill` handed to parts.
+    shipped: u64,
+    multipart: Option<Box<dyn MultipartUpload>>,
+    parts: JoinSet<object_store::Result<()>>,
 }
 
 impl std::fmt::Debug for Upload {
@@ -66,27 +89,20 @@ impl std::fmt::Debug for Upload {
 }
 
 impl Upload {
-    /// Starts writing `path`. With `spill`, encoded bytes are also kept in that (unlinked) file so
-    /// the data written so far can be recovered if the writer stops being sequential.
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        path: Path,
-        config: &EncodeConfig,
-        dispatcher: Arc<Dispatcher>,
-        spill: Option<File>,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self> {
+    /// Starts writing `path`, keeping the stored bytes in `spill` (an empty, unlinked file) until
+    /// they are uploaded.
+    pub fn new(sink: Sink, path: Path, config: &EncodeConfig, mut spill: File) -> Result<Self> {
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
-        let max_pending = dispatcher.frames_in_flight();
-        let mut u = Upload {
-            store,
+        let max_pending = sink.dispatcher.frames_in_flight();
+        let header = writer.header_bytes();
+        spill.write_all(&header)?;
+        Ok(Upload {
+            sink,
             path,
-            metrics,
             codec,
             gpu_codec: config.params.codec,
-            dispatcher,
             frame_size: config.frame_size,
             cutter: FrameCutter::new(config.frame_size),
             writer,
@@ -95,18 +111,12 @@ impl Upload {
             raw_in: 0,
             pending: VecDeque::new(),
             max_pending,
-            buffer: Vec::new(),
-            multipart: None,
             spill,
-            stored: 0,
-        };
-        let header = u.writer.header_bytes();
-        u.buffer.extend_from_slice(&header);
-        if let Some(s) = &mut u.spill {
-            s.write_all(&header)?;
-        }
-        u.stored = header.len() as u64;
-        Ok(u)
+            stored: header.len() as u64,
+            shipped: 0,
+            multipart: None,
+            parts: JoinSet::new(),
+        })
     }
 
     /// Logical bytes accepted so far.
@@ -124,29 +134,33 @@ impl Upload {
         &self.path
     }
 
-    /// Appends bytes. Waits (backpressure) when too many frames or parts are in flight.
+    /// Appends bytes. Waits (backpressure) for room in the memory budget and when too many frames
+    /// or parts are in flight.
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
         self.raw_in += data.len() as u64;
         for f in full {
-            self.submit(f);
+            self.submit(f).await;
             self.drain(false).await?;
         }
         self.drain(false).await
     }
 
-    fn submit(&mut self, raw: Vec<u8>) {
+    async fn submit(&mut self, raw: Vec<u8>) {
+        let held = self.sink.budget.take(raw.len() as u64).await;
         let (tx, rx) = oneshot::channel();
         let (ctx, codec, n) = (self.ctx.clone(), self.codec.clone(), self.next_frame);
         self.next_frame += 1;
-        self.dispatcher.submit(ctx, codec, self.gpu_codec, n, raw, move |f| {
+        self.sink.dispatcher.submit(ctx, codec, self.gpu_codec, n, raw, move |f| {
+            drop(held);
             let _ = tx.send(f);
         });
         self.pending.push_back(rx);
     }
 
-    /// Moves encoded frames, in order, to the output; waits for all of them when `all`.
+    /// Moves encoded frames, in order, to the spill and ships full parts; waits for every frame
+    /// when `all`.
     async fn drain(&mut self, all: bool) -> Result<()> {
         loop {
             let wait = all || self.pending.len() > self.max_pending;
@@ -166,31 +180,50 @@ impl Upload {
             };
             self.pending.pop_front();
             self.writer.push(&frame);
-            self.metrics.frame_encoded(frame.header.codec.name());
-            self.emit(&frame.bytes).await?;
+            self.sink.metrics.frame_encoded(frame.header.codec.name());
+            self.append(&frame.bytes)?;
+        }
+        while self.stored - self.shipped >= PART_SIZE as u64 {
+            self.ship(PART_SIZE).await?;
         }
         Ok(())
     }
 
-    async fn emit(&mut self, bytes: &[u8]) -> Result<()> {
-        if let Some(s) = &mut self.spill {
-            s.write_all(bytes)?;
-        }
+    fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.spill.write_all(bytes)?;
         self.stored += bytes.len() as u64;
-        match &mut self.multipart {
-            Some(mp) => {
-                mp.write(bytes);
-                mp.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-            }
-            None => {
-                self.buffer.extend_from_slice(bytes);
-                if self.buffer.len() >= PART_SIZE {
-                    self.metrics.store_request("multipart_start");
-                    let up = self.store.put_multipart(&self.path).await?;
-                    let mut mp = WriteMultipart::new_with_chunk_size(up, PART_SIZE);
-                    mp.write(&std::mem::take(&mut self.buffer));
-                    self.multipart = Some(mp);
-                }
+        Ok(())
+    }
+
+    /// Reads the next `len` unshipped bytes of the spill, holding budget room for them.
+    async fn unshipped(&mut self, len: usize) -> Result<(PutPayload, crate::budget::Held)> {
+        let held = self.sink.budget.take(len as u64).await;
+        let mut buf = vec![0u8; len];
+        self.spill.read_exact_at(&mut buf, self.shipped)?;
+        self.shipped += len as u64;
+        Ok((PutPayload::from(buf), held))
+    }
+
+    /// Uploads the next `len` bytes of the spill as one multipart part.
+    async fn ship(&mut self, len: usize) -> Result<()> {
+        if self.multipart.is_none() {
+            self.sink.metrics.store_request("multipart_start");
+            self.multipart = Some(self.sink.store.put_multipart(&self.path).await?);
+        }
+        let (payload, held) = self.unshipped(len).await?;
+        let part = self.multipart.as_mut().expect("started above").put_part(payload);
+        self.sink.metrics.store_request("multipart_part");
+        self.parts.spawn(async move {
+            let done = part.await;
+            drop(held);
+            done
+        });
+        while let Some(done) = self.parts.try_join_next() {
+            part_result(done)?;
+        }
+        while self.parts.len() > PARTS_IN_FLIGHT {
+            if let Some(done) = self.parts.join_next().await {
+                part_result(done)?;
             }
         }
         Ok(())
@@ -199,10 +232,8 @@ impl Upload {
     /// Encodes what is left, writes index and footer, and completes the object.
     pub async fn finish(mut self, meta: &FileMeta) -> Result<Written> {
         let result = self.finish_inner(meta).await;
-        if result.is_err()
-            && let Some(mp) = self.multipart.take()
-        {
-            let _ = mp.abort().await;
+        if result.is_err() {
+            self.abort_parts().await;
         }
         result
     }
@@ -210,46 +241,57 @@ impl Upload {
     async fn finish_inner(&mut self, meta: &FileMeta) -> Result<Written> {
         let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
         if let Some(rest) = cutter.finish() {
-            self.submit(rest);
+            self.submit(rest).await;
         }
         self.drain(true).await?;
         let writer = std::mem::replace(&mut self.writer, ObjectWriter::new(self.ctx.clone()));
         let raw = writer.raw_len();
         let tail = writer.finish_with(meta);
-        self.emit(&tail).await?;
-        let put = match self.multipart.take() {
-            Some(mp) => {
-                self.metrics.store_request("multipart_complete");
-                mp.finish().await?
+        self.append(&tail)?;
+        let rest = (self.stored - self.shipped) as usize;
+        let put = if self.multipart.is_none() {
+            let (payload, _held) = self.unshipped(rest).await?;
+            self.sink.metrics.store_request("put");
+            self.sink.store.put(&self.path, payload).await?
+        } else {
+            if rest > 0 {
+                self.ship(rest).await?;
             }
-            None => {
-                self.metrics.store_request("put");
-                self.store.put(&self.path, PutPayload::from(std::mem::take(&mut self.buffer))).await?
+            while let Some(done) = self.parts.join_next().await {
+                part_result(done)?;
             }
+            self.sink.metrics.store_request("multipart_complete");
+            let mp = self.multipart.as_mut().expect("multipart checked above");
+            let put = mp.complete().await?;
+            self.multipart = None;
+            put
         };
-        self.metrics.object_written(raw, self.stored);
+        self.sink.metrics.object_written(raw, self.stored);
         let layout =
             Layout::parse(&tail, self.stored).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         Ok(Written { put, stored: self.stored, layout })
     }
 
-    /// Cancels the upload: nothing appears under the key.
-    pub async fn abort(mut self) {
-        if let Some(mp) = self.multipart.take() {
+    async fn abort_parts(&mut self) {
+        self.parts.abort_all();
+        while self.parts.join_next().await.is_some() {}
+        if let Some(mut mp) = self.multipart.take() {
             let _ = mp.abort().await;
         }
     }
 
+    /// Cancels the upload: nothing appears under the key.
+    pub async fn abort(mut self) {
+        self.abort_parts().await;
+    }
+
     /// Cancels the upload and writes every byte accepted so far, decoded, to `out` from offset 0.
-    /// Needs the spill file given to `new`.
     pub async fn recover_into(mut self, out: &File) -> Result<u64> {
         self.drain(true).await?;
         let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
         let rest = cutter.finish().unwrap_or_default();
-        let mut spill = self.spill.take().ok_or_else(|| Error::Invalid("upload has no spill file".into()))?;
-        if let Some(mp) = self.multipart.take() {
-            let _ = mp.abort().await;
-        }
+        self.abort_parts().await;
+        let mut spill = &self.spill;
         spill.seek(SeekFrom::Start(0))?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
@@ -291,4 +333,11 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
         at += n as u64;
     }
     up.finish(meta).await
+}
+
+fn part_result(done: std::result::Result<object_store::Result<()>, tokio::task::JoinError>) -> Result<()> {
+    match done {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(Error::Invalid(format!("part upload stopped: {e}"))),
+    }
 }

@@ -367,3 +367,61 @@ async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
     assert!(m.value("shrinkfs_disk_cache_hits_total") >= 20, "{}", m.render());
     assert_eq!(m.value("shrinkfs_store_requests_total{kind=\"disk_cache_bad_entry\"}"), 1, "{}", m.render());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaved_writers_under_a_tiny_memory_budget_wait_but_never_deadlock() {
+    let store = Arc::new(InMemory::new());
+    let budget = 9 << 20; // one 8 MiB part and a few frames
+    let cfg = FsConfig {
+        io_budget: budget,
+        encode: EncodeConfig { frame_size: 64 << 10, ..Default::default() },
+        ..small_frames()
+    };
+    // Parts take a while to upload, as they do over a network.
+    let slow = object_store::throttle::ThrottledStore::new(
+        store.clone() as Arc<dyn ObjectStore>,
+        object_store::throttle::ThrottleConfig {
+            wait_put_per_call: std::time::Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    let fs = Fs::new(Bucket { store: Arc::new(slow), prefix: Path::from("pre"), describe: "slow".into() }, cfg);
+    // Incompressible, so parts fill as fast as frames arrive.
+    let data: Vec<Vec<u8>> = (0..4u64)
+        .map(|k| {
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ k;
+            (0..20 << 20)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        })
+        .collect();
+    let work = async {
+        let mut handles = Vec::new();
+        for k in 0..4 {
+            handles.push(fs.create(ROOT, &format!("f{k}"), 0o644, 0, 0).await.unwrap());
+        }
+        let piece = 128 << 10;
+        for off in (0..20 << 20).step_by(piece) {
+            for (k, (_, fh)) in handles.iter().enumerate() {
+                fs.write(*fh, off as u64, &data[k][off..off + piece]).await.unwrap();
+            }
+        }
+        for (_, fh) in &handles {
+            fs.flush(*fh).await.unwrap();
+            fs.release(*fh).await.unwrap();
+        }
+        handles
+    };
+    let handles = tokio::time::timeout(std::time::Duration::from_secs(120), work).await.expect("writers deadlocked");
+    let m = fs.metrics();
+    assert!(m.value("shrinkfs_memory_budget_waits_total") > 0, "a 9 MiB budget must make 4 writers wait");
+    assert_eq!(m.value("shrinkfs_memory_budget_used_bytes"), 0, "all room given back");
+    for (k, (attr, _)) in handles.iter().enumerate() {
+        assert!(read_file(&fs, attr.ino).await == data[k], "file {k} differs");
+    }
+}

@@ -63,6 +63,14 @@ pub fn mount(source: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> 
 }
 
 impl Mounted {
+    /// Peak resident memory of the mount process so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.child.as_ref().expect("still running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM line");
+        kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024
+    }
+
     /// Unmounts and waits for the process; panics if it failed.
     pub fn unmount(mut self) {
         self.stop();
