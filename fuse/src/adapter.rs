@@ -321,7 +321,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        match self.fs.readdir(fh.0, ino.0, offset) {
+        match self.run("readdir", ino.0, self.fs.readdir(fh.0, ino.0, offset)) {
             Ok(entries) => {
                 for (next, e) in entries {
                     if reply.add(INodeNo(e.ino), next, kind(e.kind), &e.name) {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,7 +16,7 @@ use crate::budget::Budget;
 use crate::cache::{ChunkCache, LayoutCache, Parsed};
 use crate::error::{Error, Result};
 use crate::files::{Handle, OpenFile};
-use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
+use crate::inode::{Attr, Inode, InodeTable, Kind, join};
 use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
 use crate::store::Bucket;
@@ -120,7 +120,7 @@ pub struct Fs {
     pub(crate) inodes: Arc<Mutex<InodeTable>>,
     pub(crate) open: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<OpenFile>>>>,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
-    pub(crate) dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    pub(crate) dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<crate::listing::Listing>>>>,
     /// Per directory: the file names of its latest listing, until their attributes are prefetched.
     pub(crate) listed: Mutex<HashMap<u64, Vec<String>>>,
     pub(crate) next_fh: AtomicU64,
@@ -353,85 +353,6 @@ impl Fs {
             }
             None => Err(Error::NotFound),
         }
-    }
-
-    /// Reads a directory's entries (snapshot taken at `opendir`).
-    pub async fn opendir(&self, ino: u64) -> Result<u64> {
-        let dir = self.inode(ino)?;
-        if dir.kind != Kind::Dir {
-            return Err(Error::NotDir);
-        }
-        let prefix = self.key(&dir.path);
-        self.metrics.store_request("list_with_delimiter");
-        let listing = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
-        let mut names: Vec<(String, Kind)> = Vec::new();
-        for p in &listing.common_prefixes {
-            if let Some(name) = p.filename() {
-                names.push((name.to_owned(), Kind::Dir));
-            }
-        }
-        for o in &listing.objects {
-            match o.location.filename() {
-                Some(DIR_MARKER) | None => {}
-                Some(name) => names.push((name.to_owned(), Kind::File)),
-            }
-        }
-        let mut entries = Vec::with_capacity(names.len());
-        {
-            let mut t = self.inodes.lock().expect("inode lock");
-            // Files created here and not yet uploaded are listed too.
-            let local: Vec<(String, Kind)> = t
-                .children(ino)
-                .filter(|c| {
-                    self.open.lock().expect("open lock").contains_key(&c.ino)
-                        || c.kind == Kind::Dir && c.fetched.is_none()
-                })
-                .map(|c| (c.name.clone(), c.kind))
-                .collect();
-            for l in local {
-                if !names.iter().any(|n| n.0 == l.0) {
-                    names.push(l);
-                }
-            }
-            names.sort();
-            names.dedup_by(|a, b| a.0 == b.0);
-            for (name, kind) in names {
-                let i = match t.child(ino, &name) {
-                    // Symlinks list as files until looked up; keep what a lookup learned.
-                    Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
-                    _ => t.upsert(ino, &name, kind, Attr::empty(), None, false),
-                };
-                entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
-            }
-        }
-        let files: Vec<String> = entries.iter().filter(|e| e.kind != Kind::Dir).map(|e| e.name.clone()).collect();
-        self.listed.lock().expect("listed lock").insert(ino, files);
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().expect("dirs lock").insert(fh, entries);
-        Ok(fh)
-    }
-
-    /// Entries of an open directory from position `offset` ("." and ".." come first).
-    pub fn readdir(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry)>> {
-        let dirs = self.dirs.lock().expect("dirs lock");
-        let entries = dirs.get(&fh).ok_or(Error::Stale)?;
-        let parent = self.inode(ino)?.parent;
-        let dots = [
-            DirEntry { ino, kind: Kind::Dir, name: ".".into() },
-            DirEntry { ino: if parent == 0 { ROOT } else { parent }, kind: Kind::Dir, name: "..".into() },
-        ];
-        Ok(dots
-            .into_iter()
-            .chain(entries.iter().cloned())
-            .enumerate()
-            .skip(offset as usize)
-            .map(|(i, e)| (i as u64 + 1, e))
-            .collect())
-    }
-
-    /// Forgets an open directory snapshot.
-    pub fn releasedir(&self, fh: u64) {
-        self.dirs.lock().expect("dirs lock").remove(&fh);
     }
 
     /// Creates a directory (a marker object keeps it while empty).

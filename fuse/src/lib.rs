@@ -9,6 +9,7 @@ pub mod error;
 pub mod files;
 pub mod fs;
 pub mod inode;
+pub mod listing;
 pub mod metrics;
 pub mod objects;
 pub mod session;

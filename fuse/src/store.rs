@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::list::PaginatedListStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -61,7 +62,7 @@ pub struct S3Options {
 }
 
 /// An opened store and the key prefix everything lives under.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Bucket {
     /// The store.
     pub store: Arc<dyn ObjectStore>,
@@ -69,14 +70,21 @@ pub struct Bucket {
     pub prefix: Path,
     /// What it was opened from, for messages.
     pub describe: String,
+    /// The same store's page-at-a-time listing, where it has one (S3): large directories are then
+    /// listed as the reader of the directory gets to them.
+    pub pages: Option<Arc<dyn PaginatedListStore>>,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bucket({}, paged listing: {})", self.describe, self.pages.is_some())
+    }
 }
 
 /// Opens the store a source names. Local directories must exist.
 pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
     match source {
-        Source::Memory => {
-            Ok(Bucket { store: Arc::new(InMemory::new()), prefix: Path::default(), describe: "memory://".into() })
-        }
+        Source::Memory => Ok(Bucket::new(Arc::new(InMemory::new()), Path::default(), "memory://")),
         Source::Local(dir) => {
             let meta = std::fs::metadata(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
             if !meta.is_dir() {
@@ -85,7 +93,7 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let store = LocalFileSystem::new_with_prefix(dir)
                 .map_err(|e| format!("bucket directory {}: {e}", dir.display()))?
                 .with_automatic_cleanup(true);
-            Ok(Bucket { store: Arc::new(store), prefix: Path::default(), describe: dir.display().to_string() })
+            Ok(Bucket::new(Arc::new(store), Path::default(), &dir.display().to_string()))
         }
         Source::S3 { bucket, prefix } => {
             let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
@@ -118,7 +126,8 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let store = b.build().map_err(|e| format!("s3://{bucket}: {e}"))?;
             let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
             let describe = format!("s3://{bucket}/{prefix}");
-            Ok(Bucket { store: Arc::new(store), prefix, describe })
+            let store = Arc::new(store);
+            Ok(Bucket { store: store.clone(), prefix, describe, pages: Some(store) })
         }
     }
 }
@@ -167,6 +176,11 @@ pub fn read_profile(creds: &std::path::Path, config: &std::path::Path, name: &st
 }
 
 impl Bucket {
+    /// A bucket over `store` whose keys all start with `prefix`, listed without pagination.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {
+        Bucket { store, prefix, describe: describe.to_owned(), pages: None }
+    }
+
     /// Lists one key under the prefix: fails clearly when the bucket is missing, the credentials
     /// are refused or the endpoint cannot be reached.
     pub async fn check_reachable(&self) -> Result<(), String> {
@@ -216,7 +230,7 @@ mod tests {
 
     #[test]
     fn keys_join_prefix_and_relative_path() {
-        let b = Bucket { store: Arc::new(InMemory::new()), prefix: Path::from("base/dir"), describe: String::new() };
+        let b = Bucket::new(Arc::new(InMemory::new()), Path::from("base/dir"), "");
         assert_eq!(b.key("a/b.txt").as_ref(), "base/dir/a/b.txt");
         assert_eq!(b.rel(&Path::from("base/dir/a/b.txt")).unwrap(), "a/b.txt");
         assert!(b.rel(&Path::from("other/x")).is_none());

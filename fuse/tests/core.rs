@@ -12,7 +12,7 @@ use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::{Error, Fs, FsConfig};
 
 fn bucket(store: &Arc<InMemory>) -> Bucket {
-    Bucket { store: store.clone(), prefix: Path::from("pre"), describe: "memory".into() }
+    Bucket::new(store.clone(), Path::from("pre"), "memory")
 }
 
 fn fs_on(store: &Arc<InMemory>, cfg: FsConfig) -> Fs {
@@ -154,7 +154,7 @@ async fn directories_renames_unlinks_and_symlinks() {
     let fs2 = fs_on(&store, small_frames());
     let d2 = fs2.lookup(ROOT, "d").await.unwrap();
     let dh = fs2.opendir(d2.ino).await.unwrap();
-    let names: Vec<String> = fs2.readdir(dh, d2.ino, 0).unwrap().into_iter().map(|(_, e)| e.name).collect();
+    let names: Vec<String> = fs2.readdir(dh, d2.ino, 0).await.unwrap().into_iter().map(|(_, e)| e.name).collect();
     assert_eq!(names, [".", "..", "empty", "f.txt"]);
     // Rename a file, then the directory holding it.
     fs.rename(d.ino, "f.txt", ROOT, "g.txt", false).await.unwrap();
@@ -321,7 +321,7 @@ async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_o
     let fs = fs_on(&store, cfg);
     let d = fs.lookup(ROOT, "dir").await.unwrap();
     let fh = fs.opendir(d.ino).await.unwrap();
-    assert_eq!(fs.readdir(fh, d.ino, 0).unwrap().len(), 202);
+    assert_eq!(fs.readdir(fh, d.ino, 0).await.unwrap().len(), 202);
     let tails = || fs.metrics().value("shrinkfs_store_requests_total{kind=\"get_tail\"}");
     let before = tails();
     // The first lookup starts the prefetch of all 200; wait for it, as `ls -l` would overlap with it.
@@ -385,7 +385,7 @@ async fn interleaved_writers_under_a_tiny_memory_budget_wait_but_never_deadlock(
             ..Default::default()
         },
     );
-    let fs = Fs::new(Bucket { store: Arc::new(slow), prefix: Path::from("pre"), describe: "slow".into() }, cfg);
+    let fs = Fs::new(Bucket::new(Arc::new(slow), Path::from("pre"), "slow"), cfg);
     // Incompressible, so parts fill as fast as frames arrive.
     let data: Vec<Vec<u8>> = (0..4u64)
         .map(|k| {
@@ -424,4 +424,117 @@ async fn interleaved_writers_under_a_tiny_memory_budget_wait_but_never_deadlock(
     for (k, (attr, _)) in handles.iter().enumerate() {
         assert!(read_file(&fs, attr.ino).await == data[k], "file {k} differs");
     }
+}
+
+/// A store that lists one directory in pages the way S3 does, counting the pages asked for.
+#[derive(Debug)]
+struct Paged {
+    inner: Arc<InMemory>,
+    pages: std::sync::atomic::AtomicUsize,
+    /// The directory's sorted entries: a prefix (`None`) or an object.
+    sorted: tokio::sync::OnceCell<Vec<(Path, Option<object_store::ObjectMeta>)>>,
+}
+
+#[async_trait::async_trait]
+impl object_store::list::PaginatedListStore for Paged {
+    async fn list_paginated(
+        &self,
+        prefix: Option<&str>,
+        opts: object_store::list::PaginatedListOptions,
+    ) -> object_store::Result<object_store::list::PaginatedListResult> {
+        self.pages.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = prefix.map(|p| Path::from(p.trim_end_matches('/')));
+        let keys = self
+            .sorted
+            .get_or_try_init(|| async {
+                let all = self.inner.list_with_delimiter(dir.as_ref()).await?;
+                let mut keys: Vec<_> = all.common_prefixes.into_iter().map(|p| (p, None)).collect();
+                keys.extend(all.objects.into_iter().map(|o| (o.location.clone(), Some(o))));
+                keys.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok::<_, object_store::Error>(keys)
+            })
+            .await?;
+        let from: usize = opts.page_token.as_deref().map_or(0, |t| t.parse().unwrap());
+        let to = (from + opts.max_keys.unwrap()).min(keys.len());
+        let mut result = object_store::ListResult { common_prefixes: vec![], objects: vec![] };
+        for (k, meta) in &keys[from..to] {
+            match meta {
+                None => result.common_prefixes.push(k.clone()),
+                Some(m) => result.objects.push(m.clone()),
+            }
+        }
+        let page_token = (to < keys.len()).then(|| to.to_string());
+        Ok(object_store::list::PaginatedListResult { result, page_token })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_of_100k_entries_is_listed_page_by_page_as_readdir_reaches_it() {
+    let store = Arc::new(InMemory::new());
+    const N: usize = 100_000;
+    for k in 0..N {
+        store.put(&Path::from(format!("pre/big/f{k:06}")), vec![b'x'].into()).await.unwrap();
+    }
+    store.put(&Path::from("pre/big/sub/inner"), vec![b'y'].into()).await.unwrap();
+    let paged = Arc::new(Paged { inner: store.clone(), pages: Default::default(), sorted: Default::default() });
+    let mut b = bucket(&store);
+    b.pages = Some(paged.clone());
+    let fs = Fs::new(b, small_frames());
+    let dir = fs.lookup(ROOT, "big").await.unwrap();
+    let (_, writing) = fs.create(dir.ino, "zz-being-written", 0o644, 0, 0).await.unwrap();
+    let pages = || paged.pages.load(std::sync::atomic::Ordering::SeqCst);
+    let dh = fs.opendir(dir.ino).await.unwrap();
+    assert_eq!(pages(), 1, "opening lists one page");
+    let first = fs.readdir(dh, dir.ino, 0).await.unwrap();
+    assert_eq!(pages(), 1, "the first batch comes from the first page");
+    assert_eq!((first[0].1.name.as_str(), first[1].1.name.as_str(), first[2].1.name.as_str()), (".", "..", "f000000"));
+    let mut names = Vec::new();
+    let mut offset = 0;
+    loop {
+        let batch = fs.readdir(dh, dir.ino, offset).await.unwrap();
+        let Some(last) = batch.last() else { break };
+        offset = last.0;
+        names.extend(batch.into_iter().map(|(_, e)| e.name).filter(|n| n != "." && n != ".."));
+    }
+    assert_eq!(pages(), (N + 1).div_ceil(1000), "one request per 1,000 entries");
+    assert_eq!(names.len(), N + 2, "every object, the subdirectory and the file being written");
+    assert_eq!(names.iter().collect::<std::collections::HashSet<_>>().len(), names.len(), "no duplicates");
+    assert_eq!(&names[N..], ["sub", "zz-being-written"]);
+    fs.releasedir(dh);
+    fs.release(writing).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
+    let store = Arc::new(InMemory::new());
+    let ttl = std::time::Duration::from_millis(300);
+    let here = fs_on(&store, FsConfig { metadata_ttl: ttl, ..small_frames() });
+    let other = fs_on(&store, small_frames());
+    write_file(&other, ROOT, "shared.log", &text(10_000), 4096).await;
+    write_file(&other, ROOT, "doomed.log", b"bye", 4096).await;
+    let seen = here.lookup(ROOT, "shared.log").await.unwrap();
+    assert_eq!(seen.size, 10_000);
+    here.lookup(ROOT, "doomed.log").await.unwrap();
+
+    // Another mount rewrites one file, deletes one and adds one.
+    let changed = text(25_000);
+    write_file(&other, ROOT, "shared.log", &changed, 4096).await;
+    let gone = other.lookup(ROOT, "doomed.log").await.unwrap();
+    other.unlink(ROOT, "doomed.log").await.unwrap();
+    other.forget(gone.ino, 1);
+    write_file(&other, ROOT, "new.log", b"fresh", 4096).await;
+
+    // Within the TTL this mount answers from what it knows...
+    assert_eq!(here.getattr(seen.ino).await.unwrap().size, 10_000, "cached for the TTL");
+    assert!(here.lookup(ROOT, "doomed.log").await.is_ok(), "cached for the TTL");
+    // ...after it, from the store.
+    tokio::time::sleep(ttl + std::time::Duration::from_millis(50)).await;
+    assert_eq!(here.getattr(seen.ino).await.unwrap().size, 25_000);
+    assert_eq!(read_file(&here, seen.ino).await, changed);
+    assert!(matches!(here.lookup(ROOT, "doomed.log").await, Err(Error::NotFound)));
+    let dh = here.opendir(ROOT).await.unwrap();
+    let names: Vec<String> = here.readdir(dh, ROOT, 0).await.unwrap().into_iter().map(|(_, e)| e.name).collect();
+    assert_eq!(names, [".", "..", "new.log", "shared.log"]);
+    let new = here.lookup(ROOT, "new.log").await.unwrap();
+    assert_eq!(read_file(&here, new.ino).await, b"fresh");
 }

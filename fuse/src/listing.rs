@@ -1,0 +1,165 @@
+//! Open directories: a directory's entries, listed from the store a page at a time as `readdir`
+//! reaches them (pages of `PAGE_KEYS` where the store pages, S3), then the entries that exist only
+//! here (files still being written, new empty directories). Offsets are positions in that order and
+//! never change while the directory is open.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use object_store::ListResult;
+use object_store::list::PaginatedListOptions;
+
+use crate::error::{Error, Result};
+use crate::fs::{DIR_MARKER, DirEntry, Fs};
+use crate::inode::{Attr, Kind, ROOT};
+
+/// Keys asked for per listing request.
+pub const PAGE_KEYS: usize = 1000;
+
+/// Most entries one `readdir` call returns (the kernel's buffer takes fewer).
+pub const READDIR_BATCH: usize = 512;
+
+/// Where the store listing stands.
+#[derive(Debug)]
+enum Next {
+    Start,
+    Token(String),
+    Done,
+}
+
+/// One open directory.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    ino: u64,
+    path: String,
+    entries: Vec<DirEntry>,
+    seen: HashSet<String>,
+    next: Next,
+}
+
+/// A listed page as (name, kind) pairs, marker objects left out.
+fn names(page: &ListResult) -> Vec<(String, Kind)> {
+    let dirs = page.common_prefixes.iter().filter_map(|p| p.filename()).map(|n| (n.to_owned(), Kind::Dir));
+    let files = page
+        .objects
+        .iter()
+        .filter_map(|o| o.location.filename())
+        .filter(|&n| n != DIR_MARKER)
+        .map(|n| (n.to_owned(), Kind::File));
+    dirs.chain(files).collect()
+}
+
+impl Fs {
+    /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
+    /// fails here.
+    pub async fn opendir(&self, ino: u64) -> Result<u64> {
+        let dir = self.inode(ino)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let mut l = Listing { ino, path: dir.path, entries: Vec::new(), seen: HashSet::new(), next: Next::Start };
+        self.list_more(&mut l).await?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().expect("dirs lock").insert(fh, Arc::new(tokio::sync::Mutex::new(l)));
+        Ok(fh)
+    }
+
+    /// Entries of an open directory from position `offset` ("." and ".." come first), listing
+    /// further pages only as far as this call needs.
+    pub async fn readdir(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry)>> {
+        let listing = self.dirs.lock().expect("dirs lock").get(&fh).cloned().ok_or(Error::Stale)?;
+        let mut l = listing.lock().await;
+        let offset = offset as usize;
+        while l.entries.len() + 2 < offset + READDIR_BATCH && !matches!(l.next, Next::Done) {
+            self.list_more(&mut l).await?;
+        }
+        let parent = self.inode(ino)?.parent;
+        let dots = [
+            DirEntry { ino, kind: Kind::Dir, name: ".".into() },
+            DirEntry { ino: if parent == 0 { ROOT } else { parent }, kind: Kind::Dir, name: "..".into() },
+        ];
+        let out = (offset..(l.entries.len() + 2).min(offset + READDIR_BATCH))
+            .map(|i| {
+                let e = if i < 2 { dots[i].clone() } else { l.entries[i - 2].clone() };
+                (i as u64 + 1, e)
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// Forgets an open directory.
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().expect("dirs lock").remove(&fh);
+    }
+
+    /// Lists the next page into `l`; after the last one, adds the entries only this mount has.
+    async fn list_more(&self, l: &mut Listing) -> Result<()> {
+        let prefix = self.key(&l.path);
+        let first = matches!(l.next, Next::Start);
+        let mut page = match (&self.bucket.pages, &l.next) {
+            (_, Next::Done) => return Ok(()),
+            (Some(pages), next) => {
+                let token = match next {
+                    Next::Token(t) => Some(t.clone()),
+                    _ => None,
+                };
+                let opts = PaginatedListOptions {
+                    delimiter: Some("/".into()),
+                    max_keys: Some(PAGE_KEYS),
+                    page_token: token,
+                    ..Default::default()
+                };
+                let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
+                self.metrics.store_request("list_page");
+                let got = pages.list_paginated(under.as_deref(), opts).await?;
+                l.next = got.page_token.map_or(Next::Done, Next::Token);
+                names(&got.result)
+            }
+            (None, _) => {
+                self.metrics.store_request("list_with_delimiter");
+                let got = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
+                l.next = Next::Done;
+                let mut all = names(&got);
+                all.sort();
+                all
+            }
+        };
+        if matches!(l.next, Next::Done) {
+            let t = self.inodes.lock().expect("inode lock");
+            let open = self.open.lock().expect("open lock");
+            let mut local: Vec<(String, Kind)> = t
+                .children(l.ino)
+                .filter(|c| open.contains_key(&c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
+                .map(|c| (c.name.clone(), c.kind))
+                .collect();
+            local.sort();
+            page.extend(local);
+        }
+        let mut files = Vec::new();
+        let mut t = self.inodes.lock().expect("inode lock");
+        for (name, kind) in page {
+            if !l.seen.insert(name.clone()) {
+                continue;
+            }
+            let i = match t.child(l.ino, &name) {
+                // Symlinks list as files until looked up; keep what a lookup learned.
+                Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
+                _ => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
+            };
+            if i.kind != Kind::Dir {
+                files.push(name.clone());
+            }
+            l.entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
+        }
+        drop(t);
+        // The first lookup in this directory fetches these files' attributes together (`ls -l`).
+        let mut listed = self.listed.lock().expect("listed lock");
+        if first {
+            listed.insert(l.ino, files);
+        } else {
+            listed.entry(l.ino).or_default().extend(files);
+        }
+        Ok(())
+    }
+}
