@@ -48,6 +48,73 @@ pub enum Command {
 pub enum BenchCommand {
     /// Ratio and host-to-host GB/s of every CPU and GPU codec, plus the small-object case.
     Codecs(BenchCodecsArgs),
+    /// Run filesystem workloads on mounted directories side by side and report throughput,
+    /// latency, the filesystem process's CPU and memory, and the bytes stored.
+    Fs(Box<BenchFsArgs>),
+}
+
+/// `shrinkfs bench fs`.
+#[derive(Debug, Args)]
+pub struct BenchFsArgs {
+    /// A directory to measure, optionally labelled: `shrinkfs=/mnt/data` (repeatable).
+    #[arg(long, required = true, value_parser = crate::benchfs::labelled)]
+    pub target: Vec<(String, PathBuf)>,
+    /// A directory every target is compared with (a plain local directory, say); labelled "baseline"
+    /// unless given as LABEL=DIR.
+    #[arg(long, value_parser = crate::benchfs::labelled)]
+    pub baseline: Option<(String, PathBuf)>,
+    /// Where a target's bytes end up, to count what is stored: LABEL=DIR (repeatable; a plain
+    /// directory counts itself).
+    #[arg(long, value_parser = crate::benchfs::labelled)]
+    pub backend: Vec<(String, PathBuf)>,
+    /// The filesystem process of a target, when it cannot be found from the mount point: LABEL=PID.
+    #[arg(long, value_parser = crate::benchfs::labelled_pid)]
+    pub pid: Vec<(String, u32)>,
+    /// Workloads to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "seq-write,seq-read,rand-read,small-files,ls,mixed"
+    )]
+    pub workloads: Vec<crate::benchfs::Workload>,
+    /// Sizes of the large file for sequential write and read.
+    #[arg(long, value_delimiter = ',', default_value = "256M", value_parser = crate::size::parse_size)]
+    pub size: Vec<u64>,
+    /// What the files contain.
+    #[arg(long, value_enum, default_value = "logs")]
+    pub data: CorpusKind,
+    /// Number of small files (created, stat'ed, read, listed with `ls -l`, deleted).
+    #[arg(long, default_value_t = 10_000)]
+    pub files: usize,
+    /// Size of each small file.
+    #[arg(long, default_value = "4K", value_parser = crate::size::parse_size)]
+    pub file_size: u64,
+    /// Most 4 KiB random reads per pass (cold, then warm); one per 1 MiB of the file at most, so
+    /// each cold read is the first in its region.
+    #[arg(long, default_value_t = 2000)]
+    pub random_reads: usize,
+    /// Threads of the mixed workload.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Seconds the mixed workload runs.
+    #[arg(long, default_value_t = 10.0)]
+    pub mixed_seconds: f64,
+    /// Also run the large-file workloads as fio jobs (when fio is installed).
+    #[arg(long)]
+    pub fio: bool,
+    /// Storage price for the cost column, dollars per GB-month (S3 Standard: 0.023).
+    #[arg(long, default_value_t = 0.023)]
+    pub price_per_gb_month: f64,
+    /// Where to write the results as JSON.
+    #[arg(long, default_value = "shrinkfs-bench.json")]
+    pub json: PathBuf,
+    /// Where to write the self-contained HTML report with plots.
+    #[arg(long, default_value = "shrinkfs-bench.html")]
+    pub html: PathBuf,
+    /// Leave the files written under each target.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 /// `shrinkfs bench codecs`.

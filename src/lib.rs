@@ -2,6 +2,7 @@
 //! pipelines, corpora, sizes, exit codes).
 
 pub mod bench;
+pub mod benchfs;
 pub mod cli;
 pub mod corpus;
 pub mod exit;
@@ -69,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(cli::BenchCommand::Codecs(a)) => bench::run(a),
+        Command::Bench(cli::BenchCommand::Fs(a)) => benchfs::run(*a),
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Corpus(a) => {

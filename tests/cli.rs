@@ -190,3 +190,50 @@ fn bad_options_and_missing_files_have_distinct_codes() {
     assert_fails_cleanly(&run(&["pack", p(&f), "/nonexistent/dir/out"]), 3, "unwritable output");
     assert_eq!(run(&["pack", "--codec", "brotli", p(&f), p(&out)]).status.code(), Some(2));
 }
+
+#[test]
+fn bench_fs_measures_a_directory_and_writes_json_and_html() {
+    let t = tempfile::tempdir().unwrap();
+    let (dir, json, html) = (t.path().join("plain"), t.path().join("r.json"), t.path().join("r.html"));
+    std::fs::create_dir(&dir).unwrap();
+    let o = bin()
+        .args(["bench", "fs", "--target", &format!("plain={}", dir.display())])
+        .args(["--size", "4M", "--files", "50", "--random-reads", "20", "--mixed-seconds", "0.3", "--threads", "2"])
+        .args(["--json", json.to_str().unwrap(), "--html", html.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("seq write 4M") && table.contains("ls -l 50 entries"), "{table}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|x| x["workload"].as_str().unwrap()).collect();
+    for want in [
+        "seq write 4M",
+        "seq read 4M (cold)",
+        "rand read 4K (cold)",
+        "rand read 4K (warm)",
+        "create 50 files",
+        "stat 50 files",
+        "read 50 files",
+        "ls -l 50 entries",
+        "delete 50 files",
+        "mixed, 2 threads",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let seq = rows.iter().find(|x| x["workload"] == "seq write 4M").unwrap();
+    assert_eq!(seq["bytes"], 4 << 20);
+    assert_eq!(seq["stored_bytes"], 4 << 20, "a plain directory stores what it is given");
+    assert!(
+        seq["mb_per_s"].as_f64().unwrap() > 0.0 && seq["p99_ms"].as_f64().unwrap() >= seq["p50_ms"].as_f64().unwrap()
+    );
+    let rand = rows.iter().find(|x| x["workload"] == "rand read 4K (cold)").unwrap();
+    assert_eq!(rand["ops"], 4, "one read per MiB of a 4 MiB file");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.matches("<svg").count() >= 20 && page.contains("mixed, 2 threads"));
+    assert!(!dir.join("shrinkfs-bench").exists(), "the work directory is removed");
+    // Bad input is a usage error.
+    let o = bin().args(["bench", "fs", "--target", "/nonexistent/dir"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}

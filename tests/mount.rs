@@ -487,3 +487,30 @@ fn memory_stays_under_the_limit_writing_and_reading_a_file_ten_times_larger() {
     assert!(after_read <= LIMIT + OVERHEAD, "reading peaked at {after_read} bytes");
     m.unmount();
 }
+
+#[test]
+fn bench_fs_finds_the_mount_process_and_counts_what_it_stored() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, json) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("r.json"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--gpu", "off"], &[]);
+    let o = Command::new(common::bin())
+        .args(["bench", "fs", "--target", &format!("shrinkfs={}", mnt.display())])
+        .args(["--backend", &format!("shrinkfs={}", bucket.display())])
+        .args(["--workloads", "seq-write,seq-read,small-files", "--size", "32M", "--files", "20"])
+        .args(["--json", json.to_str().unwrap(), "--html", t.path().join("r.html").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["targets"][0]["fuse"], true);
+    assert!(r["targets"][0]["pid"].as_u64().is_some(), "{}", r["targets"]);
+    let seq = r["rows"].as_array().unwrap().iter().find(|x| x["workload"] == "seq write 32M").unwrap().clone();
+    let (logical, stored) = (seq["logical_bytes"].as_u64().unwrap(), seq["stored_bytes"].as_u64().unwrap());
+    assert_eq!(logical, 32 << 20);
+    assert!(stored > 0 && stored < logical / 3, "logs compress: stored {stored}");
+    assert!(seq["fs_cpu_s"].as_f64().unwrap() > 0.0, "encoding 32 MiB takes CPU: {seq}");
+    assert!(seq["fs_peak_mib"].as_f64().unwrap() > 1.0, "{seq}");
+    m.unmount();
+}

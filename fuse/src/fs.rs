@@ -163,6 +163,7 @@ impl Fs {
             dispatcher: cfg.dispatcher.clone(),
             disk: cfg.disk_cache.clone(),
             inflight: Arc::default(),
+            no_suffix: Arc::default(),
         };
         Fs {
             bucket,

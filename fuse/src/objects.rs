@@ -113,6 +113,8 @@ pub struct Reader {
     pub disk: Option<crate::diskcache::DiskCache>,
     /// Room for fetched and decoded frames in the mount's memory budget.
     pub budget: crate::budget::Budget,
+    /// Set once the store showed it does not answer suffix ranges.
+    pub no_suffix: Arc<std::sync::atomic::AtomicBool>,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
 }
@@ -139,16 +141,26 @@ impl Reader {
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
         let opts = GetOptions { range: Some(GetRange::Suffix(SUGGESTED_TAIL)), ..Default::default() };
-        self.metrics.store_request("get_tail");
-        let (meta, range, tail) = match self.store.get_opts(path, opts).await {
+        let first = if self.no_suffix.load(std::sync::atomic::Ordering::Relaxed) {
+            // This server does not do suffix ranges: go straight to HEAD + range.
+            Err(object_store::Error::NotImplemented)
+        } else {
+            self.metrics.store_request("get_tail");
+            self.store.get_opts(path, opts).await
+        };
+        let (meta, range, tail) = match first {
             Ok(got) => {
                 let (meta, range) = (got.meta.clone(), got.range.clone());
                 (meta, range, got.bytes().await?)
             }
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             // Some servers (and S3 itself for empty objects) refuse a suffix longer than the
-            // object with 416: ask for the size, then for a range that fits.
-            Err(e) if e.to_string().contains("416") || e.to_string().contains("non-partial response") => {
+            // object with 416, and some do not know suffix ranges at all (they answer the wrong
+            // bytes, which object_store rejects): ask for the size, then for a range that fits.
+            Err(e) if matches!(e, object_store::Error::NotImplemented) || suffix_unsupported(&e) => {
+                if !e.to_string().contains("416") {
+                    self.no_suffix.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 self.metrics.store_request("head");
                 let meta = match self.store.head(path).await {
                     Ok(m) => m,
@@ -448,6 +460,12 @@ impl Reader {
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
         self.read(info, 0..info.size()).await
     }
+}
+
+/// Whether a suffix GET failed because of how the server treats suffix ranges.
+fn suffix_unsupported(e: &object_store::Error) -> bool {
+    let s = e.to_string();
+    s.contains("416") || s.contains("non-partial response") || (s.contains("Requested ") && s.contains(", got "))
 }
 
 /// Memory a frame takes while fetched and decoded: its stored and its raw bytes.

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Side by side on one local S3-compatible server (s3rver, which answers ranged GETs with 206 as
+# S3 does): shrinkfs, s3fs, rclone mount, rclone mount over rclone's compress backend, and a plain
+# local directory, all measured by one `shrinkfs bench fs` run. Each filesystem gets its own
+# bucket so the bytes it stored can be counted. rclone's compress backend runs with its
+# recommended settings (gzip, level -1 ≈ 5); rclone and rclone-compress use --vfs-cache-mode off so
+# that, as with shrinkfs and s3fs, a close returns once the object is uploaded.
+# Usage: benches/compare/run.sh [shrinkfs bench fs options, e.g. --size 1G --files 10000]
+# Output: target/bench-fs/compare.{json,html}. Needs root (FUSE mounts, dropping caches).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+scripts/setup.sh --test
+export PATH="$HOME/.cargo/bin:$PATH"
+need=()
+command -v s3fs >/dev/null 2>&1 || need+=(s3fs)
+command -v fio >/dev/null 2>&1 || need+=(fio)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+tools=$root/target/test-tools
+[ -x "$tools/node_modules/.bin/s3rver" ] || npm install --silent --prefix "$tools" s3rver@3.7.1 >/dev/null
+rclone=$tools/bin/rclone
+cargo build --release --quiet
+shrinkfs=$root/target/release/shrinkfs
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/shrinkfs-compare.XXXXXX")
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+endpoint=http://127.0.0.1:$port
+buckets=(shrinkfs s3fs rclone rclonecomp)
+mkdir -p "$work/s3" "$work/local"
+for b in "${buckets[@]}"; do mkdir -p "$work/mnt/$b"; done
+server_pid=""
+cleanup() {
+  for b in "${buckets[@]}"; do
+    fusermount3 -u "$work/mnt/$b" >/dev/null 2>&1 || umount -l "$work/mnt/$b" >/dev/null 2>&1 || true
+  done
+  [ -n "$server_pid" ] && kill "$server_pid" >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+configure=(); for b in "${buckets[@]}"; do configure+=(--configure-bucket "$b"); done
+"$tools/node_modules/.bin/s3rver" -d "$work/s3" -a 127.0.0.1 -p "$port" --silent "${configure[@]}" &
+server_pid=$!
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
+
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+"$shrinkfs" mount s3://shrinkfs "$work/mnt/shrinkfs" --endpoint-url "$endpoint" --daemon
+printf 'S3RVER:S3RVER\n' > "$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"
+s3fs s3fs "$work/mnt/s3fs" -o "url=$endpoint,use_path_request_style,passwd_file=$work/s3fs.passwd"
+cat > "$work/rclone.conf" <<CONF
+[s3]
+type = s3
+provider = Other
+endpoint = $endpoint
+access_key_id = S3RVER
+secret_access_key = S3RVER
+force_path_style = true
+
+[comp]
+type = compress
+remote = s3:rclonecomp
+compression_mode = gzip
+level = -1
+CONF
+"$rclone" mount --config "$work/rclone.conf" s3:rclone "$work/mnt/rclone" --vfs-cache-mode off --daemon
+"$rclone" mount --config "$work/rclone.conf" comp: "$work/mnt/rclonecomp" --vfs-cache-mode off --daemon
+for b in "${buckets[@]}"; do
+  for _ in $(seq 100); do mountpoint -q "$work/mnt/$b" && break; sleep 0.1; done
+  mountpoint -q "$work/mnt/$b" || { echo "compare: $b did not mount" >&2; exit 1; }
+done
+
+mkdir -p target/bench-fs
+"$shrinkfs" bench fs --baseline "local=$work/local" \
+  --target "shrinkfs=$work/mnt/shrinkfs" --backend "shrinkfs=$work/s3/shrinkfs" \
+  --target "s3fs=$work/mnt/s3fs" --backend "s3fs=$work/s3/s3fs" \
+  --target "rclone=$work/mnt/rclone" --backend "rclone=$work/s3/rclone" \
+  --target "rclone-compress=$work/mnt/rclonecomp" --backend "rclone-compress=$work/s3/rclonecomp" \
+  --json target/bench-fs/compare.json --html target/bench-fs/compare.html "$@"
