@@ -7,8 +7,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use object_store::ListResult;
 use object_store::list::PaginatedListOptions;
+use object_store::{ListResult, ObjectMeta};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::fs::{DIR_MARKER, DirEntry, Fs};
@@ -38,19 +39,23 @@ pub(crate) struct Listing {
     next: Next,
 }
 
-/// A listed page as (name, kind) pairs, marker objects left out.
-fn names(page: &ListResult) -> Vec<(String, Kind)> {
-    let dirs = page.common_prefixes.iter().filter_map(|p| p.filename()).map(|n| (n.to_owned(), Kind::Dir));
+/// A listed page as (name, kind, object) triples, marker objects left out.
+fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
+    let dirs = page.common_prefixes.iter().filter_map(|p| p.filename()).map(|n| (n.to_owned(), Kind::Dir, None));
     let files = page
         .objects
-        .iter()
-        .filter_map(|o| o.location.filename())
-        .filter(|&n| n != DIR_MARKER)
-        .map(|n| (n.to_owned(), Kind::File));
+        .into_iter()
+        .filter_map(|o| Some((o.location.filename()?.to_owned(), o)))
+        .filter(|(n, _)| n != DIR_MARKER)
+        .map(|(n, o)| (n, Kind::File, Some(o)));
     dirs.chain(files).collect()
 }
 
 impl Fs {
+    fn is_open_name(&self, t: &crate::inode::InodeTable, dir: u64, name: &str) -> bool {
+        t.child(dir, name).is_some_and(|c| self.open.lock().expect("open lock").contains_key(&c.ino))
+    }
+
     /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
     /// fails here.
     pub async fn opendir(&self, ino: u64) -> Result<u64> {
@@ -114,40 +119,47 @@ impl Fs {
                 self.metrics.store_request("list_page");
                 let got = pages.list_paginated(under.as_deref(), opts).await?;
                 l.next = got.page_token.map_or(Next::Done, Next::Token);
-                names(&got.result)
+                names(got.result)
             }
             (None, _) => {
                 self.metrics.store_request("list_with_delimiter");
                 let got = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
                 l.next = Next::Done;
-                let mut all = names(&got);
-                all.sort();
+                let mut all = names(got);
+                all.sort_by(|a, b| a.0.cmp(&b.0));
                 all
             }
         };
         if matches!(l.next, Next::Done) {
             let t = self.inodes.lock().expect("inode lock");
             let open = self.open.lock().expect("open lock");
-            let mut local: Vec<(String, Kind)> = t
+            let mut local: Vec<(String, Kind, Option<ObjectMeta>)> = t
                 .children(l.ino)
                 .filter(|c| open.contains_key(&c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
-                .map(|c| (c.name.clone(), c.kind))
+                .map(|c| (c.name.clone(), c.kind, None))
                 .collect();
-            local.sort();
+            local.sort_by(|a, b| a.0.cmp(&b.0));
             page.extend(local);
         }
         let mut files = Vec::new();
         let mut t = self.inodes.lock().expect("inode lock");
-        for (name, kind) in page {
+        for (name, kind, object) in page {
             if !l.seen.insert(name.clone()) {
                 continue;
             }
-            let i = match t.child(l.ino, &name) {
+            // An object version this mount wrote or read before: its attributes are known.
+            let known =
+                object.as_ref().and_then(|o| self.reader.known(o)).filter(|_| !self.is_open_name(&t, l.ino, &name));
+            let i = match (known, t.child(l.ino, &name)) {
+                (Some(info), _) => {
+                    let (kind, attr) = Self::attr_from_object(&info);
+                    t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
+                }
                 // Symlinks list as files until looked up; keep what a lookup learned.
-                Some(i) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
+                (None, Some(i)) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
                 _ => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
             };
-            if i.kind != Kind::Dir {
+            if i.kind != Kind::Dir && i.fetched.is_none() {
                 files.push(name.clone());
             }
             l.entries.push(DirEntry { ino: i.ino, kind: i.kind, name });

@@ -167,6 +167,9 @@ impl Reader {
                     Err(object_store::Error::NotFound { .. }) => return Ok(None),
                     Err(e) => return Err(e.into()),
                 };
+                if let Some(info) = self.known(&meta) {
+                    return Ok(Some(info));
+                }
                 let range = meta.size.saturating_sub(SUGGESTED_TAIL)..meta.size;
                 let tail = if range.is_empty() {
                     Bytes::new()
@@ -188,9 +191,21 @@ impl Reader {
                 p
             }
         };
-        let last_modified = UNIX_EPOCH
-            + Duration::new(meta.last_modified.timestamp().max(0) as u64, meta.last_modified.timestamp_subsec_nanos());
-        Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified, parsed }))
+        Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
+    }
+
+    /// What the layout cache already knows of the object version a listing or HEAD describes:
+    /// its attributes without another request.
+    pub fn known(&self, meta: &ObjectMeta) -> Option<ObjectInfo> {
+        let id = ObjectId { key: meta.location.as_ref().into(), etag: etag_of(meta) };
+        let parsed = self.layouts.get(&id)?;
+        Some(ObjectInfo {
+            id,
+            path: meta.location.clone(),
+            stored: meta.size,
+            last_modified: system_time(meta),
+            parsed,
+        })
     }
 
     async fn parse(
@@ -460,6 +475,11 @@ impl Reader {
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
         self.read(info, 0..info.size()).await
     }
+}
+
+fn system_time(meta: &ObjectMeta) -> std::time::SystemTime {
+    UNIX_EPOCH
+        + Duration::new(meta.last_modified.timestamp().max(0) as u64, meta.last_modified.timestamp_subsec_nanos())
 }
 
 /// Whether a suffix GET failed because of how the server treats suffix ranges.

@@ -538,3 +538,26 @@ async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
     let new = here.lookup(ROOT, "new.log").await.unwrap();
     assert_eq!(read_file(&here, new.ino).await, b"fresh");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_objects_this_mount_knows_needs_no_request_per_file() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, FsConfig { metadata_ttl: std::time::Duration::from_secs(60), ..small_frames() });
+    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    for k in 0..20 {
+        write_file(&fs, d.ino, &format!("f{k}"), &text(5000 + k), 4096).await;
+    }
+    // The kernel forgot everything (cache drop); the mount still knows these object versions.
+    for k in 0..20 {
+        let a = fs.lookup(d.ino, &format!("f{k}")).await.unwrap();
+        fs.forget(a.ino, 2);
+    }
+    let tails = || fs.metrics().value("shrinkfs_store_requests_total{kind=\"get_tail\"}");
+    let before = tails();
+    let dh = fs.opendir(d.ino).await.unwrap();
+    assert_eq!(fs.readdir(dh, d.ino, 0).await.unwrap().len(), 22);
+    for k in 0..20 {
+        assert_eq!(fs.lookup(d.ino, &format!("f{k}")).await.unwrap().size, 5000 + k as u64);
+    }
+    assert_eq!(tails(), before, "sizes came from the listing and the layout cache");
+}
