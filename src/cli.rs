@@ -112,6 +112,9 @@ pub struct BenchFsArgs {
     /// Where to write the self-contained HTML report with plots.
     #[arg(long, default_value = "shrinkfs-bench.html")]
     pub html: PathBuf,
+    /// Leave out the `zstd -1 -T2` / `zstd -d` rows measured beside the sequential workloads.
+    #[arg(long)]
+    pub no_reference: bool,
     /// Leave the files written under each target.
     #[arg(long)]
     pub keep: bool,

@@ -259,6 +259,22 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
     );
     let mut dropped_ok = true;
     let mut rows = Vec::new();
+    if has(Workload::SeqWrite) && !a.no_reference && which("zstd") {
+        // The zstd command line on the same bytes: the floor the sequential rows are held to.
+        let scratch = tempfile::tempdir_in(&targets[0].dir).context("scratch directory for the zstd reference")?;
+        let reference = Target {
+            label: "zstd -1 -T2 / zstd -d".into(),
+            dir: scratch.path().to_path_buf(),
+            fuse: false,
+            pid: None,
+            backend: Some(scratch.path().to_path_buf()),
+        };
+        let mut r = Runner { target: &reference, price: a.price_per_gb_month, rows: Vec::new() };
+        for &size in &a.size {
+            r.measure(|| workloads::zstd_reference(scratch.path(), size, &data, &size_label(size)))?;
+        }
+        rows.extend(r.rows);
+    }
     for t in &targets {
         let work = t.dir.join("shrinkfs-bench");
         let _ = std::fs::remove_dir_all(&work);

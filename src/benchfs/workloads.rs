@@ -315,3 +315,40 @@ mod tests {
         assert_eq!(random_offsets(8192, 5).len(), 1);
     }
 }
+
+/// The `zstd` command line on the same bytes, as a floor beside the sequential workloads:
+/// `zstd -1 -T2` compressing `size` bytes of `data` (cycled, read from a file in `scratch`, hot in
+/// the page cache) and `zstd -d` decompressing the result, both to /dev/null.
+pub fn zstd_reference(scratch: &Path, size: u64, data: &[u8], label: &str) -> anyhow::Result<Vec<Sample>> {
+    let raw = scratch.join(format!("zstd-ref-{label}.bin"));
+    let packed = scratch.join(format!("zstd-ref-{label}.bin.zst"));
+    let mut f = File::create(&raw)?;
+    let mut at = 0u64;
+    while at < size {
+        let n = ((size - at) as usize).min(IO_SIZE);
+        let from = (at as usize) % (data.len() - IO_SIZE + 1).max(1);
+        f.write_all(&data[from..from + n])?;
+        at += n as u64;
+    }
+    drop(f);
+    let run = |args: &[&str], input: &Path, output: &Path| -> anyhow::Result<f64> {
+        let t = Instant::now();
+        let st = std::process::Command::new("zstd").args(args).arg(input).arg("-o").arg(output).status()?;
+        anyhow::ensure!(st.success(), "zstd {args:?} failed");
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let _ = fs::read(&raw)?; // into the page cache
+    let tc = run(&["-q", "-f", "-1", "-T2"], &raw, &packed)?;
+    let tc = tc.min(run(&["-q", "-f", "-1", "-T2"], &raw, Path::new("/dev/null"))?);
+    let td = run(&["-q", "-f", "-d"], &packed, Path::new("/dev/null"))?;
+    let mut out = Vec::new();
+    for (name, secs) in [(format!("seq write {label}"), tc), (format!("seq read {label} (cold)"), td)] {
+        let mut s = Sample::new(name);
+        (s.bytes, s.ops, s.seconds) = (size, 1, secs);
+        s.reported = Some((secs, secs));
+        out.push(s);
+    }
+    out[0].left = Some((size, packed.file_name().unwrap_or_default().to_string_lossy().into_owned()));
+    let _ = fs::remove_file(&raw);
+    Ok(out)
+}
