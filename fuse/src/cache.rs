@@ -38,7 +38,11 @@ pub struct ChunkCache {
 impl ChunkCache {
     /// A cache holding up to `bytes` of decoded frames.
     pub fn new(bytes: u64) -> Self {
+        // Least recently used, not moka's default TinyLFU: a frame read by many small reads of a
+        // sequential scan would otherwise outrank, and keep out, every frame a random reader
+        // touched once — and a random reader's second touch is the one a cache is for.
         let frames = Cache::builder()
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
             .max_capacity(bytes)
             .weigher(|_k, v: &Arc<Vec<u8>>| v.capacity().min(u32::MAX as usize) as u32)
             .build();
@@ -102,5 +106,20 @@ mod tests {
         assert!(c.weighted_size() <= 10 * 1024, "{}", c.weighted_size());
         let other = ObjectId { key: "k".into(), etag: "e2".into() };
         assert!(c.get(&other, 99).is_none(), "another version must not hit");
+    }
+
+    #[test]
+    fn a_frame_touched_once_displaces_the_least_recent_however_often_it_was_read() {
+        let c = ChunkCache::new(10 * 1024);
+        let id = ObjectId { key: "k".into(), etag: "e".into() };
+        for f in 0..10 {
+            c.insert(&id, f, Arc::new(vec![0; 1024]));
+            for _ in 0..8 {
+                assert!(c.get(&id, f).is_some());
+            }
+        }
+        c.insert(&id, 100, Arc::new(vec![0; 1024]));
+        assert!(c.get(&id, 100).is_some(), "the newest frame is kept");
+        assert!(c.get(&id, 0).is_none(), "the least recently used frame went");
     }
 }

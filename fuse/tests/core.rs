@@ -305,8 +305,14 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
     let other = fs_on(&store, small_frames());
     let ino_other = other.lookup(ROOT, "seq").await.unwrap().ino;
     let fh = other.open(ino_other, false, false).await.unwrap();
+    let m = other.metrics();
+    let counts =
+        || (m.value("shrinkfs_store_requests_total{kind=\"get_range\"}"), m.value("shrinkfs_frames_decoded_total"));
     for off in [300_000u64, 12_000, 250_000, 40_000, 390_000, 5_000] {
+        let before = counts();
         assert_eq!(other.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
+        let after = counts();
+        assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "a cold small read: one request, one frame");
     }
     assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
 }
