@@ -151,6 +151,8 @@ struct Runner<'a> {
     target: &'a Target,
     price: f64,
     rows: Vec<Row>,
+    /// What is running, for error messages and the progress bar.
+    what: String,
 }
 
 impl Runner<'_> {
@@ -158,7 +160,7 @@ impl Runner<'_> {
         let pid = self.target.pid;
         let cpu0 = pid.and_then(probe::cpu_seconds);
         let watch = pid.map(probe::PeakMemory::start);
-        let samples = step();
+        let samples = step().with_context(|| format!("target {}: {}", self.target.label, self.what));
         let peak = watch.and_then(|w| w.finish());
         let cpu1 = pid.and_then(probe::cpu_seconds);
         for mut s in samples? {
@@ -269,7 +271,8 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             pid: None,
             backend: Some(scratch.path().to_path_buf()),
         };
-        let mut r = Runner { target: &reference, price: a.price_per_gb_month, rows: Vec::new() };
+        let mut r =
+            Runner { target: &reference, price: a.price_per_gb_month, rows: Vec::new(), what: "zstd reference".into() };
         for &size in &a.size {
             r.measure(|| workloads::zstd_reference(scratch.path(), size, &data, &size_label(size)))?;
         }
@@ -281,8 +284,9 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&work)
             .with_context(|| format!("target {}: cannot write {}", t.label, work.display()))?;
         let rel = |name: &str| format!("shrinkfs-bench/{name}");
-        let mut r = Runner { target: t, price: a.price_per_gb_month, rows: Vec::new() };
-        let step = |what: &str| {
+        let mut r = Runner { target: t, price: a.price_per_gb_month, rows: Vec::new(), what: String::new() };
+        let step = |r: &mut Runner, what: &str| {
+            r.what = what.to_owned();
             bar.set_message(format!("{}: {what}", t.label));
         };
         let mut drop_caches = || {
@@ -292,17 +296,17 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             let (label, name) = (size_label(size), format!("seq-{}.bin", size_label(size)));
             let path = work.join(&name);
             if has(Workload::SeqWrite) || has(Workload::SeqRead) && !path.exists() {
-                step(&format!("seq write {label}"));
+                step(&mut r, &format!("seq write {label}"));
                 let s = || Ok(vec![workloads::seq_write(&path, &rel(&name), size, &data, &label)?]);
                 if has(Workload::SeqWrite) {
                     r.measure(s)?;
                     bar.inc(1);
                 } else {
-                    s()?;
+                    s().with_context(|| format!("target {}: writing the file to read", t.label))?;
                 }
             }
             if has(Workload::SeqRead) {
-                step(&format!("seq read {label}"));
+                step(&mut r, &format!("seq read {label}"));
                 drop_caches();
                 r.measure(|| Ok(vec![workloads::seq_read(&path, &format!("{label} (cold)"))?]))?;
                 bar.inc(1);
@@ -311,10 +315,11 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         let random_file = work.join("random.bin");
         if has(Workload::RandRead) || has(Workload::Mixed) {
             let len = biggest.min(workloads::RANDOM_FILE_MAX);
-            workloads::seq_write(&random_file, &rel("random.bin"), len, &data, "")?;
+            workloads::seq_write(&random_file, &rel("random.bin"), len, &data, "")
+                .with_context(|| format!("target {}: writing the random-read file", t.label))?;
         }
         if has(Workload::RandRead) {
-            step("random reads");
+            step(&mut r, "random reads");
             let offsets = workloads::random_offsets(std::fs::metadata(&random_file)?.len(), a.random_reads);
             drop_caches();
             r.measure(|| Ok(vec![workloads::random_reads(&random_file, &offsets, "rand read 4K (cold)")?]))?;
@@ -325,7 +330,7 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         }
         let small = work.join("small");
         if has(Workload::SmallFiles) || has(Workload::Ls) {
-            step("small files");
+            step(&mut r, "small files");
             let create =
                 || Ok(vec![workloads::create_small(&small, &rel("small"), a.files, a.file_size as usize, &data)?]);
             if has(Workload::SmallFiles) {
@@ -335,10 +340,10 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
                 drop_caches();
                 r.measure(|| Ok(vec![workloads::read_small(&small, a.files)?]))?;
             } else {
-                create()?;
+                create().with_context(|| format!("target {}: creating the files to list", t.label))?;
             }
             if has(Workload::Ls) {
-                step("ls -l");
+                step(&mut r, "ls -l");
                 drop_caches();
                 r.measure(|| Ok(vec![workloads::ls_l(&small)?]))?;
                 bar.inc(1);
@@ -351,14 +356,14 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             }
         }
         if has(Workload::Mixed) {
-            step("mixed");
+            step(&mut r, "mixed");
             r.measure(|| {
                 Ok(vec![workloads::mixed(&work.join("mixed"), &random_file, a.threads, a.mixed_seconds, &data)?])
             })?;
             bar.inc(1);
         }
         if a.fio {
-            step("fio");
+            step(&mut r, "fio");
             if crate::benchfs::which("fio") {
                 let fio_dir = work.join("fio");
                 std::fs::create_dir_all(&fio_dir)?;
