@@ -300,22 +300,6 @@ pub fn fio(dir: &Path, size: u64, label: &str, random_reads: usize) -> anyhow::R
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn random_offsets_fall_in_distinct_regions_inside_the_file() {
-        let offs = random_offsets(64 << 20, 1000);
-        assert_eq!(offs.len(), 64, "one per 1 MiB region at most");
-        let regions: std::collections::HashSet<u64> = offs.iter().map(|o| o / RANDOM_REGION).collect();
-        assert_eq!(regions.len(), 64);
-        assert!(offs.iter().all(|o| o % 4096 == 0 && o + 4096 <= 64 << 20));
-        assert_eq!(offs, random_offsets(64 << 20, 1000), "the same every run");
-        assert_eq!(random_offsets(8192, 5).len(), 1);
-    }
-}
-
 /// The `zstd` command line on the same bytes, as a floor beside the sequential workloads:
 /// `zstd -1 -T2` compressing `size` bytes of `data` (cycled, read from a file in `scratch`, hot in
 /// the page cache) and `zstd -d` decompressing the result, both to /dev/null.
@@ -351,4 +335,20 @@ pub fn zstd_reference(scratch: &Path, size: u64, data: &[u8], label: &str) -> an
     out[0].left = Some((size, packed.file_name().unwrap_or_default().to_string_lossy().into_owned()));
     let _ = fs::remove_file(&raw);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_offsets_fall_in_distinct_regions_inside_the_file() {
+        let offs = random_offsets(64 << 20, 1000);
+        assert_eq!(offs.len(), 64, "one per 1 MiB region at most");
+        let regions: std::collections::HashSet<u64> = offs.iter().map(|o| o / RANDOM_REGION).collect();
+        assert_eq!(regions.len(), 64);
+        assert!(offs.iter().all(|o| o % 4096 == 0 && o + 4096 <= 64 << 20));
+        assert_eq!(offs, random_offsets(64 << 20, 1000), "the same every run");
+        assert_eq!(random_offsets(8192, 5).len(), 1);
+    }
 }
