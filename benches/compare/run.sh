@@ -5,7 +5,10 @@
 # bucket so the bytes it stored can be counted. rclone's compress backend runs with its
 # recommended settings (gzip, level -1 ≈ 5); rclone and rclone-compress use --vfs-cache-mode off so
 # that, as with shrinkfs and s3fs, a close returns once the object is uploaded.
-# Usage: benches/compare/run.sh [shrinkfs bench fs options, e.g. --size 1G --files 10000]
+# Usage: benches/compare/run.sh [shrinkfs bench fs options, e.g. --size 1G --files 2000]
+# s3rver lists by walking its whole bucket directory, so every listing (and each filesystem lists
+# when a name is looked up and not found) costs time in proportion to the files already there:
+# keep --files to a few thousand.
 # Output: target/bench-fs/compare.{json,html}. Needs root (FUSE mounts, dropping caches).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,7 +45,8 @@ cleanup() {
 }
 trap cleanup EXIT
 configure=(); for b in "${buckets[@]}"; do configure+=(--configure-bucket "$b"); done
-"$tools/node_modules/.bin/s3rver" -d "$work/s3" -a 127.0.0.1 -p "$port" --silent "${configure[@]}" &
+# s3rver 3.7 makes list continuation tokens with a cipher OpenSSL 3 only has as a legacy one.
+NODE_OPTIONS=--openssl-legacy-provider "$tools/node_modules/.bin/s3rver" -d "$work/s3" -a 127.0.0.1 -p "$port" --silent "${configure[@]}" &
 server_pid=$!
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
 

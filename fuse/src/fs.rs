@@ -255,10 +255,7 @@ impl Fs {
     }
 
     async fn dir_exists(&self, rel: &str) -> Result<bool> {
-        let prefix = self.key(rel);
-        self.metrics.store_request("list");
-        let mut list = self.bucket.store.list(Some(&prefix));
-        Ok(list.try_next().await?.is_some())
+        Ok(!self.first_keys(rel, 1).await?.is_empty())
     }
 
     /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
@@ -396,13 +393,10 @@ impl Fs {
         if self.reader.stat(&self.key(&rel)).await?.is_some() {
             return Err(Error::NotDir);
         }
-        let mut list = self.bucket.store.list(Some(&self.key(&rel)));
-        let mut found = false;
-        while let Some(o) = list.try_next().await? {
-            found = true;
-            if o.location.filename() != Some(DIR_MARKER) {
-                return Err(Error::NotEmpty);
-            }
+        let under = self.first_keys(&rel, 2).await?;
+        let found = !under.is_empty();
+        if under.iter().any(|k| k.filename() != Some(DIR_MARKER)) {
+            return Err(Error::NotEmpty);
         }
         let local_children = {
             let t = self.inodes.lock().expect("inode lock");

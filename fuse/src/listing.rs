@@ -93,6 +93,28 @@ impl Fs {
         Ok(out)
     }
 
+    /// Up to `n` keys under directory `rel` (at any depth): enough to tell whether it exists or is
+    /// empty without listing it all.
+    pub(crate) async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
+        let prefix = self.key(rel);
+        self.metrics.store_request("list");
+        if let Some(pages) = &self.bucket.pages {
+            let opts = PaginatedListOptions { max_keys: Some(n), ..Default::default() };
+            let got = pages.list_paginated(Some(&format!("{prefix}/")), opts).await?;
+            return Ok(got.result.objects.into_iter().map(|o| o.location).take(n).collect());
+        }
+        use futures::TryStreamExt;
+        let mut keys = Vec::new();
+        let mut list = self.bucket.store.list(Some(&prefix));
+        while keys.len() < n {
+            match list.try_next().await? {
+                Some(o) => keys.push(o.location),
+                None => break,
+            }
+        }
+        Ok(keys)
+    }
+
     /// Forgets an open directory.
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().expect("dirs lock").remove(&fh);
