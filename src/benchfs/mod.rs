@@ -153,10 +153,35 @@ struct Runner<'a> {
     rows: Vec<Row>,
     /// What is running, for error messages and the progress bar.
     what: String,
+    /// Steps that failed on this target (one filesystem failing a workload does not stop the run).
+    failures: Vec<String>,
 }
 
 impl Runner<'_> {
-    fn measure(&mut self, step: impl FnOnce() -> anyhow::Result<Vec<Sample>>) -> anyhow::Result<()> {
+    /// Runs an untimed step (making files a workload needs); false, and a failure noted, if it failed.
+    fn setup(&mut self, what: &str, step: impl FnOnce() -> anyhow::Result<()>) -> bool {
+        match step() {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(format!("{}: {what} failed: {e:#}", self.target.label));
+                false
+            }
+        }
+    }
+
+    /// Runs a measured step; a failure is noted and the run goes on.
+    fn measure(&mut self, step: impl FnOnce() -> anyhow::Result<Vec<Sample>>) {
+        if let Err(e) = self.measure_inner(step) {
+            self.fail(format!("{e:#}"));
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        eprintln!("shrinkfs: warning: {why}");
+        self.failures.push(why);
+    }
+
+    fn measure_inner(&mut self, step: impl FnOnce() -> anyhow::Result<Vec<Sample>>) -> anyhow::Result<()> {
         let pid = self.target.pid;
         let cpu0 = pid.and_then(probe::cpu_seconds);
         let watch = pid.map(probe::PeakMemory::start);
@@ -271,12 +296,18 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             pid: None,
             backend: Some(scratch.path().to_path_buf()),
         };
-        let mut r =
-            Runner { target: &reference, price: a.price_per_gb_month, rows: Vec::new(), what: "zstd reference".into() };
+        let mut r = Runner {
+            target: &reference,
+            price: a.price_per_gb_month,
+            rows: Vec::new(),
+            what: "zstd reference".into(),
+            failures: Vec::new(),
+        };
         for &size in &a.size {
-            r.measure(|| workloads::zstd_reference(scratch.path(), size, &data, &size_label(size)))?;
+            r.measure(|| workloads::zstd_reference(scratch.path(), size, &data, &size_label(size)));
         }
         rows.extend(r.rows);
+        notes.extend(r.failures);
     }
     for t in &targets {
         let work = t.dir.join("shrinkfs-bench");
@@ -284,7 +315,13 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&work)
             .with_context(|| format!("target {}: cannot write {}", t.label, work.display()))?;
         let rel = |name: &str| format!("shrinkfs-bench/{name}");
-        let mut r = Runner { target: t, price: a.price_per_gb_month, rows: Vec::new(), what: String::new() };
+        let mut r = Runner {
+            target: t,
+            price: a.price_per_gb_month,
+            rows: Vec::new(),
+            what: String::new(),
+            failures: Vec::new(),
+        };
         let step = |r: &mut Runner, what: &str| {
             r.what = what.to_owned();
             bar.set_message(format!("{}: {what}", t.label));
@@ -299,33 +336,35 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
                 step(&mut r, &format!("seq write {label}"));
                 let s = || Ok(vec![workloads::seq_write(&path, &rel(&name), size, &data, &label)?]);
                 if has(Workload::SeqWrite) {
-                    r.measure(s)?;
+                    r.measure(s);
                     bar.inc(1);
                 } else {
-                    s().with_context(|| format!("target {}: writing the file to read", t.label))?;
+                    r.setup("writing the file to read", || s().map(drop));
                 }
             }
             if has(Workload::SeqRead) {
                 step(&mut r, &format!("seq read {label}"));
                 drop_caches();
-                r.measure(|| Ok(vec![workloads::seq_read(&path, &format!("{label} (cold)"))?]))?;
+                r.measure(|| Ok(vec![workloads::seq_read(&path, &format!("{label} (cold)"))?]));
                 bar.inc(1);
             }
         }
         let random_file = work.join("random.bin");
         if has(Workload::RandRead) || has(Workload::Mixed) {
             let len = biggest.min(workloads::RANDOM_FILE_MAX);
-            workloads::seq_write(&random_file, &rel("random.bin"), len, &data, "")
-                .with_context(|| format!("target {}: writing the random-read file", t.label))?;
+            r.setup("writing the random-read file", || {
+                workloads::seq_write(&random_file, &rel("random.bin"), len, &data, "").map(drop)
+            });
         }
         if has(Workload::RandRead) {
             step(&mut r, "random reads");
-            let offsets = workloads::random_offsets(std::fs::metadata(&random_file)?.len(), a.random_reads);
+            let len = std::fs::metadata(&random_file).map_or(0, |m| m.len());
+            let offsets = workloads::random_offsets(len, a.random_reads);
             drop_caches();
-            r.measure(|| Ok(vec![workloads::random_reads(&random_file, &offsets, "rand read 4K (cold)")?]))?;
+            r.measure(|| Ok(vec![workloads::random_reads(&random_file, &offsets, "rand read 4K (cold)")?]));
             // The kernel's copy of the pages goes, the filesystem's caches stay.
             probe::drop_file_pages(&random_file);
-            r.measure(|| Ok(vec![workloads::random_reads(&random_file, &offsets, "rand read 4K (warm)")?]))?;
+            r.measure(|| Ok(vec![workloads::random_reads(&random_file, &offsets, "rand read 4K (warm)")?]));
             bar.inc(1);
         }
         let small = work.join("small");
@@ -334,22 +373,22 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             let create =
                 || Ok(vec![workloads::create_small(&small, &rel("small"), a.files, a.file_size as usize, &data)?]);
             if has(Workload::SmallFiles) {
-                r.measure(create)?;
+                r.measure(create);
                 drop_caches();
-                r.measure(|| Ok(vec![workloads::stat_small(&small, a.files)?]))?;
+                r.measure(|| Ok(vec![workloads::stat_small(&small, a.files)?]));
                 drop_caches();
-                r.measure(|| Ok(vec![workloads::read_small(&small, a.files)?]))?;
+                r.measure(|| Ok(vec![workloads::read_small(&small, a.files)?]));
             } else {
-                create().with_context(|| format!("target {}: creating the files to list", t.label))?;
+                r.setup("creating the files to list", || create().map(drop));
             }
             if has(Workload::Ls) {
                 step(&mut r, "ls -l");
                 drop_caches();
-                r.measure(|| Ok(vec![workloads::ls_l(&small)?]))?;
+                r.measure(|| Ok(vec![workloads::ls_l(&small)?]));
                 bar.inc(1);
             }
             if has(Workload::SmallFiles) {
-                r.measure(|| Ok(vec![workloads::delete_small(&small, a.files)?]))?;
+                r.measure(|| Ok(vec![workloads::delete_small(&small, a.files)?]));
                 bar.inc(1);
             } else {
                 let _ = std::fs::remove_dir_all(&small);
@@ -359,21 +398,22 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
             step(&mut r, "mixed");
             r.measure(|| {
                 Ok(vec![workloads::mixed(&work.join("mixed"), &random_file, a.threads, a.mixed_seconds, &data)?])
-            })?;
+            });
             bar.inc(1);
         }
         if a.fio {
             step(&mut r, "fio");
             if crate::benchfs::which("fio") {
                 let fio_dir = work.join("fio");
-                std::fs::create_dir_all(&fio_dir)?;
-                r.measure(|| workloads::fio(&fio_dir, biggest, &size_label(biggest), a.random_reads))?;
+                let _ = std::fs::create_dir_all(&fio_dir);
+                r.measure(|| workloads::fio(&fio_dir, biggest, &size_label(biggest), a.random_reads));
             } else if !notes.iter().any(|n| n.starts_with("fio")) {
                 notes.push("fio is not installed: fio jobs skipped".into());
             }
             bar.inc(1);
         }
         rows.extend(r.rows);
+        notes.extend(r.failures);
         if !a.keep {
             let _ = std::fs::remove_dir_all(&work);
         }
