@@ -262,7 +262,14 @@ impl Dispatcher {
     }
 }
 
+/// Frames this small are encoded on the submitting thread: a few microseconds of work, less than
+/// waking a pool thread (whose idle spinning cost small-file workloads a fifth of the CPU).
+pub const INLINE_MAX: usize = 64 << 10;
+
 fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>, done: Done) {
+    if raw.len() <= INLINE_MAX {
+        return done(encode_frame(&ctx, codec.as_ref(), frame, &raw));
+    }
     rayon::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
 }
 

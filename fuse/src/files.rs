@@ -132,7 +132,7 @@ impl Fs {
     }
 
     fn new_upload(&self, path: &str) -> Result<Upload> {
-        Upload::new(self.sink(), self.key(path), &self.cfg.encode, self.staging_file()?)
+        Upload::new(self.sink(), self.key(path), &self.cfg.encode, &self.cfg.staging_dir)
     }
 
     /// Creates and opens a new, empty file.
@@ -351,7 +351,7 @@ impl Fs {
         let written: Written = match std::mem::replace(&mut of.body, Body::Clean) {
             Body::Streaming(up) => up.finish(&of.meta).await?,
             Body::Staged { file, len } => {
-                let up = Upload::new(self.sink(), path.clone(), &self.cfg.encode, self.staging_file()?)?;
+                let up = Upload::new(self.sink(), path.clone(), &self.cfg.encode, &self.cfg.staging_dir)?;
                 let res = upload_file(up, &file, len, &of.meta).await;
                 of.body = Body::Staged { file, len };
                 res?

@@ -356,15 +356,22 @@ impl Reader {
         let mut jobs = Vec::new();
         {
             for (f, slice) in slices {
+                let small = layout.entries[f].raw_len as usize <= shrinkfs_codec::dispatch::INLINE_MAX;
                 let (layout, ctx, path) = (layout.clone(), ctx.clone(), info.path.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                rayon::spawn(move || {
+                let job = move || {
                     let mut out = Vec::new();
                     let res = decode_frame(&ctx, f as u64, &slice, Some(&layout.entries[f]), &mut out)
                         .map(|()| out)
                         .map_err(|e| codec_err(&path, e));
                     let _ = tx.send(res);
-                });
+                };
+                // Small frames decode here: cheaper than waking a pool thread.
+                if small {
+                    job();
+                } else {
+                    rayon::spawn(job);
+                }
                 jobs.push((f, rx));
             }
         }

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -28,6 +28,50 @@ use tokio::task::JoinSet;
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+
+/// Stored bytes an upload keeps in memory before it moves them to a spill file: small files never
+/// touch the local disk (creating a file cost more CPU than encoding a small one).
+pub const SPILL_IN_MEMORY: usize = 128 << 10;
+
+/// Where an upload's stored bytes wait until shipped: in memory while small, then in an unlinked
+/// file in the staging directory.
+enum Spill {
+    Memory(Vec<u8>),
+    File(File),
+}
+
+struct SpillBuf {
+    spill: Spill,
+    dir: std::path::PathBuf,
+}
+
+impl SpillBuf {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.spill {
+            Spill::Memory(v) if v.len() + bytes.len() <= SPILL_IN_MEMORY => v.extend_from_slice(bytes),
+            Spill::Memory(v) => {
+                let mut f = tempfile::tempfile_in(&self.dir)?;
+                f.write_all(v)?;
+                f.write_all(bytes)?;
+                self.spill = Spill::File(f);
+            }
+            Spill::File(f) => f.write_all(bytes)?,
+        }
+        Ok(())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        match &self.spill {
+            Spill::Memory(v) => {
+                let from = at as usize;
+                let src = v.get(from..from + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            Spill::File(f) => f.read_exact_at(buf, at),
+        }
+    }
+}
 
 /// Size of one multipart part (S3 needs at least 5 MiB for all but the last).
 pub const PART_SIZE: usize = 8 << 20;
@@ -72,8 +116,8 @@ pub struct Upload {
     raw_in: u64,
     pending: VecDeque<oneshot::Receiver<EncodedFrame>>,
     max_pending: usize,
-    /// Every stored byte so far, in order (unlinked; also lets `recover_into` rebuild the file).
-    spill: File,
+    /// Every stored byte so far, in order (also lets `recover_into` rebuild the file).
+    spill: SpillBuf,
     /// Bytes in `spill`.
     stored: u64,
     /// Bytes of `spill` handed to parts.
@@ -89,15 +133,16 @@ impl std::fmt::Debug for Upload {
 }
 
 impl Upload {
-    /// Starts writing `path`, keeping the stored bytes in `spill` (an empty, unlinked file) until
-    /// they are uploaded.
-    pub fn new(sink: Sink, path: Path, config: &EncodeConfig, mut spill: File) -> Result<Self> {
+    /// Starts writing `path`; stored bytes wait in memory, then in an unlinked file in `staging`,
+    /// until they are uploaded.
+    pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
+        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf() };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
         let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
-        spill.write_all(&header)?;
+        spill.append(&header)?;
         Ok(Upload {
             sink,
             path,
@@ -190,7 +235,7 @@ impl Upload {
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<()> {
-        self.spill.write_all(bytes)?;
+        self.spill.append(bytes)?;
         self.stored += bytes.len() as u64;
         Ok(())
     }
@@ -291,17 +336,15 @@ impl Upload {
         let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
         let rest = cutter.finish().unwrap_or_default();
         self.abort_parts().await;
-        let mut spill = &self.spill;
-        spill.seek(SeekFrom::Start(0))?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
         let mut raw = Vec::new();
-        loop {
-            let n = spill.read(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
+        let mut read = 0u64;
+        while read < self.stored {
+            let n = ((self.stored - read) as usize).min(chunk.len());
+            self.spill.read_exact_at(&mut chunk[..n], read)?;
+            read += n as u64;
             dec.feed(&chunk[..n]);
             while let Some(item) =
                 dec.next_item().map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?
