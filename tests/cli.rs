@@ -240,3 +240,19 @@ fn bench_fs_measures_a_directory_and_writes_json_and_html() {
     let o = bin().args(["bench", "fs", "--target", "/nonexistent/dir"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn an_existing_output_is_replaced_whole_and_no_temporary_file_is_left() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b, out, back) = (d.path().join("a"), d.path().join("b"), d.path().join("o.skf"), d.path().join("back"));
+    std::fs::write(&a, generate(CorpusKind::Logs, 3 << 20, 1)).unwrap();
+    std::fs::write(&b, b"short").unwrap();
+    for (input, expect) in [(&a, std::fs::read(&a).unwrap()), (&b, b"short".to_vec())] {
+        assert_ok(&bin().args(["pack", p(input), p(&out)]).output().unwrap());
+        assert_ok(&bin().args(["unpack", p(&out), p(&back)]).output().unwrap());
+        assert!(std::fs::read(&back).unwrap() == expect, "the second pack replaced the first output whole");
+    }
+    let names: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.iter().all(|n| !n.contains("shrinkfs-tmp")), "{names:?}");
+}
