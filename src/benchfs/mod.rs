@@ -290,7 +290,7 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         // The zstd command line on the same bytes: the floor the sequential rows are held to.
         let scratch = tempfile::tempdir_in(&targets[0].dir).context("scratch directory for the zstd reference")?;
         let reference = Target {
-            label: "zstd -1 -T2 / zstd -d".into(),
+            label: "zstd CLI".into(),
             dir: scratch.path().to_path_buf(),
             fuse: false,
             pid: None,

@@ -133,7 +133,7 @@ const COLORS: [RGBColor; 6] = [
 fn bars(title: &str, unit: &str, items: &[(String, f64, Option<f64>)]) -> anyhow::Result<String> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (460, 250)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (560, 260)).into_drawing_area();
         root.fill(&WHITE)?;
         let top = items.iter().map(|i| i.1.max(i.2.unwrap_or(0.0))).fold(0.0, f64::max).max(1e-9) * 1.15;
         let n = items.len().max(1);
@@ -233,7 +233,7 @@ pub fn html(r: &Report) -> anyhow::Result<String> {
             h.push_str("</tr>");
         }
     }
-    h.push_str("</table><p>fs CPU s and fs peak MiB are the filesystem process's (none for a plain directory: the kernel does that work). \"vs first\" compares each target's rate with the first target's (the baseline when one is given). Warm random reads drop the kernel's copy of the file's pages first, so they measure the filesystem's own caches.</p></body></html>\n");
+    h.push_str("</table><p>fs CPU s and fs peak MiB are the filesystem process's (none for a plain directory: the kernel does that work). \"vs first\" compares each target's rate with the first row of its workload: the zstd command line on the same bytes for the sequential rows (zstd -1 -T2 writing, zstd -d reading), else the first target (the baseline when one is given). Warm random reads drop the kernel's copy of the file's pages first, so they measure the filesystem's own caches.</p></body></html>\n");
     Ok(h)
 }
 
