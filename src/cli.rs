@@ -178,6 +178,9 @@ pub struct MountArgs {
     /// Detach once the mount is ready.
     #[arg(long)]
     pub daemon: bool,
+    /// Append the log here (with --daemon the log is otherwise discarded).
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
     /// Memory the mount may use for data: write buffers, uploads, fetches, read-ahead and the frame
     /// cache together. Writers wait instead of growing past it.
     #[arg(long, default_value = "1G", value_parser = crate::size::parse_size)]

@@ -118,16 +118,32 @@ fn daemonize() -> anyhow::Result<OwnedFd> {
     }
 }
 
-fn silence_stdio() {
+/// Detaches the standard descriptors from the terminal: stdin and stdout to /dev/null, stderr
+/// (where the log goes) to `log` when given, else to /dev/null.
+fn silence_stdio(log: Option<&std::fs::File>) {
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         use std::os::fd::AsRawFd;
-        // SAFETY: dup2 onto the standard descriptors with a valid open file.
+        let err = log.map_or(null.as_raw_fd(), |f| f.as_raw_fd());
+        // SAFETY: dup2 onto the standard descriptors with valid open files.
         unsafe {
             libc::dup2(null.as_raw_fd(), 0);
             libc::dup2(null.as_raw_fd(), 1);
-            libc::dup2(null.as_raw_fd(), 2);
+            libc::dup2(err, 2);
         }
     }
+}
+
+/// Opens `--log-file` for appending (before any fork, so a bad path fails in the foreground).
+fn open_log(path: &Option<std::path::PathBuf>) -> anyhow::Result<Option<std::fs::File>> {
+    path.as_ref()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("cannot open log file {}", p.display()))
+        })
+        .transpose()
 }
 
 /// Runs `shrinkfs mount` until unmounted.
@@ -138,8 +154,16 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
         bail!(UsageError(format!("mount point {} is not a directory", a.mountpoint.display())));
     }
     let cfg = fs_config(&a)?;
+    let log = open_log(&a.log_file)?;
     let mut notify = if a.daemon { Some(daemonize()?) } else { None };
-    let result = serve(a, source, cfg, &mut notify);
+    if let Some(f) = &log {
+        use std::os::fd::AsRawFd;
+        // From here (in the background process, with --daemon) the log goes to the file; a
+        // failure before the mount is ready still reaches the waiting parent through its pipe.
+        // SAFETY: dup2 of a valid open file onto stderr.
+        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    }
+    let result = serve(a, source, cfg, &mut notify, log.as_ref());
     if let (Some(fd), Err(e)) = (notify, &result) {
         let mut w = std::fs::File::from(fd);
         let _ = write!(w, "{e:#}");
@@ -147,7 +171,13 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     result
 }
 
-fn serve(a: MountArgs, source: Source, mut cfg: FsConfig, notify: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+fn serve(
+    a: MountArgs,
+    source: Source,
+    mut cfg: FsConfig,
+    notify: &mut Option<OwnedFd>,
+    log: Option<&std::fs::File>,
+) -> anyhow::Result<()> {
     cfg.dispatcher = Arc::new(a.codec.dispatcher()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let s3 = a.s3.options();
@@ -181,7 +211,7 @@ fn serve(a: MountArgs, source: Source, mut cfg: FsConfig, notify: &mut Option<Ow
         let mut w = std::fs::File::from(fd);
         let _ = w.write_all(b"ok");
         drop(w);
-        silence_stdio();
+        silence_stdio(log);
     }
     let mut unmounter = session.unmount_callable();
     let fs_sig = fs.clone();

@@ -520,3 +520,38 @@ fn bench_fs_finds_the_mount_process_and_counts_what_it_stored() {
     assert!(seq["fs_peak_mib"].as_f64().unwrap() > 1.0, "{seq}");
     m.unmount();
 }
+
+#[test]
+fn a_daemon_mount_logs_to_its_log_file() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, log) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("mount.log"));
+    fs::create_dir_all(&bucket).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let o = Command::new(common::bin())
+        .args(["-v", "mount", bucket.to_str().unwrap(), mnt.to_str().unwrap(), "--daemon", "--gpu", "off"])
+        .args(["--log-file", log.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    fs::write(mnt.join("f"), b"x").unwrap();
+    let unmounted = Command::new(common::bin()).arg("unmount").arg(&mnt).status().unwrap();
+    assert!(unmounted.success());
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(text.contains("mounted"), "{text}");
+    // A log file that cannot be opened fails in the foreground, before mounting.
+    let o = Command::new(common::bin())
+        .args([
+            "mount",
+            bucket.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "--daemon",
+            "--log-file",
+            "/nonexistent/dir/log",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cannot open log file"), "{err}");
+}
