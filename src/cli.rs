@@ -182,9 +182,10 @@ pub struct MountArgs {
     #[arg(long)]
     pub log_file: Option<PathBuf>,
     /// Memory the mount may use for data: write buffers, uploads, fetches, read-ahead and the frame
-    /// cache together. Writers wait instead of growing past it.
-    #[arg(long, default_value = "1G", value_parser = crate::size::parse_size)]
-    pub memory_limit: u64,
+    /// cache together. Writers wait instead of growing past it. Default: 1G, or a quarter of the
+    /// host's memory if that is less.
+    #[arg(long, value_parser = crate::size::parse_size)]
+    pub memory_limit: Option<u64>,
     /// Share of --memory-limit kept as a cache of decoded frames (default: a quarter of it).
     #[arg(long, value_parser = crate::size::parse_size)]
     pub memory_cache_size: Option<u64>,

@@ -28,9 +28,20 @@ pub fn mode_arg(s: &str) -> Result<u16, String> {
 /// Smallest --memory-limit: room for a multipart part and a few frames in flight.
 const MIN_MEMORY_LIMIT: u64 = 32 << 20;
 
+/// The default `--memory-limit`: 1 GiB, or a quarter of the host's memory on smaller hosts.
+fn default_memory_limit() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:")).map(str::to_owned))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(u64::MAX, |kb| kb * 1024);
+    (total / 4).clamp(MIN_MEMORY_LIMIT, 1 << 30)
+}
+
 /// Splits `--memory-limit` into the frame cache and the budget for bytes in flight.
-fn memory_split(limit: u64, cache: Option<u64>) -> anyhow::Result<(u64, u64)> {
+fn memory_split(limit: Option<u64>, cache: Option<u64>) -> anyhow::Result<(u64, u64)> {
     use crate::size::human;
+    let limit = limit.unwrap_or_else(default_memory_limit);
     if limit < MIN_MEMORY_LIMIT {
         bail!(UsageError(format!("--memory-limit must be at least {}", human(MIN_MEMORY_LIMIT))));
     }
@@ -256,4 +267,20 @@ async fn serve_metrics(listener: tokio::net::TcpListener, fs: Arc<Fs>) {
 /// Runs `shrinkfs unmount`.
 pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
     unmount(&a.mountpoint).map_err(|e| anyhow::anyhow!(e)).context("cannot unmount")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_limit_splits_into_cache_and_budget() {
+        assert_eq!(memory_split(Some(64 << 20), None).unwrap(), (16 << 20, 48 << 20));
+        assert_eq!(memory_split(Some(64 << 20), Some(32 << 20)).unwrap(), (32 << 20, 32 << 20));
+        assert!(memory_split(Some(64 << 20), Some(33 << 20)).is_err());
+        assert!(memory_split(Some(1 << 20), None).is_err());
+        let auto = default_memory_limit();
+        assert!((MIN_MEMORY_LIMIT..=1 << 30).contains(&auto), "{auto}");
+        assert_eq!(memory_split(None, None).unwrap().0, auto / 4);
+    }
 }
