@@ -283,7 +283,8 @@ pub struct GpuArgs {
     /// Most frames in one GPU launch.
     #[arg(long, default_value_t = 1024)]
     pub gpu_batch_max_items: usize,
-    /// Longest a small frame waits for others to share its launch, in milliseconds.
+    /// A batch of small frames launches once no frame has arrived for this long (milliseconds), and
+    /// waits at most 20 times this in all.
     #[arg(long, default_value_t = 5.0)]
     pub gpu_batch_window_ms: f64,
     /// A batch launches as soon as this many bytes wait.

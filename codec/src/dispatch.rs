@@ -195,10 +195,11 @@ impl Dispatcher {
         }
     }
 
-    /// Frames a producer should keep in flight so GPU launches can fill up.
+    /// Frames a producer should keep in flight so GPU launches can fill up: two batches' worth
+    /// of 1 MiB frames, so the next batch gathers while one runs.
     pub fn frames_in_flight(&self) -> usize {
         let cpu = 2 * rayon::current_num_threads() + 1;
-        if self.gpu_tx.is_some() { cpu.max(256) } else { cpu }
+        if self.gpu_tx.is_some() { cpu.max(512) } else { cpu }
     }
 
     /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
@@ -273,10 +274,20 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
     rayon::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
 }
 
+/// Longest a batch waits for company, in batch windows.
+#[cfg(feature = "gpu")]
+const MAX_WAIT_WINDOWS: u32 = 20;
+
 #[cfg(feature = "gpu")]
 fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
     while let Ok(first) = rx.recv() {
-        let deadline = Instant::now() + cfg.batch_window;
+        // A batch waits for company while frames keep coming: it launches once none has arrived
+        // for the window, or the floor or item count is reached, or it has waited
+        // `MAX_WAIT_WINDOWS` windows. (A fixed window from the first frame launched a writer's
+        // stream in batches of the few frames that arrived in 5 ms, where a launch of 1 MiB
+        // frames needs hundreds to be efficient.)
+        let started = Instant::now();
+        let mut last = started;
         let mut bytes = first.raw.len();
         let mut urgent = first.raw.len() >= cfg.min_bytes;
         let mut batch = vec![first];
@@ -285,6 +296,7 @@ fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c
             let next = if urgent {
                 rx.try_recv().map_err(|_| RecvTimeoutError::Timeout)
             } else {
+                let deadline = (last + cfg.batch_window).min(started + cfg.batch_window * MAX_WAIT_WINDOWS);
                 rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
             };
             match next {
@@ -292,6 +304,7 @@ fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c
                     bytes += j.raw.len();
                     urgent |= j.raw.len() >= cfg.min_bytes;
                     batch.push(j);
+                    last = Instant::now();
                 }
                 Err(_) => break,
             }
