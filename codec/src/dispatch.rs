@@ -326,6 +326,7 @@ fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c
 #[cfg(feature = "gpu")]
 fn run_batch(gpu: &crate::gpu::Gpu, id: CodecId, jobs: Vec<Job>, data_type: i32, c: &Counters) {
     let start = Instant::now();
+    tracing::debug!(frames = jobs.len(), codec = %id, "GPU batch launching");
     let chunks: Vec<&[u8]> = jobs.iter().map(|j| j.raw.as_slice()).collect();
     let result = gpu.compress_batch(id, &chunks, data_type);
     c.gpu_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -92,6 +92,29 @@ fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
     parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
+/// Raw bytes per zstd piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
+/// of a batch on one thread block, so a 1 MiB frame is one long serial job (about 40 ms on an
+/// H100); 64 KiB pieces are the size nVCOMP's own high-level interface uses.
+pub const ZSTD_PIECE: usize = 64 << 10;
+
+/// The zstd frames of a payload and the content size each declares; `None` if the bytes are not
+/// a sequence of whole zstd frames.
+fn zstd_frames(payload: &[u8]) -> Option<Vec<(&[u8], Option<usize>)>> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        let rest = &payload[at..];
+        let len = zstd::zstd_safe::find_frame_compressed_size(rest).ok()?;
+        if len == 0 || len > rest.len() {
+            return None;
+        }
+        let content = zstd::zstd_safe::get_frame_content_size(&rest[..len]).ok()?.map(|n| n as usize);
+        frames.push((&rest[..len], content));
+        at += len;
+    }
+    (!frames.is_empty()).then_some(frames)
+}
+
 /// A device allocation that grows on demand and is freed on drop.
 struct DevBuf {
     ptr: CUdeviceptr,
@@ -249,7 +272,47 @@ impl Gpu {
 
     /// Compresses each chunk with `codec`. `None` for a chunk whose output is not smaller than it.
     /// `data_type` is nVCOMP's type hint (0 = bytes) for Cascaded and Bitcomp.
+    ///
+    /// zstd chunks larger than `ZSTD_PIECE` are compressed as pieces of that size, each its own
+    /// zstd frame, concatenated: still one standard zstd payload (every decoder reads concatenated
+    /// frames) but many times more parallel on the GPU (BENCHMARKS.md §2).
     pub fn compress_batch(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        if codec == CodecId::Zstd && chunks.iter().any(|c| c.len() > ZSTD_PIECE) {
+            return self.compress_zstd_pieces(chunks);
+        }
+        self.compress_chunks(codec, chunks, data_type)
+    }
+
+    fn compress_zstd_pieces(&self, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, c) in chunks.iter().enumerate() {
+            for p in c.chunks(ZSTD_PIECE) {
+                pieces.push(p);
+                owner.push(i);
+            }
+        }
+        let outs = self.compress_chunks(CodecId::Zstd, &pieces, 0)?;
+        let mut joined: Vec<Vec<u8>> = chunks.iter().map(|c| Vec::with_capacity(c.len() / 2)).collect();
+        for ((piece, out), &i) in pieces.iter().zip(outs).zip(&owner) {
+            match out {
+                Some(o) => joined[i].extend_from_slice(&o),
+                // A piece the GPU could not shrink: the CPU writes it as a zstd frame too (raw
+                // blocks), so the rest of its frame keeps its compression.
+                None => joined[i].extend_from_slice(
+                    &zstd::bulk::compress(piece, 1).map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
+                ),
+            }
+        }
+        Ok(joined.into_iter().zip(chunks).map(|(j, c)| (j.len() < c.len()).then_some(j)).collect())
+    }
+
+    fn compress_chunks(
         &self,
         codec: CodecId,
         chunks: &[&[u8]],
@@ -284,10 +347,12 @@ impl Gpu {
         // Metadata: in_ptrs, in_sizes, out_ptrs, out_sizes (n words each), then statuses.
         let meta_len = 8 * 4 * n + 4 * n;
         let d_meta = b.d_meta.ensure(meta_len)?;
+        let t_setup = start.elapsed();
         {
             let h_in = b.h_in.ensure(in_total)?;
             scatter(h_in, chunks, &in_offsets);
         }
+        let t_scatter = start.elapsed();
         {
             let h_meta = b.h_meta.ensure(meta_len)?;
             let words = (0..n)
@@ -323,6 +388,7 @@ impl Gpu {
             cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))?;
             cuda(result::stream::synchronize(cs))?;
         }
+        let t_kernel = start.elapsed();
         let h_meta = b.h_meta.ensure(meta_len)?;
         let sizes: Vec<usize> = (0..n)
             .map(|i| u64::from_le_bytes(h_meta[24 * n + i * 8..24 * n + i * 8 + 8].try_into().expect("8")) as usize)
@@ -354,19 +420,71 @@ impl Gpu {
             // SAFETY: our stream.
             unsafe { cuda(result::stream::synchronize(cs))? };
         }
+        let t_copyback = start.elapsed();
         let h_out: &[u8] = b.h_out.ensure(out_total.max(1))?;
         let out = (0..n)
             .into_par_iter()
             .map(|i| useful[i].then(|| h_out[offsets[i]..offsets[i] + sizes[i]].to_vec()))
             .collect();
         drop(b);
+        tracing::debug!(
+            chunks = n,
+            bytes = total_raw,
+            setup_us = t_setup.as_micros() as u64,
+            scatter_us = (t_scatter - t_setup).as_micros() as u64,
+            h2d_kernel_us = (t_kernel - t_scatter).as_micros() as u64,
+            d2h_us = (t_copyback - t_kernel).as_micros() as u64,
+            gather_us = (start.elapsed() - t_copyback).as_micros() as u64,
+            "GPU compress batch"
+        );
         self.record(n, total_raw, out_total, start);
         Ok(out)
     }
 
     /// Decompresses each payload (already verified against its checksum on the CPU: nVCOMP does
-    /// not validate input) into exactly `raw_lens[i]` bytes.
+    /// not validate input) into exactly `raw_lens[i]` bytes. A zstd payload of several frames (as
+    /// `compress_batch` writes them) is decoded frame by frame, in parallel.
     pub fn decompress_batch(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+        data_type: i32,
+    ) -> Result<Vec<Vec<u8>>, GpuError> {
+        if codec != CodecId::Zstd {
+            return self.decompress_chunks(codec, payloads, raw_lens, data_type);
+        }
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        let mut piece_lens: Vec<usize> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, (p, &raw)) in payloads.iter().zip(raw_lens).enumerate() {
+            let frames = zstd_frames(p).ok_or(GpuError::WrongSize(i))?;
+            let single = frames.len() == 1;
+            for (f, content) in frames {
+                pieces.push(f);
+                // A lone frame is the whole payload; pieces must say their size.
+                piece_lens.push(if single { raw } else { content.ok_or(GpuError::WrongSize(i))? });
+                owner.push(i);
+            }
+        }
+        let outs = self.decompress_chunks(CodecId::Zstd, &pieces, &piece_lens, data_type)?;
+        let mut joined: Vec<Vec<u8>> = raw_lens.iter().map(|&r| Vec::with_capacity(r)).collect();
+        for (out, &i) in outs.into_iter().zip(&owner) {
+            if joined[i].is_empty() && joined[i].capacity() == out.len() {
+                joined[i] = out;
+            } else {
+                joined[i].extend_from_slice(&out);
+            }
+        }
+        for (i, (j, &r)) in joined.iter().zip(raw_lens).enumerate() {
+            if j.len() != r {
+                return Err(GpuError::WrongSize(i));
+            }
+        }
+        Ok(joined)
+    }
+
+    fn decompress_chunks(
         &self,
         codec: CodecId,
         payloads: &[&[u8]],
@@ -473,6 +591,23 @@ mod tests {
         assert_eq!(&meta[..8], &1u64.to_le_bytes());
         assert_eq!(&meta[8..16], &2u64.to_le_bytes());
         assert!(meta[16..].iter().all(|&b| b == 0), "sizes and statuses start at zero");
+    }
+
+    #[test]
+    fn zstd_frames_splits_concatenated_frames_with_their_sizes() {
+        let a = zstd::bulk::compress(&[1u8; 70_000], 1).unwrap();
+        let b = zstd::bulk::compress(b"tail", 1).unwrap();
+        let joined = [a.clone(), b.clone()].concat();
+        let frames = zstd_frames(&joined).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[0].0, frames[0].1), (&a[..], Some(70_000)));
+        assert_eq!((frames[1].0, frames[1].1), (&b[..], Some(4)));
+        assert!(zstd_frames(&joined[..joined.len() - 1]).is_none(), "a cut frame is not a frame");
+        assert!(zstd_frames(b"not zstd").is_none());
+        // Any zstd decoder reads the concatenation as one stream.
+        let mut all = vec![1u8; 70_000];
+        all.extend_from_slice(b"tail");
+        assert_eq!(zstd::bulk::decompress(&joined, all.len()).unwrap(), all);
     }
 
     #[test]
