@@ -290,26 +290,33 @@ impl Gpu {
 
     fn compress_zstd_pieces(&self, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         let mut pieces: Vec<&[u8]> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
-        for (i, c) in chunks.iter().enumerate() {
-            for p in c.chunks(ZSTD_PIECE) {
-                pieces.push(p);
-                owner.push(i);
-            }
+        // Each chunk's pieces, as a range of `pieces`.
+        let mut ranges = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            let first = pieces.len();
+            pieces.extend(c.chunks(ZSTD_PIECE));
+            ranges.push(first..pieces.len());
         }
         let outs = self.compress_chunks(CodecId::Zstd, &pieces, 0)?;
-        let mut joined: Vec<Vec<u8>> = chunks.iter().map(|c| Vec::with_capacity(c.len() / 2)).collect();
-        for ((piece, out), &i) in pieces.iter().zip(outs).zip(&owner) {
-            match out {
-                Some(o) => joined[i].extend_from_slice(&o),
-                // A piece the GPU could not shrink: the CPU writes it as a zstd frame too (raw
-                // blocks), so the rest of its frame keeps its compression.
-                None => joined[i].extend_from_slice(
-                    &zstd::bulk::compress(piece, 1).map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
-                ),
-            }
-        }
-        Ok(joined.into_iter().zip(chunks).map(|(j, c)| (j.len() < c.len()).then_some(j)).collect())
+        ranges
+            .into_par_iter()
+            .zip(chunks.par_iter())
+            .map(|(range, chunk)| {
+                let mut joined = Vec::with_capacity(chunk.len() / 2);
+                for k in range {
+                    match &outs[k] {
+                        Some(o) => joined.extend_from_slice(o),
+                        // A piece the GPU could not shrink: the CPU writes it as a zstd frame too
+                        // (raw blocks), so the rest of its chunk keeps its compression.
+                        None => joined.extend_from_slice(
+                            &zstd::bulk::compress(pieces[k], 1)
+                                .map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
+                        ),
+                    }
+                }
+                Ok((joined.len() < chunk.len()).then_some(joined))
+            })
+            .collect()
     }
 
     fn compress_chunks(
@@ -452,44 +459,45 @@ impl Gpu {
         data_type: i32,
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         if codec != CodecId::Zstd {
-            return self.decompress_chunks(codec, payloads, raw_lens, data_type);
+            let spans: Vec<(usize, usize)> = raw_lens.iter().enumerate().map(|(i, &r)| (i, r)).collect();
+            return self.decompress_chunks(codec, payloads, raw_lens, data_type, &spans);
         }
         let mut pieces: Vec<&[u8]> = Vec::new();
         let mut piece_lens: Vec<usize> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
+        let mut spans = Vec::with_capacity(payloads.len());
         for (i, (p, &raw)) in payloads.iter().zip(raw_lens).enumerate() {
             let frames = zstd_frames(p).ok_or(GpuError::WrongSize(i))?;
             let single = frames.len() == 1;
+            spans.push((pieces.len(), raw));
+            let mut sum = 0;
             for (f, content) in frames {
+                // A lone frame is the whole payload; pieces must say their size, and all but the
+                // last must fill whole alignment units so the payload decodes into one run.
+                let len = if single { raw } else { content.ok_or(GpuError::WrongSize(i))? };
+                if len % ALIGN != 0 && sum + len != raw {
+                    return Err(GpuError::WrongSize(i));
+                }
+                sum += len;
                 pieces.push(f);
-                // A lone frame is the whole payload; pieces must say their size.
-                piece_lens.push(if single { raw } else { content.ok_or(GpuError::WrongSize(i))? });
-                owner.push(i);
+                piece_lens.push(len);
             }
-        }
-        let outs = self.decompress_chunks(CodecId::Zstd, &pieces, &piece_lens, data_type)?;
-        let mut joined: Vec<Vec<u8>> = raw_lens.iter().map(|&r| Vec::with_capacity(r)).collect();
-        for (out, &i) in outs.into_iter().zip(&owner) {
-            if joined[i].is_empty() && joined[i].capacity() == out.len() {
-                joined[i] = out;
-            } else {
-                joined[i].extend_from_slice(&out);
-            }
-        }
-        for (i, (j, &r)) in joined.iter().zip(raw_lens).enumerate() {
-            if j.len() != r {
+            if sum != raw {
                 return Err(GpuError::WrongSize(i));
             }
         }
-        Ok(joined)
+        self.decompress_chunks(CodecId::Zstd, &pieces, &piece_lens, data_type, &spans)
     }
 
+    /// Decodes every chunk; returns one buffer per span `(first chunk, bytes)`: chunks decode end to
+    /// end (aligned), so a span of consecutive chunks whose lengths fill alignment units comes
+    /// out as one run.
     fn decompress_chunks(
         &self,
         codec: CodecId,
         payloads: &[&[u8]],
         raw_lens: &[usize],
         data_type: i32,
+        spans: &[(usize, usize)],
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         if fault_injected() {
             return Err(GpuError::Injected);
@@ -571,7 +579,7 @@ impl Gpu {
         }
         let h_out: &[u8] = b.h_out.ensure(out_total)?;
         let out: Vec<Vec<u8>> =
-            (0..n).into_par_iter().map(|i| h_out[out_offsets[i]..out_offsets[i] + raw_lens[i]].to_vec()).collect();
+            spans.par_iter().map(|&(first, len)| h_out[out_offsets[first]..out_offsets[first] + len].to_vec()).collect();
         drop(b);
         self.record(n, in_total, total_raw, start);
         Ok(out)
