@@ -578,8 +578,10 @@ impl Gpu {
             }
         }
         let h_out: &[u8] = b.h_out.ensure(out_total)?;
-        let out: Vec<Vec<u8>> =
-            spans.par_iter().map(|&(first, len)| h_out[out_offsets[first]..out_offsets[first] + len].to_vec()).collect();
+        let out: Vec<Vec<u8>> = spans
+            .par_iter()
+            .map(|&(first, len)| h_out[out_offsets[first]..out_offsets[first] + len].to_vec())
+            .collect();
         drop(b);
         self.record(n, in_total, total_raw, start);
         Ok(out)
