@@ -193,9 +193,10 @@ pub struct GpuStats {
 /// A GPU with nVCOMP, ready for batches.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// Streams with their own buffers: a large batch runs as halves on two lanes at once, so one
+    /// half's host copies and transfers overlap the other's kernel.
+    lanes: Vec<Lane>,
     lib: Nvcomp,
-    bufs: Mutex<Buffers>,
     stats: Mutex<GpuStats>,
     /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
     pub describe: String,
@@ -206,6 +207,15 @@ impl std::fmt::Debug for Gpu {
         f.write_str(&self.describe)
     }
 }
+
+/// One CUDA stream and the buffers its batches use.
+struct Lane {
+    stream: Arc<CudaStream>,
+    bufs: Mutex<Buffers>,
+}
+
+/// Chunks below which a batch runs on one lane (halves of fewer would not fill the GPU).
+const LANE_SPLIT_MIN: usize = 64;
 
 fn fault_injected() -> bool {
     std::env::var("SHRINKFS_GPU_FAULT").is_ok_and(|v| v == "1")
@@ -226,21 +236,25 @@ impl Gpu {
         }
         let lib = Nvcomp::load()?;
         let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context: {e}"))?;
-        let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
         let empty = || DevBuf { ptr: 0, len: 0 };
         let host = || HostBuf { ptr: std::ptr::null_mut(), len: 0 };
-        let bufs = Buffers {
-            d_in: empty(),
-            d_out: empty(),
-            d_temp: empty(),
-            d_meta: empty(),
-            h_in: host(),
-            h_out: host(),
-            h_meta: host(),
-        };
-        Ok(Gpu { ctx, stream, lib, bufs: Mutex::new(bufs), stats: Mutex::new(GpuStats::default()), describe })
+        let mut lanes = Vec::new();
+        for _ in 0..2 {
+            let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+            let bufs = Buffers {
+                d_in: empty(),
+                d_out: empty(),
+                d_temp: empty(),
+                d_meta: empty(),
+                h_in: host(),
+                h_out: host(),
+                h_meta: host(),
+            };
+            lanes.push(Lane { stream, bufs: Mutex::new(bufs) });
+        }
+        Ok(Gpu { ctx, lanes, lib, stats: Mutex::new(GpuStats::default()), describe })
     }
 
     /// Codecs this GPU can run.
@@ -285,7 +299,27 @@ impl Gpu {
         if codec == CodecId::Zstd && chunks.iter().any(|c| c.len() > ZSTD_PIECE) {
             return self.compress_zstd_pieces(chunks);
         }
-        self.compress_chunks(codec, chunks, data_type)
+        self.compress_lanes(codec, chunks, data_type)
+    }
+
+    /// Runs a large batch as two halves on the two lanes at once.
+    fn compress_lanes(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        if chunks.len() < LANE_SPLIT_MIN {
+            return self.compress_chunks(&self.lanes[0], codec, chunks, data_type);
+        }
+        let (a, b) = chunks.split_at(chunks.len() / 2);
+        let (ra, rb) = rayon::join(
+            || self.compress_chunks(&self.lanes[0], codec, a, data_type),
+            || self.compress_chunks(&self.lanes[1], codec, b, data_type),
+        );
+        let mut out = ra?;
+        out.extend(rb?);
+        Ok(out)
     }
 
     fn compress_zstd_pieces(&self, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
@@ -297,7 +331,7 @@ impl Gpu {
             pieces.extend(c.chunks(ZSTD_PIECE));
             ranges.push(first..pieces.len());
         }
-        let outs = self.compress_chunks(CodecId::Zstd, &pieces, 0)?;
+        let outs = self.compress_lanes(CodecId::Zstd, &pieces, 0)?;
         ranges
             .into_par_iter()
             .zip(chunks.par_iter())
@@ -321,6 +355,7 @@ impl Gpu {
 
     fn compress_chunks(
         &self,
+        lane: &Lane,
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
@@ -336,9 +371,9 @@ impl Gpu {
         let max_chunk = chunks.iter().map(|c| c.len()).max().unwrap_or(0).max(1);
         let algo = self.algo(codec, max_chunk)?;
         let opts = Opts::compress(codec, data_type);
-        let s = self.stream.cu_stream() as *mut c_void;
+        let s = lane.stream.cu_stream() as *mut c_void;
         cuda(self.ctx.bind_to_thread())?;
-        let mut b = self.bufs.lock().expect("buffers lock");
+        let mut b = lane.bufs.lock().expect("buffers lock");
         let mut max_out = 0usize;
         // SAFETY: FFI with valid out-pointers.
         check("CompressGetMaxOutputChunkSize", unsafe { (algo.max_output)(max_chunk, opts, &mut max_out) })?;
@@ -368,7 +403,7 @@ impl Gpu {
                 .chain((0..n).map(|i| d_out + (i * out_stride) as u64));
             put_words(h_meta, words);
         }
-        let cs = self.stream.cu_stream();
+        let cs = lane.stream.cu_stream();
         // SAFETY: device and pinned buffers are at least as large as the copies; the stream is ours.
         unsafe {
             cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
@@ -460,7 +495,7 @@ impl Gpu {
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         if codec != CodecId::Zstd {
             let spans: Vec<(usize, usize)> = raw_lens.iter().enumerate().map(|(i, &r)| (i, r)).collect();
-            return self.decompress_chunks(codec, payloads, raw_lens, data_type, &spans);
+            return self.decompress_lanes(codec, payloads, raw_lens, data_type, &spans);
         }
         let mut pieces: Vec<&[u8]> = Vec::new();
         let mut piece_lens: Vec<usize> = Vec::new();
@@ -485,7 +520,40 @@ impl Gpu {
                 return Err(GpuError::WrongSize(i));
             }
         }
-        self.decompress_chunks(CodecId::Zstd, &pieces, &piece_lens, data_type, &spans)
+        self.decompress_lanes(CodecId::Zstd, &pieces, &piece_lens, data_type, &spans)
+    }
+
+    /// Runs a large batch as two halves (split between spans) on the two lanes at once.
+    fn decompress_lanes(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+        data_type: i32,
+        spans: &[(usize, usize)],
+    ) -> Result<Vec<Vec<u8>>, GpuError> {
+        let half = spans.len() / 2;
+        if payloads.len() < LANE_SPLIT_MIN || half == 0 {
+            return self.decompress_chunks(&self.lanes[0], codec, payloads, raw_lens, data_type, spans);
+        }
+        let cut = spans[half].0;
+        let rebased: Vec<(usize, usize)> = spans[half..].iter().map(|&(first, len)| (first - cut, len)).collect();
+        let (ra, rb) = rayon::join(
+            || {
+                self.decompress_chunks(
+                    &self.lanes[0],
+                    codec,
+                    &payloads[..cut],
+                    &raw_lens[..cut],
+                    data_type,
+                    &spans[..half],
+                )
+            },
+            || self.decompress_chunks(&self.lanes[1], codec, &payloads[cut..], &raw_lens[cut..], data_type, &rebased),
+        );
+        let mut out = ra?;
+        out.extend(rb?);
+        Ok(out)
     }
 
     /// Decodes every chunk; returns one buffer per span `(first chunk, bytes)`: chunks decode end to
@@ -493,6 +561,7 @@ impl Gpu {
     /// out as one run.
     fn decompress_chunks(
         &self,
+        lane: &Lane,
         codec: CodecId,
         payloads: &[&[u8]],
         raw_lens: &[usize],
@@ -511,9 +580,9 @@ impl Gpu {
         let algo = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
         let _ = data_type;
         let opts = Opts::decompress(codec);
-        let s = self.stream.cu_stream() as *mut c_void;
+        let s = lane.stream.cu_stream() as *mut c_void;
         cuda(self.ctx.bind_to_thread())?;
-        let mut b = self.bufs.lock().expect("buffers lock");
+        let mut b = lane.bufs.lock().expect("buffers lock");
         let (in_offsets, in_total) = aligned_offsets(payloads.iter().map(|c| c.len()));
         let (out_offsets, out_total) = aligned_offsets(raw_lens.iter().copied());
         let total_raw: usize = raw_lens.iter().sum();
@@ -537,7 +606,7 @@ impl Gpu {
                 .chain((0..n).map(|i| d_out + out_offsets[i] as u64));
             put_words(b.h_meta.ensure(meta_len)?, words);
         }
-        let cs = self.stream.cu_stream();
+        let cs = lane.stream.cu_stream();
         // SAFETY: buffers sized above; our stream.
         unsafe {
             cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
