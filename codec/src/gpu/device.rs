@@ -217,6 +217,11 @@ struct Lane {
 /// Chunks below which a batch runs on one lane (halves of fewer would not fill the GPU).
 const LANE_SPLIT_MIN: usize = 64;
 
+/// Lanes to open: `SHRINKFS_GPU_LANES` (1-8, for measuring), else 2.
+fn lane_count() -> usize {
+    std::env::var("SHRINKFS_GPU_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(2).clamp(1, 8)
+}
+
 fn fault_injected() -> bool {
     std::env::var("SHRINKFS_GPU_FAULT").is_ok_and(|v| v == "1")
 }
@@ -241,7 +246,7 @@ impl Gpu {
         let empty = || DevBuf { ptr: 0, len: 0 };
         let host = || HostBuf { ptr: std::ptr::null_mut(), len: 0 };
         let mut lanes = Vec::new();
-        for _ in 0..2 {
+        for _ in 0..lane_count() {
             let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
             let bufs = Buffers {
                 d_in: empty(),
@@ -302,23 +307,27 @@ impl Gpu {
         self.compress_lanes(codec, chunks, data_type)
     }
 
-    /// Runs a large batch as two halves on the two lanes at once.
+    /// Runs a large batch as equal parts on all lanes at once.
     fn compress_lanes(
         &self,
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
-        if chunks.len() < LANE_SPLIT_MIN {
+        let parts = self.lanes.len().min(chunks.len() / LANE_SPLIT_MIN).max(1);
+        if parts == 1 {
             return self.compress_chunks(&self.lanes[0], codec, chunks, data_type);
         }
-        let (a, b) = chunks.split_at(chunks.len() / 2);
-        let (ra, rb) = rayon::join(
-            || self.compress_chunks(&self.lanes[0], codec, a, data_type),
-            || self.compress_chunks(&self.lanes[1], codec, b, data_type),
-        );
-        let mut out = ra?;
-        out.extend(rb?);
+        let per = chunks.len().div_ceil(parts);
+        let outs: Vec<Result<Vec<Option<Vec<u8>>>, GpuError>> = chunks
+            .par_chunks(per)
+            .zip(self.lanes.par_iter())
+            .map(|(part, lane)| self.compress_chunks(lane, codec, part, data_type))
+            .collect();
+        let mut out = Vec::with_capacity(chunks.len());
+        for o in outs {
+            out.extend(o?);
+        }
         Ok(out)
     }
 
@@ -523,7 +532,7 @@ impl Gpu {
         self.decompress_lanes(CodecId::Zstd, &pieces, &piece_lens, data_type, &spans)
     }
 
-    /// Runs a large batch as two halves (split between spans) on the two lanes at once.
+    /// Runs a large batch as parts (split between spans) on all lanes at once.
     fn decompress_lanes(
         &self,
         codec: CodecId,
@@ -532,27 +541,32 @@ impl Gpu {
         data_type: i32,
         spans: &[(usize, usize)],
     ) -> Result<Vec<Vec<u8>>, GpuError> {
-        let half = spans.len() / 2;
-        if payloads.len() < LANE_SPLIT_MIN || half == 0 {
+        let parts = self.lanes.len().min(payloads.len() / LANE_SPLIT_MIN).min(spans.len()).max(1);
+        if parts == 1 {
             return self.decompress_chunks(&self.lanes[0], codec, payloads, raw_lens, data_type, spans);
         }
-        let cut = spans[half].0;
-        let rebased: Vec<(usize, usize)> = spans[half..].iter().map(|&(first, len)| (first - cut, len)).collect();
-        let (ra, rb) = rayon::join(
-            || {
-                self.decompress_chunks(
-                    &self.lanes[0],
-                    codec,
-                    &payloads[..cut],
-                    &raw_lens[..cut],
-                    data_type,
-                    &spans[..half],
-                )
-            },
-            || self.decompress_chunks(&self.lanes[1], codec, &payloads[cut..], &raw_lens[cut..], data_type, &rebased),
-        );
-        let mut out = ra?;
-        out.extend(rb?);
+        // Parts cut between spans: (first span, end span, first chunk, end chunk).
+        let per = spans.len().div_ceil(parts);
+        let cuts: Vec<(usize, usize, usize, usize)> = (0..spans.len())
+            .step_by(per)
+            .map(|s0| {
+                let s1 = (s0 + per).min(spans.len());
+                let c1 = spans.get(s1).map_or(payloads.len(), |s| s.0);
+                (s0, s1, spans[s0].0, c1)
+            })
+            .collect();
+        let outs: Vec<Result<Vec<Vec<u8>>, GpuError>> = cuts
+            .par_iter()
+            .zip(self.lanes.par_iter())
+            .map(|(&(s0, s1, c0, c1), lane)| {
+                let rebased: Vec<(usize, usize)> = spans[s0..s1].iter().map(|&(f, l)| (f - c0, l)).collect();
+                self.decompress_chunks(lane, codec, &payloads[c0..c1], &raw_lens[c0..c1], data_type, &rebased)
+            })
+            .collect();
+        let mut out = Vec::with_capacity(spans.len());
+        for o in outs {
+            out.extend(o?);
+        }
         Ok(out)
     }
 
