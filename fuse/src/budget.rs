@@ -46,11 +46,6 @@ impl Budget {
         Budget { sem: Arc::new(Semaphore::new(units as usize)), units, metrics }
     }
 
-    /// A budget too large to ever make anyone wait (tests, tools).
-    pub fn unlimited(metrics: Arc<Metrics>) -> Self {
-        Self::new(u64::MAX, metrics)
-    }
-
     /// Size of the budget.
     pub fn bytes(&self) -> u64 {
         self.units as u64 * UNIT
