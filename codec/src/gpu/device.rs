@@ -214,6 +214,9 @@ struct Lane {
     bufs: Mutex<Buffers>,
 }
 
+/// Chunks above which compressed output comes back in one copy of the whole strided region.
+const ONE_COPY_CHUNKS: usize = 512;
+
 /// Chunks below which a batch runs on one lane (halves of fewer would not fill the GPU).
 const LANE_SPLIT_MIN: usize = 64;
 
@@ -450,29 +453,40 @@ impl Gpu {
         let useful: Vec<bool> =
             (0..n).map(|i| statuses[i] == SUCCESS && sizes[i] < chunks[i].len() && sizes[i] <= max_out).collect();
         let out_total: usize = (0..n).filter(|&i| useful[i]).map(|i| sizes[i]).sum();
+        // Few chunks: copy back only their compressed bytes, one copy each. Many: one copy of the
+        // strided output region up to the last useful byte beats thousands of small copies.
+        let last = (0..n).rev().find(|&i| useful[i]).map_or(0, |i| i * out_stride + sizes[i]);
+        let one_copy = n > ONE_COPY_CHUNKS;
         let mut offsets = Vec::with_capacity(n);
+        let h_len = if one_copy { last } else { out_total };
         {
-            let h_out = b.h_out.ensure(out_total.max(1))?;
-            let mut at = 0;
-            for i in 0..n {
-                offsets.push(at);
-                if useful[i] {
-                    // SAFETY: h_out has out_total bytes; the device chunk holds sizes[i] bytes.
-                    unsafe {
-                        cuda(result::memcpy_dtoh_async(
-                            &mut h_out[at..at + sizes[i]],
-                            d_out + (i * out_stride) as u64,
-                            cs,
-                        ))?
-                    };
-                    at += sizes[i];
+            let h_out = b.h_out.ensure(h_len.max(1))?;
+            if one_copy {
+                offsets.extend((0..n).map(|i| i * out_stride));
+                // SAFETY: h_out has `last` bytes; the device output region is n * out_stride >= last.
+                unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[..last], d_out, cs))? };
+            } else {
+                let mut at = 0;
+                for i in 0..n {
+                    offsets.push(at);
+                    if useful[i] {
+                        // SAFETY: h_out has out_total bytes; the device chunk holds sizes[i] bytes.
+                        unsafe {
+                            cuda(result::memcpy_dtoh_async(
+                                &mut h_out[at..at + sizes[i]],
+                                d_out + (i * out_stride) as u64,
+                                cs,
+                            ))?
+                        };
+                        at += sizes[i];
+                    }
                 }
             }
             // SAFETY: our stream.
             unsafe { cuda(result::stream::synchronize(cs))? };
         }
         let t_copyback = start.elapsed();
-        let h_out: &[u8] = b.h_out.ensure(out_total.max(1))?;
+        let h_out: &[u8] = b.h_out.ensure(h_len.max(1))?;
         let out = (0..n)
             .into_par_iter()
             .map(|i| useful[i].then(|| h_out[offsets[i]..offsets[i] + sizes[i]].to_vec()))
