@@ -438,15 +438,7 @@ fn mixed_block(k: u64, len: usize) -> Vec<u8> {
         b[..8].copy_from_slice(&k.to_le_bytes());
         b
     } else {
-        let mut x = 0x2545_F491_4F6C_DD1Du64 ^ k;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        shrinkfs::corpus::generate(shrinkfs::corpus::CorpusKind::Random, len, k)
     }
 }
 

@@ -53,17 +53,23 @@ fn timed<T>(s: &mut Sample, f: impl FnOnce() -> std::io::Result<T>) -> std::io::
     Ok(r)
 }
 
+/// `size` bytes of `data`, cycled, as slices of at most `IO_SIZE` (the content of every large file
+/// the workloads write, so the zstd reference sees the same bytes as the targets).
+fn cycled(data: &[u8], size: u64) -> impl Iterator<Item = &[u8]> {
+    (0..size).step_by(IO_SIZE).map(move |at| {
+        let n = ((size - at) as usize).min(IO_SIZE);
+        let from = (at as usize) % (data.len() - IO_SIZE + 1).max(1);
+        &data[from..from + n]
+    })
+}
+
 /// Writes `size` bytes of `data` (cycled) to `path` in 1 MiB calls, then fsync and close.
 pub fn seq_write(path: &Path, rel: &str, size: u64, data: &[u8], label: &str) -> anyhow::Result<Sample> {
     let mut s = Sample::new(format!("seq write {label}"));
     let start = Instant::now();
     let mut f = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    let mut at = 0u64;
-    while at < size {
-        let n = ((size - at) as usize).min(IO_SIZE);
-        let from = (at as usize) % (data.len() - IO_SIZE + 1).max(1);
-        timed(&mut s, || f.write_all(&data[from..from + n]))?;
-        at += n as u64;
+    for piece in cycled(data, size) {
+        timed(&mut s, || f.write_all(piece))?;
     }
     timed(&mut s, || f.sync_all())?;
     drop(f);
@@ -307,12 +313,8 @@ pub fn zstd_reference(scratch: &Path, size: u64, data: &[u8], label: &str) -> an
     let raw = scratch.join(format!("zstd-ref-{label}.bin"));
     let packed = scratch.join(format!("zstd-ref-{label}.bin.zst"));
     let mut f = File::create(&raw)?;
-    let mut at = 0u64;
-    while at < size {
-        let n = ((size - at) as usize).min(IO_SIZE);
-        let from = (at as usize) % (data.len() - IO_SIZE + 1).max(1);
-        f.write_all(&data[from..from + n])?;
-        at += n as u64;
+    for piece in cycled(data, size) {
+        f.write_all(piece)?;
     }
     drop(f);
     let run = |args: &[&str], input: &Path, output: &Path| -> anyhow::Result<f64> {
