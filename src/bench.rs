@@ -106,6 +106,20 @@ fn gpu_row(
     })
 }
 
+/// Whether a row label ("cpu-zstd-1", "gpu-lz4-block") belongs to one of the chosen codec
+/// families; every label does when none are chosen.
+fn chosen(label: &str, families: &[String]) -> bool {
+    let name = label.strip_prefix("cpu-").or_else(|| label.strip_prefix("gpu-")).unwrap_or(label);
+    families.is_empty()
+        || families.iter().any(|f| {
+            name == f
+                || name
+                    .strip_prefix(f.as_str())
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|level| !level.is_empty() && level.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
 /// Runs the codec benchmark and prints Markdown tables.
 pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
     #[cfg(feature = "gpu")]
@@ -135,12 +149,12 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
         for &frame in &a.frame_sizes {
             let frame = frame as usize;
             let mut these = Vec::new();
-            for (name, c) in &cpu_codecs {
+            for (name, c) in cpu_codecs.iter().filter(|(name, _)| chosen(name, &a.codecs)) {
                 these.push(cpu_row(kind.name(), &data, frame, name, c.as_ref(), a.runs)?);
             }
             #[cfg(feature = "gpu")]
             if let Some(gpu) = &gpu {
-                for id in gpu.codecs() {
+                for id in gpu.codecs().into_iter().filter(|id| chosen(&format!("gpu-{id}"), &a.codecs)) {
                     match gpu_row(gpu, kind.name(), &data, frame, id, a.runs) {
                         Ok(r) => these.push(r),
                         Err(e) => println!("| {} | {} | gpu-{id} | failed: {e} | | |", kind.name(), frame),
@@ -220,4 +234,18 @@ fn small_objects(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn codec_families_pick_their_rows_only() {
+        let f = |s: &str| s.split(',').map(String::from).collect::<Vec<_>>();
+        assert!(super::chosen("cpu-zstd-1", &f("zstd,lz4")));
+        assert!(super::chosen("gpu-lz4", &f("zstd,lz4")));
+        assert!(!super::chosen("gpu-lz4-block", &f("zstd,lz4")));
+        assert!(super::chosen("gpu-lz4-block", &f("lz4-block")));
+        assert!(!super::chosen("cpu-deflate-1", &f("zstd,lz4")));
+        assert!(super::chosen("gpu-ans", &[]));
+    }
 }

@@ -135,6 +135,9 @@ pub struct BenchCodecsArgs {
     /// Runs per figure (the best is kept).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Codec families to measure (e.g. `zstd,lz4`; `lz4` does not include `lz4-block`); all when absent.
+    #[arg(long, value_delimiter = ',')]
+    pub codecs: Vec<String>,
     /// Number of small objects.
     #[arg(long, default_value_t = 1000)]
     pub small_count: usize,
@@ -226,8 +229,11 @@ pub struct UnmountArgs {
 pub enum CodecChoice {
     /// zstd (levels 1 to 19; the GPU ignores the level).
     Zstd,
-    /// LZ4 block format (fast, lower ratio).
+    /// LZ4 frames of 64 KiB blocks, the `lz4` tool's format (fast, lower ratio).
     Lz4,
+    /// One raw LZ4 block per frame (the format of objects written before LZ4 frames).
+    #[value(name = "lz4-block")]
+    Lz4Block,
     /// Raw deflate (RFC 1951).
     Deflate,
     /// Snappy.
@@ -249,6 +255,7 @@ impl From<CodecChoice> for CodecId {
         match c {
             CodecChoice::Zstd => CodecId::Zstd,
             CodecChoice::Lz4 => CodecId::Lz4,
+            CodecChoice::Lz4Block => CodecId::Lz4Block,
             CodecChoice::Deflate => CodecId::Deflate,
             CodecChoice::Snappy => CodecId::Snappy,
             CodecChoice::None => CodecId::None,

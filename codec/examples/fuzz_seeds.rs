@@ -7,7 +7,7 @@ fn main() -> std::io::Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
     let text: Vec<u8> = (0..3000u32).flat_map(|i| format!("{i} GET /a/{} 200\n", i % 17).into_bytes()).collect();
     let mut n = 0;
-    for codec in [CodecId::None, CodecId::Zstd, CodecId::Lz4] {
+    for codec in [CodecId::None, CodecId::Zstd, CodecId::Lz4, CodecId::Lz4Block] {
         for sealed in [false, true] {
             for len in [0usize, 1, 4096, text.len()] {
                 let cfg = EncodeConfig {

@@ -21,11 +21,14 @@ pub enum CodecId {
     /// A standard zstd frame (RFC 8878) with the content size set.
     Zstd = 1,
     /// A raw LZ4 block (no LZ4 frame header); the raw length comes from the frame header.
-    Lz4 = 2,
-    /// A raw deflate stream (RFC 1951). Reserved for the GPU back end.
+    /// Read forever; written only on request (`lz4` writes LZ4 frames).
+    Lz4Block = 2,
+    /// A raw deflate stream (RFC 1951).
     Deflate = 3,
-    /// A raw Snappy block. Reserved for the GPU back end.
+    /// A raw Snappy block.
     Snappy = 4,
+    /// A standard LZ4 frame; shrinkfs writes independent 64 KiB blocks (see `lz4frame`).
+    Lz4 = 5,
     /// nVCOMP GDeflate (GPU only).
     GDeflate = 16,
     /// nVCOMP Cascaded (GPU only).
@@ -38,12 +41,13 @@ pub enum CodecId {
 
 impl CodecId {
     /// All codec ids this build knows.
-    pub const ALL: [CodecId; 9] = [
+    pub const ALL: [CodecId; 10] = [
         CodecId::None,
         CodecId::Zstd,
-        CodecId::Lz4,
+        CodecId::Lz4Block,
         CodecId::Deflate,
         CodecId::Snappy,
+        CodecId::Lz4,
         CodecId::GDeflate,
         CodecId::Cascaded,
         CodecId::Bitcomp,
@@ -60,9 +64,10 @@ impl CodecId {
         match self {
             CodecId::None => "none",
             CodecId::Zstd => "zstd",
-            CodecId::Lz4 => "lz4",
+            CodecId::Lz4Block => "lz4-block",
             CodecId::Deflate => "deflate",
             CodecId::Snappy => "snappy",
+            CodecId::Lz4 => "lz4",
             CodecId::GDeflate => "gdeflate",
             CodecId::Cascaded => "cascaded",
             CodecId::Bitcomp => "bitcomp",
@@ -260,13 +265,32 @@ fn decompress_zstd(
     })
 }
 
-/// LZ4 block format, as nVCOMP's LZ4 also writes it.
+/// LZ4 frames of independent 64 KiB blocks: the format of the `lz4` tool, and one the GPU splits
+/// into parallel pieces.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Lz4Codec;
 
 impl Codec for Lz4Codec {
     fn id(&self) -> CodecId {
         CodecId::Lz4
+    }
+
+    fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        crate::lz4frame::compress(raw, out)
+    }
+
+    fn decompress(&self, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
+        crate::lz4frame::decompress(stored, raw_len, out)
+    }
+}
+
+/// One raw LZ4 block per frame, as nVCOMP's LZ4 writes a chunk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Lz4BlockCodec;
+
+impl Codec for Lz4BlockCodec {
+    fn id(&self) -> CodecId {
+        CodecId::Lz4Block
     }
 
     fn compress(&self, raw: &[u8], out: &mut Vec<u8>) -> bool {
@@ -389,6 +413,7 @@ impl CodecParams {
             CodecId::None => Box::new(NoneCodec),
             CodecId::Zstd => Box::new(ZstdCodec::new(self.level, self.dict.clone())?),
             CodecId::Lz4 => Box::new(Lz4Codec),
+            CodecId::Lz4Block => Box::new(Lz4BlockCodec),
             CodecId::Deflate => Box::new(DeflateCodec::new(self.level)),
             CodecId::Snappy => Box::new(SnappyCodec),
             // GPU-only formats: the CPU path (no GPU, or a GPU fallback) writes zstd level 1, which
@@ -412,6 +437,7 @@ pub fn decompress_cpu(
         CodecId::None => NoneCodec.decompress(stored, raw_len, out),
         CodecId::Zstd => decompress_zstd(stored, raw_len, dict, out),
         CodecId::Lz4 => Lz4Codec.decompress(stored, raw_len, out),
+        CodecId::Lz4Block => Lz4BlockCodec.decompress(stored, raw_len, out),
         CodecId::Deflate => DeflateCodec::new(1).decompress(stored, raw_len, out),
         CodecId::Snappy => SnappyCodec.decompress(stored, raw_len, out),
         _ => Err(DecodeFailure::Unavailable("it is a GPU-only codec; decode on a host with nVCOMP")),

@@ -1,7 +1,9 @@
 //! The conformance suite every `Codec` implementation runs: CPU codecs here; GPU codecs run the
 //! same checks from the GPU back end's tests.
 
-use shrinkfs_codec::codec::{Codec, DeflateCodec, Lz4Codec, NoneCodec, SnappyCodec, ZstdCodec, decompress_cpu};
+use shrinkfs_codec::codec::{
+    Codec, DeflateCodec, Lz4BlockCodec, Lz4Codec, NoneCodec, SnappyCodec, ZstdCodec, decompress_cpu,
+};
 
 /// Inputs that exercise edge cases: empty, one byte, runs, text, incompressible noise, odd sizes.
 pub fn inputs() -> Vec<Vec<u8>> {
@@ -63,6 +65,7 @@ fn zstd_conforms_at_every_level() {
 #[test]
 fn lz4_conforms() {
     conform(&Lz4Codec);
+    conform(&Lz4BlockCodec);
 }
 
 #[test]

@@ -23,15 +23,15 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
     println!("GPU: {}", gpu.describe);
     let out_dir = std::env::var_os("SHRINKFS_VECTORS_OUT").map(std::path::PathBuf::from);
     for codec in gpu.codecs() {
-        let inputs: Vec<Vec<u8>> = (0..3).map(vector_input).chain([vec![7u8; 1 << 20], vec![1]]).collect();
+        let inputs: Vec<Vec<u8>> = (0..4).map(vector_input).chain([vec![7u8; 1 << 20], vec![1]]).collect();
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         // 0: let shrinkfs choose nVCOMP's type hint (uint for Cascaded, uchar for Bitcomp).
         let dt = 0;
         let outs = gpu.compress_batch(codec, &refs, dt).unwrap_or_else(|e| panic!("{codec}: {e}"));
         assert_eq!(outs.len(), inputs.len());
         assert!(outs[0].is_some(), "{codec}: text did not compress");
-        assert!(outs[3].is_some(), "{codec}: a run of 1 MiB did not compress");
-        assert!(outs[4].is_none(), "{codec}: one byte cannot shrink");
+        assert!(outs[4].is_some(), "{codec}: a run of 1 MiB did not compress");
+        assert!(outs[5].is_none(), "{codec}: one byte cannot shrink");
         for (i, (raw, out)) in inputs.iter().zip(&outs).enumerate() {
             let Some(stored) = out else { continue };
             assert!(stored.len() < raw.len());
@@ -44,7 +44,7 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
                     .unwrap_or_else(|e| panic!("{codec} {i}: {e:?}"));
                 assert!(cpu == *raw, "{codec} input {i}: CPU decode of GPU output differs");
             }
-            if let (Some(dir), true) = (&out_dir, i < 3) {
+            if let (Some(dir), true) = (&out_dir, i < 4) {
                 std::fs::create_dir_all(dir).unwrap();
                 std::fs::write(dir.join(format!("{codec}-{i}.bin")), stored).unwrap();
             }
@@ -56,6 +56,60 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
             assert!(cpu.compress(&inputs[0], &mut stored));
             let back = gpu.decompress_batch(codec, &[&stored], &[inputs[0].len()], 0).unwrap();
             assert!(back[0] == inputs[0], "{codec}: GPU decode of CPU output differs");
+        }
+    }
+}
+
+#[test]
+fn large_batches_copied_in_parts_roundtrip() {
+    let gpu = match Gpu::probe() {
+        Ok(g) => g,
+        Err(why) => {
+            println!("SKIPPED: no GPU here: {why}");
+            return;
+        }
+    };
+    // 48 MiB in 1 MiB frames: text, numbers, and frames with a piece that cannot shrink, so
+    // stored LZ4 blocks and CPU-written zstd pieces sit inside GPU batches.
+    let frames: Vec<Vec<u8>> = (0..48)
+        .map(|i| {
+            let base = vector_input(i % 4);
+            base.iter().copied().cycle().skip(i * 977).take((1 << 20) - (i % 3) * 4097).collect()
+        })
+        .collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|v| v.as_slice()).collect();
+    let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+    for sub_mib in [1, 4, 1024] {
+        gpu.set_part_bytes(sub_mib << 20);
+        for codec in [shrinkfs_codec::CodecId::Zstd, shrinkfs_codec::CodecId::Lz4] {
+            let outs = gpu.compress_batch(codec, &refs, 0).unwrap_or_else(|e| panic!("{codec}: {e}"));
+            // Input 1 (numbers that repeat only every 80,000 bytes) has no match within LZ4's
+            // 64 KiB window: it must come back as "does not shrink", not as a bigger frame.
+            let (mut stored, mut idx) = (Vec::new(), Vec::new());
+            for (i, o) in outs.iter().enumerate() {
+                match o {
+                    Some(o) => {
+                        assert!(o.len() < lens[i]);
+                        stored.push(o.as_slice());
+                        idx.push(i);
+                    }
+                    None => assert!(
+                        codec == shrinkfs_codec::CodecId::Lz4 && i % 4 == 1,
+                        "{codec} frame {i} ({} bytes, parts of {sub_mib} MiB) did not compress",
+                        lens[i]
+                    ),
+                }
+            }
+            let want: Vec<usize> = idx.iter().map(|&i| lens[i]).collect();
+            let back = gpu.decompress_batch(codec, &stored, &want, 0).unwrap_or_else(|e| panic!("{codec}: {e}"));
+            assert_eq!(back.len(), idx.len());
+            for (k, &i) in idx.iter().enumerate() {
+                let (b, f) = (&back[k], &frames[i]);
+                assert!(b == f, "{codec} frame {i}, parts of {sub_mib} MiB: GPU roundtrip differs");
+                let mut cpu = Vec::new();
+                decompress_cpu(codec, stored[k], f.len(), None, &mut cpu).unwrap();
+                assert!(cpu == *f, "{codec} frame {i}: CPU decode differs");
+            }
         }
     }
 }

@@ -39,7 +39,7 @@ fn data_strategy() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn codec_strategy() -> impl Strategy<Value = CodecId> {
-    prop_oneof![Just(CodecId::None), Just(CodecId::Zstd), Just(CodecId::Lz4)]
+    prop_oneof![Just(CodecId::None), Just(CodecId::Zstd), Just(CodecId::Lz4), Just(CodecId::Lz4Block)]
 }
 
 fn stream_decode(object: &[u8], key: Option<[u8; 32]>, piece: usize) -> Result<Vec<u8>, Error> {
@@ -137,7 +137,7 @@ fn every_flipped_byte_is_an_error() {
     let data: Vec<u8> =
         (0..20_000u32).flat_map(|i| format!("line {} value {}\n", i % 97, i * 7).into_bytes()).take(20_000).collect();
     for key in [None, Some([5u8; 32])] {
-        for codec in [CodecId::Zstd, CodecId::Lz4, CodecId::None] {
+        for codec in [CodecId::Zstd, CodecId::Lz4, CodecId::Lz4Block, CodecId::None] {
             let object = encode_all(&config(codec, 1, 8192, key), &data).unwrap();
             let master = key.map(|k| MasterKey::from_bytes(&k).unwrap());
             for i in 0..object.len() {

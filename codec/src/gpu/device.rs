@@ -3,6 +3,7 @@
 //! across batches. Only the real compressed bytes travel back.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -13,6 +14,7 @@ use rayon::prelude::*;
 
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use crate::codec::CodecId;
+use crate::lz4frame;
 
 /// Why a GPU batch failed; the caller falls back to the CPU.
 #[derive(Debug, thiserror::Error)]
@@ -92,10 +94,10 @@ fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
     parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
-/// Raw bytes per zstd piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
+/// Raw bytes per zstd or LZ4 piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
 /// of a batch on one thread block, so a 1 MiB frame is one long serial job (about 40 ms on an
 /// H100); 64 KiB pieces are the size nVCOMP's own high-level interface uses.
-pub const ZSTD_PIECE: usize = 64 << 10;
+pub const PIECE: usize = 64 << 10;
 
 /// The zstd frames of a payload and the content size each declares; `None` if the bytes are not
 /// a sequence of whole zstd frames.
@@ -198,6 +200,8 @@ pub struct Gpu {
     lanes: Vec<Lane>,
     lib: Nvcomp,
     stats: Mutex<GpuStats>,
+    /// Bytes per part of a lane's copies.
+    part_bytes: AtomicUsize,
     /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
     pub describe: String,
 }
@@ -213,9 +217,6 @@ struct Lane {
     stream: Arc<CudaStream>,
     bufs: Mutex<Buffers>,
 }
-
-/// Chunks above which compressed output comes back in one copy of the whole strided region.
-const ONE_COPY_CHUNKS: usize = 512;
 
 /// Chunks below which a batch runs on one lane (halves of fewer would not fill the GPU).
 const LANE_SPLIT_MIN: usize = 64;
@@ -262,12 +263,25 @@ impl Gpu {
             };
             lanes.push(Lane { stream, bufs: Mutex::new(bufs) });
         }
-        Ok(Gpu { ctx, lanes, lib, stats: Mutex::new(GpuStats::default()), describe })
+        Ok(Gpu {
+            ctx,
+            lanes,
+            lib,
+            stats: Mutex::new(GpuStats::default()),
+            part_bytes: AtomicUsize::new(part_bytes_from_env()),
+            describe,
+        })
     }
 
     /// Codecs this GPU can run.
     pub fn codecs(&self) -> Vec<CodecId> {
         self.lib.codecs()
+    }
+
+    /// Sets the bytes per part of a lane's copies (default 16 MiB or `SHRINKFS_GPU_PART_MIB`);
+    /// small values exercise the pipeline in tests.
+    pub fn set_part_bytes(&self, bytes: usize) {
+        self.part_bytes.store(bytes.max(1), Relaxed);
     }
 
     /// Totals so far.
@@ -295,17 +309,19 @@ impl Gpu {
     /// Compresses each chunk with `codec`. `None` for a chunk whose output is not smaller than it.
     /// `data_type` is nVCOMP's type hint (0 = bytes) for Cascaded and Bitcomp.
     ///
-    /// zstd chunks larger than `ZSTD_PIECE` are compressed as pieces of that size, each its own
-    /// zstd frame, concatenated: still one standard zstd payload (every decoder reads concatenated
-    /// frames) but many times more parallel on the GPU (BENCHMARKS.md §2).
+    /// zstd chunks larger than `PIECE` are compressed as pieces of that size, each its own zstd
+    /// frame, concatenated: still one standard zstd payload (every decoder reads concatenated
+    /// frames) but many times more parallel on the GPU (BENCHMARKS.md §2). LZ4 chunks always go as
+    /// pieces, each a block of one LZ4 frame of independent blocks (`lz4frame`).
     pub fn compress_batch(
         &self,
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
-        if codec == CodecId::Zstd && chunks.iter().any(|c| c.len() > ZSTD_PIECE) {
-            return self.compress_zstd_pieces(chunks);
+        let pieces = codec == CodecId::Lz4 || (codec == CodecId::Zstd && chunks.iter().any(|c| c.len() > PIECE));
+        if pieces {
+            return self.compress_pieces(codec, chunks);
         }
         self.compress_lanes(codec, chunks, data_type)
     }
@@ -334,30 +350,39 @@ impl Gpu {
         Ok(out)
     }
 
-    fn compress_zstd_pieces(&self, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+    fn compress_pieces(&self, codec: CodecId, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         let mut pieces: Vec<&[u8]> = Vec::new();
         // Each chunk's pieces, as a range of `pieces`.
         let mut ranges = Vec::with_capacity(chunks.len());
         for c in chunks {
             let first = pieces.len();
-            pieces.extend(c.chunks(ZSTD_PIECE));
+            pieces.extend(c.chunks(PIECE));
             ranges.push(first..pieces.len());
         }
-        let outs = self.compress_lanes(CodecId::Zstd, &pieces, 0)?;
+        let outs = self.compress_lanes(codec, &pieces, 0)?;
         ranges
             .into_par_iter()
             .zip(chunks.par_iter())
             .map(|(range, chunk)| {
                 let mut joined = Vec::with_capacity(chunk.len() / 2);
-                for k in range {
-                    match &outs[k] {
-                        Some(o) => joined.extend_from_slice(o),
-                        // A piece the GPU could not shrink: the CPU writes it as a zstd frame too
-                        // (raw blocks), so the rest of its chunk keeps its compression.
-                        None => joined.extend_from_slice(
-                            &zstd::bulk::compress(pieces[k], 1)
-                                .map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
-                        ),
+                if codec == CodecId::Lz4 {
+                    lz4frame::begin(chunk.len() as u64, &mut joined);
+                    for k in range {
+                        // A piece the GPU could not shrink is stored as an uncompressed block.
+                        lz4frame::push_block(&mut joined, outs[k].as_deref(), pieces[k]);
+                    }
+                    lz4frame::end(&mut joined);
+                } else {
+                    for k in range {
+                        match &outs[k] {
+                            Some(o) => joined.extend_from_slice(o),
+                            // A piece the GPU could not shrink: the CPU writes it as a zstd frame
+                            // too (raw blocks), so the rest of its chunk keeps its compression.
+                            None => joined.extend_from_slice(
+                                &zstd::bulk::compress(pieces[k], 1)
+                                    .map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
+                            ),
+                        }
                     }
                 }
                 Ok((joined.len() < chunk.len()).then_some(joined))
@@ -365,6 +390,9 @@ impl Gpu {
             .collect()
     }
 
+    /// Compresses `chunks` on one lane in one launch. The input crosses the bus in parts, so the
+    /// host stages one part while the previous one is copied; only the real compressed bytes
+    /// come back (one batched copy).
     fn compress_chunks(
         &self,
         lane: &Lane,
@@ -384,43 +412,42 @@ impl Gpu {
         let algo = self.algo(codec, max_chunk)?;
         let opts = Opts::compress(codec, data_type);
         let s = lane.stream.cu_stream() as *mut c_void;
+        let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
-        let mut b = lane.bufs.lock().expect("buffers lock");
+        let mut guard = lane.bufs.lock().expect("buffers lock");
+        let b = &mut *guard;
         let mut max_out = 0usize;
         // SAFETY: FFI with valid out-pointers.
         check("CompressGetMaxOutputChunkSize", unsafe { (algo.max_output)(max_chunk, opts, &mut max_out) })?;
         let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
-        let out_stride = align(max_out);
+        let stride = align(max_out);
         let total_raw: usize = chunks.iter().map(|c| c.len()).sum();
         let mut temp = 0usize;
         // SAFETY: FFI with valid out-pointers.
         check("CompressGetTempSize", unsafe { (algo.compress_temp)(n, max_chunk, opts, &mut temp, total_raw, s) })?;
         let d_in = b.d_in.ensure(in_total)?;
-        let d_out = b.d_out.ensure(out_stride * n)?;
+        let d_out = b.d_out.ensure(stride * n)?;
         let d_temp = b.d_temp.ensure(temp.max(1))?;
         // Metadata: in_ptrs, in_sizes, out_ptrs, out_sizes (n words each), then statuses.
         let meta_len = 8 * 4 * n + 4 * n;
         let d_meta = b.d_meta.ensure(meta_len)?;
+        let h_meta = b.h_meta.ensure(meta_len)?;
+        let words = (0..n)
+            .map(|i| d_in + in_offsets[i] as u64)
+            .chain(chunks.iter().map(|c| c.len() as u64))
+            .chain((0..n).map(|i| d_out + (i * stride) as u64));
+        put_words(h_meta, words);
+        let phases = Phases::new()?;
         let t_setup = start.elapsed();
-        {
-            let h_in = b.h_in.ensure(in_total)?;
-            scatter(h_in, chunks, &in_offsets);
-        }
-        let t_scatter = start.elapsed();
-        {
-            let h_meta = b.h_meta.ensure(meta_len)?;
-            let words = (0..n)
-                .map(|i| d_in + in_offsets[i] as u64)
-                .chain(chunks.iter().map(|c| c.len() as u64))
-                .chain((0..n).map(|i| d_out + (i * out_stride) as u64));
-            put_words(h_meta, words);
-        }
-        let cs = lane.stream.cu_stream();
-        // SAFETY: device and pinned buffers are at least as large as the copies; the stream is ours.
+        Phases::mark(&phases, 0, cs)?;
+        // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
+        unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
+        let part = self.part_bytes.load(Relaxed);
+        let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, part, cs)?;
+        Phases::mark(&phases, 1, cs)?;
+        let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
+        // SAFETY: device buffers sized above; our stream.
         unsafe {
-            cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
-            cuda(result::memcpy_htod_async(d_in, &b.h_in.ensure(in_total)?[..], cs))?;
-            let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
             check(
                 "CompressAsync",
                 (algo.compress)(
@@ -437,78 +464,89 @@ impl Gpu {
                     s,
                 ),
             )?;
-            // Sizes and statuses first, then only the real compressed bytes of useful chunks.
-            let h_meta = b.h_meta.ensure(meta_len)?;
+        }
+        Phases::mark(&phases, 2, cs)?;
+        let t = Instant::now();
+        // SAFETY: sizes and statuses into pinned memory; our stream.
+        unsafe {
             cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))?;
             cuda(result::stream::synchronize(cs))?;
         }
-        let t_kernel = start.elapsed();
-        let h_meta = b.h_meta.ensure(meta_len)?;
-        let sizes: Vec<usize> = (0..n)
-            .map(|i| u64::from_le_bytes(h_meta[24 * n + i * 8..24 * n + i * 8 + 8].try_into().expect("8")) as usize)
+        let t_wait = t.elapsed();
+        let useful: Vec<Option<usize>> = (0..n)
+            .map(|i| {
+                let size = word_at(h_meta, 24 * n, i) as usize;
+                let status = i32::from_le_bytes(h_meta[32 * n + 4 * i..32 * n + 4 * i + 4].try_into().expect("4"));
+                (status == SUCCESS && size < chunks[i].len() && size <= max_out).then_some(size)
+            })
             .collect();
-        let statuses: Vec<i32> = (0..n)
-            .map(|i| i32::from_le_bytes(h_meta[32 * n + i * 4..32 * n + i * 4 + 4].try_into().expect("4")))
-            .collect();
-        let useful: Vec<bool> =
-            (0..n).map(|i| statuses[i] == SUCCESS && sizes[i] < chunks[i].len() && sizes[i] <= max_out).collect();
-        let out_total: usize = (0..n).filter(|&i| useful[i]).map(|i| sizes[i]).sum();
-        // Few chunks: copy back only their compressed bytes, one copy each. Many: one copy of the
-        // strided output region up to the last useful byte beats thousands of small copies.
-        let last = (0..n).rev().find(|&i| useful[i]).map_or(0, |i| i * out_stride + sizes[i]);
-        let one_copy = n > ONE_COPY_CHUNKS;
-        let mut offsets = Vec::with_capacity(n);
-        let h_len = if one_copy { last } else { out_total };
-        {
-            let h_out = b.h_out.ensure(h_len.max(1))?;
-            if one_copy {
-                offsets.extend((0..n).map(|i| i * out_stride));
-                // SAFETY: h_out has `last` bytes; the device output region is n * out_stride >= last.
-                unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[..last], d_out, cs))? };
-            } else {
-                let mut at = 0;
-                for i in 0..n {
-                    offsets.push(at);
-                    if useful[i] {
-                        // SAFETY: h_out has out_total bytes; the device chunk holds sizes[i] bytes.
-                        unsafe {
-                            cuda(result::memcpy_dtoh_async(
-                                &mut h_out[at..at + sizes[i]],
-                                d_out + (i * out_stride) as u64,
-                                cs,
-                            ))?
-                        };
-                        at += sizes[i];
-                    }
+        // Packed: useful outputs end to end (offsets into h_out); else the strided region.
+        let mut packed_at = Vec::with_capacity(n);
+        let mut kept = 0usize;
+        for u in &useful {
+            packed_at.push(kept);
+            kept += u.unwrap_or(0);
+        }
+        let copies: Vec<(u64, usize, usize)> =
+            (0..n).filter_map(|i| useful[i].map(|size| (d_out + (i * stride) as u64, packed_at[i], size))).collect();
+        let packed = copies.len() > 1 && BATCH_COPY.load(Relaxed) && {
+            let h_out = b.h_out.ensure(kept.max(1))?;
+            match batch_dtoh(h_out, &copies, cs) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!("batched copies unavailable ({e}); copying the strided output region");
+                    BATCH_COPY.store(false, Relaxed);
+                    false
                 }
             }
-            // SAFETY: our stream.
-            unsafe { cuda(result::stream::synchronize(cs))? };
+        };
+        let region = (0..n).rev().find(|&i| useful[i].is_some()).map_or(0, |i| i * stride + useful[i].unwrap_or(0));
+        if !packed {
+            let h_out = b.h_out.ensure(region.max(1))?;
+            // SAFETY: the device output region holds n * stride >= region bytes.
+            unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[..region], d_out, cs))? };
         }
-        let t_copyback = start.elapsed();
-        let h_out: &[u8] = b.h_out.ensure(h_len.max(1))?;
+        Phases::mark(&phases, 3, cs)?;
+        // SAFETY: our stream.
+        unsafe { cuda(result::stream::synchronize(cs))? };
+        let t_back = t.elapsed() - t_wait;
+        let t = Instant::now();
+        let h_out: &[u8] = b.h_out.ensure(if packed { kept.max(1) } else { region.max(1) })?;
         let out = (0..n)
             .into_par_iter()
-            .map(|i| useful[i].then(|| h_out[offsets[i]..offsets[i] + sizes[i]].to_vec()))
+            .map(|i| {
+                useful[i].map(|size| {
+                    let at = if packed { packed_at[i] } else { i * stride };
+                    h_out[at..at + size].to_vec()
+                })
+            })
             .collect();
-        drop(b);
+        let t_collect = t.elapsed();
+        drop(guard);
+        let [h2d, kernel, d2h] = Phases::totals(&phases);
         tracing::debug!(
             chunks = n,
             bytes = total_raw,
+            packed,
             setup_us = t_setup.as_micros() as u64,
-            scatter_us = (t_scatter - t_setup).as_micros() as u64,
-            h2d_kernel_us = (t_kernel - t_scatter).as_micros() as u64,
-            d2h_us = (t_copyback - t_kernel).as_micros() as u64,
-            gather_us = (start.elapsed() - t_copyback).as_micros() as u64,
+            stage_us = t_stage.as_micros() as u64,
+            wait_us = t_wait.as_micros() as u64,
+            back_us = t_back.as_micros() as u64,
+            collect_us = t_collect.as_micros() as u64,
+            gpu_h2d_ms = h2d,
+            gpu_kernel_ms = kernel,
+            gpu_d2h_ms = d2h,
+            total_us = start.elapsed().as_micros() as u64,
             "GPU compress batch"
         );
-        self.record(n, total_raw, out_total, start);
+        self.record(n, total_raw, kept, start);
         Ok(out)
     }
 
     /// Decompresses each payload (already verified against its checksum on the CPU: nVCOMP does
-    /// not validate input) into exactly `raw_lens[i]` bytes. A zstd payload of several frames (as
-    /// `compress_batch` writes them) is decoded frame by frame, in parallel.
+    /// not validate input) into exactly `raw_lens[i]` bytes. A zstd payload of several frames and
+    /// an LZ4 frame of several blocks (as `compress_batch` writes them) decode piece by piece, in
+    /// parallel.
     pub fn decompress_batch(
         &self,
         codec: CodecId,
@@ -516,56 +554,63 @@ impl Gpu {
         raw_lens: &[usize],
         data_type: i32,
     ) -> Result<Vec<Vec<u8>>, GpuError> {
-        if codec != CodecId::Zstd {
-            let spans: Vec<(usize, usize)> = raw_lens.iter().enumerate().map(|(i, &r)| (i, r)).collect();
-            return self.decompress_lanes(codec, payloads, raw_lens, data_type, &spans);
-        }
-        let mut pieces: Vec<&[u8]> = Vec::new();
-        let mut piece_lens: Vec<usize> = Vec::new();
+        let _ = data_type;
+        let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(payloads.len());
         let mut spans = Vec::with_capacity(payloads.len());
         for (i, (p, &raw)) in payloads.iter().zip(raw_lens).enumerate() {
-            let frames = zstd_frames(p).ok_or(GpuError::WrongSize(i))?;
-            let single = frames.len() == 1;
             spans.push((pieces.len(), raw));
-            let mut sum = 0;
-            for (f, content) in frames {
-                // A lone frame is the whole payload; pieces must say their size, and all but the
-                // last must fill whole alignment units so the payload decodes into one run.
-                let len = if single { raw } else { content.ok_or(GpuError::WrongSize(i))? };
-                if len % ALIGN != 0 && sum + len != raw {
-                    return Err(GpuError::WrongSize(i));
+            let first = pieces.len();
+            match codec {
+                CodecId::Zstd => {
+                    let frames = zstd_frames(p).ok_or(GpuError::WrongSize(i))?;
+                    let single = frames.len() == 1;
+                    for (f, content) in frames {
+                        // A lone frame is the whole payload; pieces must say their size.
+                        let len = if single { raw } else { content.ok_or(GpuError::WrongSize(i))? };
+                        pieces.push(Piece { data: f, raw: len, stored: false });
+                    }
                 }
-                sum += len;
-                pieces.push(f);
-                piece_lens.push(len);
+                CodecId::Lz4 => {
+                    // A frame laid out otherwise (linked blocks, checksums) is left to the CPU.
+                    let blocks = lz4frame::blocks(p, raw).ok_or(GpuError::Unsupported(codec))?;
+                    for (block, len) in blocks {
+                        pieces.push(match block {
+                            lz4frame::Block::Compressed(data) => Piece { data, raw: len, stored: false },
+                            lz4frame::Block::Stored(data) => Piece { data, raw: len, stored: true },
+                        });
+                    }
+                }
+                _ => pieces.push(Piece { data: p, raw, stored: false }),
             }
-            if sum != raw {
+            // The pieces of a payload decode end to end into one run: all but the last must fill
+            // whole alignment units, and together they must make the raw length.
+            let lens: Vec<usize> = pieces[first..].iter().map(|p| p.raw).collect();
+            let fits = lens.iter().sum::<usize>() == raw && lens[..lens.len() - 1].iter().all(|l| l % ALIGN == 0);
+            if !fits || pieces[first..].iter().any(|p| p.stored && p.data.len() != p.raw) {
                 return Err(GpuError::WrongSize(i));
             }
         }
-        self.decompress_lanes(CodecId::Zstd, &pieces, &piece_lens, data_type, &spans)
+        self.decompress_lanes(codec, &pieces, &spans)
     }
 
     /// Runs a large batch as parts (split between spans) on all lanes at once.
     fn decompress_lanes(
         &self,
         codec: CodecId,
-        payloads: &[&[u8]],
-        raw_lens: &[usize],
-        data_type: i32,
+        pieces: &[Piece<'_>],
         spans: &[(usize, usize)],
     ) -> Result<Vec<Vec<u8>>, GpuError> {
-        let parts = self.lanes.len().min(payloads.len() / LANE_SPLIT_MIN).min(spans.len()).max(1);
+        let parts = self.lanes.len().min(pieces.len() / LANE_SPLIT_MIN).min(spans.len()).max(1);
         if parts == 1 {
-            return self.decompress_chunks(&self.lanes[0], codec, payloads, raw_lens, data_type, spans);
+            return self.decompress_chunks(&self.lanes[0], codec, pieces, spans);
         }
-        // Parts cut between spans: (first span, end span, first chunk, end chunk).
+        // Parts cut between spans: (first span, end span, first piece, end piece).
         let per = spans.len().div_ceil(parts);
         let cuts: Vec<(usize, usize, usize, usize)> = (0..spans.len())
             .step_by(per)
             .map(|s0| {
                 let s1 = (s0 + per).min(spans.len());
-                let c1 = spans.get(s1).map_or(payloads.len(), |s| s.0);
+                let c1 = spans.get(s1).map_or(pieces.len(), |s| s.0);
                 (s0, s1, spans[s0].0, c1)
             })
             .collect();
@@ -574,7 +619,7 @@ impl Gpu {
             .zip(self.lanes.par_iter())
             .map(|(&(s0, s1, c0, c1), lane)| {
                 let rebased: Vec<(usize, usize)> = spans[s0..s1].iter().map(|&(f, l)| (f - c0, l)).collect();
-                self.decompress_chunks(lane, codec, &payloads[c0..c1], &raw_lens[c0..c1], data_type, &rebased)
+                self.decompress_chunks(lane, codec, &pieces[c0..c1], &rebased)
             })
             .collect();
         let mut out = Vec::with_capacity(spans.len());
@@ -584,104 +629,339 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Decodes every chunk; returns one buffer per span `(first chunk, bytes)`: chunks decode end to
-    /// end (aligned), so a span of consecutive chunks whose lengths fill alignment units comes
-    /// out as one run.
+    /// Decodes every piece on one lane in one launch; returns one buffer per span `(first piece,
+    /// bytes)`. Pieces decode end to end (aligned), so a span's pieces come out as one run; stored
+    /// pieces are copied into place on the host. Output comes back in parts, so the host copies
+    /// one part out while the next crosses the bus.
     fn decompress_chunks(
         &self,
         lane: &Lane,
         codec: CodecId,
-        payloads: &[&[u8]],
-        raw_lens: &[usize],
-        data_type: i32,
+        pieces: &[Piece<'_>],
         spans: &[(usize, usize)],
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         if fault_injected() {
             return Err(GpuError::Injected);
         }
-        let n = payloads.len();
+        let n = pieces.len();
         if n == 0 {
             return Ok(Vec::new());
         }
         let start = Instant::now();
-        let max_raw = raw_lens.iter().copied().max().unwrap_or(0).max(1);
+        let gpu: Vec<&Piece<'_>> = pieces.iter().filter(|p| !p.stored).collect();
+        let gpu_index: Vec<usize> = (0..n).filter(|&i| !pieces[i].stored).collect();
+        let m = gpu.len();
+        let max_raw = gpu.iter().map(|p| p.raw).max().unwrap_or(0).max(1);
         let algo = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
-        let _ = data_type;
         let opts = Opts::decompress(codec);
         let s = lane.stream.cu_stream() as *mut c_void;
+        let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
-        let mut b = lane.bufs.lock().expect("buffers lock");
-        let (in_offsets, in_total) = aligned_offsets(payloads.iter().map(|c| c.len()));
-        let (out_offsets, out_total) = aligned_offsets(raw_lens.iter().copied());
-        let total_raw: usize = raw_lens.iter().sum();
+        let mut guard = lane.bufs.lock().expect("buffers lock");
+        let b = &mut *guard;
+        let (in_offsets, in_total) = aligned_offsets(gpu.iter().map(|p| p.data.len()));
+        let (out_offsets, out_total) = aligned_offsets(pieces.iter().map(|p| p.raw));
+        let gpu_raw: usize = gpu.iter().map(|p| p.raw).sum();
+        let total_raw: usize = spans.iter().map(|s| s.1).sum();
         let mut temp = 0usize;
         // SAFETY: FFI with valid out-pointers.
-        check("DecompressGetTempSize", unsafe { (algo.decompress_temp)(n, max_raw, opts, &mut temp, total_raw, s) })?;
-        let d_in = b.d_in.ensure(in_total)?;
+        check("DecompressGetTempSize", unsafe {
+            (algo.decompress_temp)(m.max(1), max_raw, opts, &mut temp, gpu_raw.max(1), s)
+        })?;
+        let d_in = b.d_in.ensure(in_total.max(1))?;
         let d_out = b.d_out.ensure(out_total)?;
         let d_temp = b.d_temp.ensure(temp.max(1))?;
-        // in_ptrs, in_sizes, out_caps, out_sizes, out_ptrs, statuses
-        let meta_len = 8 * 5 * n + 4 * n;
+        // in_ptrs, in_sizes, out_caps, out_sizes, out_ptrs (m words each), statuses
+        let meta_len = (8 * 5 + 4) * m.max(1);
         let d_meta = b.d_meta.ensure(meta_len)?;
-        {
-            let h_in = b.h_in.ensure(in_total)?;
-            scatter(h_in, payloads, &in_offsets);
-            let words = (0..n)
-                .map(|i| d_in + in_offsets[i] as u64)
-                .chain(payloads.iter().map(|c| c.len() as u64))
-                .chain(raw_lens.iter().map(|&l| l as u64))
-                .chain(std::iter::repeat_n(0, n))
-                .chain((0..n).map(|i| d_out + out_offsets[i] as u64));
-            put_words(b.h_meta.ensure(meta_len)?, words);
+        let h_meta = b.h_meta.ensure(meta_len)?;
+        let words = (0..m)
+            .map(|g| d_in + in_offsets[g] as u64)
+            .chain(gpu.iter().map(|p| p.data.len() as u64))
+            .chain(gpu.iter().map(|p| p.raw as u64))
+            .chain(std::iter::repeat_n(0, m))
+            .chain(gpu_index.iter().map(|&i| d_out + out_offsets[i] as u64));
+        put_words(h_meta, words);
+        let phases = Phases::new()?;
+        let t_setup = start.elapsed();
+        Phases::mark(&phases, 0, cs)?;
+        let mut t_stage = std::time::Duration::ZERO;
+        if m > 0 {
+            // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
+            unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
+            let datas: Vec<&[u8]> = gpu.iter().map(|p| p.data).collect();
+            let part = self.part_bytes.load(Relaxed);
+            t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, &datas, &in_offsets, part, cs)?;
         }
-        let cs = lane.stream.cu_stream();
-        // SAFETY: buffers sized above; our stream.
-        unsafe {
-            cuda(result::memcpy_htod_async(d_meta, &b.h_meta.ensure(meta_len)?[..], cs))?;
-            cuda(result::memcpy_htod_async(d_in, &b.h_in.ensure(in_total)?[..], cs))?;
-            let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
-            check(
-                "DecompressAsync",
-                (algo.decompress)(
-                    p(0) as *const *const c_void,
-                    p(1) as *const usize,
-                    p(2) as *const usize,
-                    p(3) as *mut usize,
-                    n,
-                    d_temp as *mut c_void,
-                    temp,
-                    p(4) as *const *mut c_void,
-                    opts,
-                    (d_meta + (40 * n) as u64) as *mut i32,
-                    s,
-                ),
-            )?;
-            let h_meta = b.h_meta.ensure(meta_len)?;
-            cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..32 * n], d_meta + (24 * n) as u64, cs))?;
-            cuda(result::memcpy_dtoh_async(&mut h_meta[40 * n..], d_meta + (40 * n) as u64, cs))?;
-            let h_out = b.h_out.ensure(out_total)?;
-            cuda(result::memcpy_dtoh_async(&mut h_out[..], d_out, cs))?;
-            cuda(result::stream::synchronize(cs))?;
-        }
-        let h_meta = b.h_meta.ensure(meta_len)?.to_vec();
-        // Sizes and statuses first; then the copies out, on every core (fresh pages fault in
-        // parallel instead of one after another).
-        for (i, &want) in raw_lens.iter().enumerate() {
-            let size = u64::from_le_bytes(h_meta[24 * n + i * 8..24 * n + i * 8 + 8].try_into().expect("8")) as usize;
-            let status = i32::from_le_bytes(h_meta[40 * n + i * 4..40 * n + i * 4 + 4].try_into().expect("4"));
-            check("DecompressAsync (chunk)", status)?;
-            if size != want {
-                return Err(GpuError::WrongSize(i));
+        Phases::mark(&phases, 1, cs)?;
+        if m > 0 {
+            let p = |k: usize| (d_meta + (k * 8 * m) as u64) as *mut c_void;
+            // SAFETY: device buffers sized above; our stream; sizes and statuses into pinned memory.
+            unsafe {
+                check(
+                    "DecompressAsync",
+                    (algo.decompress)(
+                        p(0) as *const *const c_void,
+                        p(1) as *const usize,
+                        p(2) as *const usize,
+                        p(3) as *mut usize,
+                        m,
+                        d_temp as *mut c_void,
+                        temp,
+                        p(4) as *const *mut c_void,
+                        opts,
+                        (d_meta + (40 * m) as u64) as *mut i32,
+                        s,
+                    ),
+                )?;
+                cuda(result::memcpy_dtoh_async(&mut h_meta[24 * m..32 * m], d_meta + (24 * m) as u64, cs))?;
+                cuda(result::memcpy_dtoh_async(&mut h_meta[40 * m..44 * m], d_meta + (40 * m) as u64, cs))?;
             }
         }
-        let h_out: &[u8] = b.h_out.ensure(out_total)?;
-        let out: Vec<Vec<u8>> = spans
-            .par_iter()
-            .map(|&(first, len)| h_out[out_offsets[first]..out_offsets[first] + len].to_vec())
-            .collect();
-        drop(b);
+        Phases::mark(&phases, 2, cs)?;
+        // Output in parts of whole spans, each with an event the host waits on before copying out.
+        let span_end = |k: usize| spans.get(k + 1).map_or(n, |s| s.0);
+        let parts = sub_batches((0..spans.len()).map(|k| (k..k + 1, spans[k].1)), self.part_bytes.load(Relaxed));
+        let events = Events::new(parts.len())?;
+        let h_out = b.h_out.ensure(out_total)?;
+        for (k, sr) in parts.iter().enumerate() {
+            let (p0, p1) = (spans[sr.start].0, span_end(sr.end - 1));
+            let (lo, hi) = (out_offsets[p0], out_offsets[p1 - 1] + pieces[p1 - 1].raw);
+            if m > 0 {
+                // SAFETY: h_out and d_out hold out_total bytes; our stream.
+                unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[lo..hi], d_out + lo as u64, cs))? };
+            }
+            events.record(k, cs)?;
+        }
+        Phases::mark(&phases, 3, cs)?;
+        let h_out: &[u8] = h_out;
+        let (mut t_wait, mut t_collect) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+        let mut out: Vec<Vec<u8>> = Vec::with_capacity(spans.len());
+        for (k, sr) in parts.iter().enumerate() {
+            let t = Instant::now();
+            events.wait(k)?;
+            t_wait += t.elapsed();
+            if k == 0 {
+                for g in 0..m {
+                    let status = i32::from_le_bytes(h_meta[40 * m + 4 * g..40 * m + 4 * g + 4].try_into().expect("4"));
+                    check("DecompressAsync (chunk)", status)?;
+                    if word_at(h_meta, 24 * m, g) as usize != gpu[g].raw {
+                        return Err(GpuError::WrongSize(g));
+                    }
+                }
+            }
+            let t = Instant::now();
+            let got: Vec<Vec<u8>> = sr
+                .clone()
+                .into_par_iter()
+                .map(|k| {
+                    let (first, len) = spans[k];
+                    let base = out_offsets[first];
+                    let mut v = h_out[base..base + len].to_vec();
+                    for i in first..span_end(k) {
+                        if pieces[i].stored {
+                            let at = out_offsets[i] - base;
+                            v[at..at + pieces[i].raw].copy_from_slice(pieces[i].data);
+                        }
+                    }
+                    v
+                })
+                .collect();
+            out.extend(got);
+            t_collect += t.elapsed();
+        }
+        drop(guard);
+        let [h2d, kernel, d2h] = Phases::totals(&phases);
+        tracing::debug!(
+            pieces = n,
+            bytes = total_raw,
+            parts = parts.len(),
+            setup_us = t_setup.as_micros() as u64,
+            stage_us = t_stage.as_micros() as u64,
+            wait_us = t_wait.as_micros() as u64,
+            collect_us = t_collect.as_micros() as u64,
+            gpu_h2d_ms = h2d,
+            gpu_kernel_ms = kernel,
+            gpu_d2h_ms = d2h,
+            total_us = start.elapsed().as_micros() as u64,
+            "GPU decompress batch"
+        );
         self.record(n, in_total, total_raw, start);
         Ok(out)
+    }
+}
+
+/// One unit of GPU decoding: compressed bytes for nVCOMP, or bytes stored as they are (an
+/// uncompressed LZ4 block), copied into place on the host.
+struct Piece<'a> {
+    data: &'a [u8],
+    raw: usize,
+    stored: bool,
+}
+
+/// Reads the little-endian word `i` of the array at byte `base` of `meta`.
+fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
+    u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the host
+/// works on one part while another crosses the bus (`SHRINKFS_GPU_PART_MIB` for measuring).
+fn part_bytes_from_env() -> usize {
+    std::env::var("SHRINKFS_GPU_PART_MIB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(16).max(1) << 20
+}
+
+/// Whether batched copies (`cuMemcpyBatchAsync`) work here; cleared after the first failure.
+static BATCH_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Copies `(device address, offset in dst, bytes)` regions into pinned `dst` with one driver call.
+fn batch_dtoh(
+    dst: &mut [u8],
+    copies: &[(u64, usize, usize)],
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), GpuError> {
+    use cudarc::driver::sys;
+    if std::env::var("SHRINKFS_GPU_BATCH_COPY").is_ok_and(|v| v == "0") {
+        return Err(GpuError::Cuda("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)".into()));
+    }
+    if copies.iter().any(|&(_, at, len)| at + len > dst.len()) {
+        return Err(GpuError::Cuda("batched copy outside its destination".into()));
+    }
+    let base = dst.as_mut_ptr() as u64;
+    let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|&(_, at, _)| base + at as u64).collect();
+    let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
+    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
+    let loc = |type_| sys::CUmemLocation { type_, id: 0 };
+    let mut attrs = sys::CUmemcpyAttributes {
+        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        srcLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE),
+        dstLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST),
+        flags: 0,
+    };
+    let mut attr_index = [0usize];
+    // SAFETY: arrays of `copies.len()` entries; destinations lie inside pinned `dst` (checked
+    // above), sources inside the device output buffer; our stream.
+    unsafe {
+        sys::cuMemcpyBatchAsync_v2(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+            &mut attrs,
+            attr_index.as_mut_ptr(),
+            1,
+            stream,
+        )
+        .result()
+        .map_err(|e| GpuError::Cuda(format!("cuMemcpyBatchAsync: {e}")))
+    }
+}
+
+/// Stages `datas` into pinned `h_in` at `offsets` and sends them to `d_in` in parts of about
+/// `part` bytes, so the host copies one part in while the previous one crosses the bus. Returns
+/// the host's staging time.
+fn stage_upload(
+    h_in: &mut [u8],
+    d_in: CUdeviceptr,
+    datas: &[&[u8]],
+    offsets: &[usize],
+    part: usize,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<std::time::Duration, GpuError> {
+    let mut staging = std::time::Duration::ZERO;
+    for r in sub_batches((0..datas.len()).map(|i| (i..i + 1, datas[i].len())), part) {
+        let (lo, hi) = (offsets[r.start], offsets[r.end - 1] + datas[r.end - 1].len());
+        let t = Instant::now();
+        let rel: Vec<usize> = offsets[r.clone()].iter().map(|o| o - lo).collect();
+        scatter(&mut h_in[lo..hi], &datas[r], &rel);
+        staging += t.elapsed();
+        // SAFETY: pinned host memory that stays put until the stream is synchronised; d_in holds it.
+        unsafe { cuda(result::memcpy_htod_async(d_in + lo as u64, &h_in[lo..hi], stream))? };
+    }
+    Ok(staging)
+}
+
+/// Groups consecutive units `(range, bytes)` into parts of at least `target` bytes each.
+fn sub_batches(
+    units: impl Iterator<Item = (std::ops::Range<usize>, usize)>,
+    target: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut bytes = 0;
+    for (r, len) in units {
+        match out.last_mut() {
+            Some(last) if bytes < target => last.end = r.end,
+            _ => {
+                out.push(r);
+                bytes = 0;
+            }
+        }
+        bytes += len;
+    }
+    out
+}
+
+/// CUDA events, one per sub-batch, destroyed on drop.
+struct Events(Vec<cudarc::driver::sys::CUevent>);
+
+impl Events {
+    fn new(n: usize) -> Result<Self, GpuError> {
+        Self::with_flags(n, cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    fn with_flags(n: usize, flags: cudarc::driver::sys::CUevent_flags) -> Result<Self, GpuError> {
+        let mut e = Events(Vec::with_capacity(n));
+        for _ in 0..n {
+            e.0.push(cuda(result::event::create(flags))?);
+        }
+        Ok(e)
+    }
+
+    fn record(&self, j: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
+        // SAFETY: a live event and our stream.
+        unsafe { cuda(result::event::record(self.0[j], stream)) }
+    }
+
+    fn wait(&self, j: usize) -> Result<(), GpuError> {
+        // SAFETY: a live event.
+        unsafe { cuda(result::event::synchronize(self.0[j])) }
+    }
+}
+
+/// Where a lane's GPU time goes: marks before the host-to-device copies, after them, after the
+/// kernel and after the copies back. Only made when debug logging is on.
+struct Phases(Events);
+
+impl Phases {
+    fn new() -> Result<Option<Self>, GpuError> {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return Ok(None);
+        }
+        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)?)))
+    }
+
+    fn mark(phases: &Option<Self>, k: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
+        phases.as_ref().map_or(Ok(()), |p| p.0.record(k, stream))
+    }
+
+    /// Milliseconds of host-to-device copies, kernel and copies back (after the stream is done).
+    fn totals(phases: &Option<Self>) -> [f32; 3] {
+        let mut t = [0f32; 3];
+        if let Some(p) = phases {
+            for (k, slot) in t.iter_mut().enumerate() {
+                // SAFETY: live events recorded on a finished stream.
+                *slot = unsafe { result::event::elapsed(p.0.0[k], p.0.0[k + 1]) }.unwrap_or(0.0);
+            }
+        }
+        t
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        for &e in &self.0 {
+            // SAFETY: created by us; callers have waited on (or abandoned) the work that records it.
+            let _ = unsafe { result::event::destroy(e) };
+        }
     }
 }
 
@@ -715,6 +995,15 @@ mod tests {
         let mut all = vec![1u8; 70_000];
         all.extend_from_slice(b"tail");
         assert_eq!(zstd::bulk::decompress(&joined, all.len()).unwrap(), all);
+    }
+
+    #[test]
+    fn sub_batches_group_whole_units_up_to_the_target() {
+        let units = [(0..2, 10), (2..3, 5), (3..5, 20), (5..6, 1)];
+        assert_eq!(sub_batches(units.iter().cloned(), 12), vec![0..3, 3..5, 5..6]);
+        assert_eq!(sub_batches(units.iter().cloned(), 1000), vec![0..6]);
+        assert_eq!(sub_batches(units.iter().cloned(), 1), vec![0..2, 2..3, 3..5, 5..6]);
+        assert!(sub_batches(std::iter::empty(), 1).is_empty());
     }
 
     #[test]

@@ -146,9 +146,11 @@ fn candidates() -> Vec<PathBuf> {
     c
 }
 
-const NAMES: [(CodecId, &str, usize); 8] = [
+const NAMES: [(CodecId, &str, usize); 9] = [
     (CodecId::Zstd, "Zstd", (1 << 31) - 1),
+    // LZ4 frames go to nVCOMP as their raw blocks (see `Gpu::compress_batch`).
     (CodecId::Lz4, "LZ4", 1 << 24),
+    (CodecId::Lz4Block, "LZ4", 1 << 24),
     (CodecId::Snappy, "Snappy", 1 << 24),
     (CodecId::Deflate, "Deflate", 1 << 31),
     (CodecId::GDeflate, "Gdeflate", 1 << 31),
