@@ -12,6 +12,7 @@ use cudarc::driver::{CudaContext, CudaStream, result};
 
 use rayon::prelude::*;
 
+use super::copy::copy_into;
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use crate::codec::CodecId;
 use crate::lz4frame;
@@ -91,7 +92,7 @@ fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
         rest = tail;
         at = o + c.len();
     }
-    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| d.copy_from_slice(s));
+    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| super::copy::copy(d, s));
 }
 
 /// Raw bytes per zstd or LZ4 piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
@@ -195,8 +196,9 @@ pub struct GpuStats {
 /// A GPU with nVCOMP, ready for batches.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
-    /// Streams with their own buffers: a large batch runs as halves on two lanes at once, so one
-    /// half's host copies and transfers overlap the other's kernel.
+    /// Streams with their own buffers: a large batch runs as equal shares on all lanes at once,
+    /// each lane on its own thread, staging in turn, so one share's kernel and copies overlap the
+    /// next one's staging.
     lanes: Vec<Lane>,
     lib: Nvcomp,
     stats: Mutex<GpuStats>,
@@ -218,12 +220,14 @@ struct Lane {
     bufs: Mutex<Buffers>,
 }
 
-/// Chunks below which a batch runs on one lane (halves of fewer would not fill the GPU).
+/// Chunks below which a batch runs on one lane (shares of fewer would not fill the GPU).
 const LANE_SPLIT_MIN: usize = 64;
 
-/// Lanes to open: `SHRINKFS_GPU_LANES` (1-8, for measuring), else 2.
+/// Lanes to open: `SHRINKFS_GPU_LANES` (1-8, for measuring), else 4 — the best of 2, 3, 4 and 6
+/// measured on an H100 (BENCHMARKS.md §2): a lane's kernel and copies overlap the next lanes'
+/// staging, and four shares keep the last lane's tail short.
 fn lane_count() -> usize {
-    std::env::var("SHRINKFS_GPU_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(2).clamp(1, 8)
+    std::env::var("SHRINKFS_GPU_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(4).clamp(1, 8)
 }
 
 fn fault_injected() -> bool {
@@ -326,7 +330,7 @@ impl Gpu {
         self.compress_lanes(codec, chunks, data_type)
     }
 
-    /// Runs a large batch as equal parts on all lanes at once.
+    /// Runs a large batch as equal parts on all lanes at once, each lane on its own thread.
     fn compress_lanes(
         &self,
         codec: CodecId,
@@ -335,14 +339,15 @@ impl Gpu {
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         let parts = self.lanes.len().min(chunks.len() / LANE_SPLIT_MIN).max(1);
         if parts == 1 {
-            return self.compress_chunks(&self.lanes[0], codec, chunks, data_type);
+            return self.compress_chunks(&self.lanes[0], codec, chunks, data_type, Turn::solo());
         }
         let per = chunks.len().div_ceil(parts);
-        let outs: Vec<Result<Vec<Option<Vec<u8>>>, GpuError>> = chunks
-            .par_chunks(per)
-            .zip(self.lanes.par_iter())
-            .map(|(part, lane)| self.compress_chunks(lane, codec, part, data_type))
-            .collect();
+        let turns = Turns::default();
+        let jobs = chunks.chunks(per).zip(&self.lanes).enumerate();
+        let outs = on_threads(jobs.map(|(k, (part, lane))| {
+            let turn = turns.turn(k);
+            move || self.compress_chunks(lane, codec, part, data_type, turn)
+        }));
         let mut out = Vec::with_capacity(chunks.len());
         for o in outs {
             out.extend(o?);
@@ -399,6 +404,7 @@ impl Gpu {
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
+        turn: Turn<'_>,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         if fault_injected() {
             return Err(GpuError::Injected);
@@ -443,7 +449,9 @@ impl Gpu {
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
+        turn.wait();
         let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, part, cs)?;
+        turn.pass();
         Phases::mark(&phases, 1, cs)?;
         let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
         // SAFETY: device buffers sized above; our stream.
@@ -467,11 +475,11 @@ impl Gpu {
         }
         Phases::mark(&phases, 2, cs)?;
         let t = Instant::now();
+        let done = Events::new(2)?;
         // SAFETY: sizes and statuses into pinned memory; our stream.
-        unsafe {
-            cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))?;
-            cuda(result::stream::synchronize(cs))?;
-        }
+        unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))? };
+        done.record(0, cs)?;
+        done.wait(0)?;
         let t_wait = t.elapsed();
         let useful: Vec<Option<usize>> = (0..n)
             .map(|i| {
@@ -507,8 +515,8 @@ impl Gpu {
             unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[..region], d_out, cs))? };
         }
         Phases::mark(&phases, 3, cs)?;
-        // SAFETY: our stream.
-        unsafe { cuda(result::stream::synchronize(cs))? };
+        done.record(1, cs)?;
+        done.wait(1)?;
         let t_back = t.elapsed() - t_wait;
         let t = Instant::now();
         let h_out: &[u8] = b.h_out.ensure(if packed { kept.max(1) } else { region.max(1) })?;
@@ -602,7 +610,7 @@ impl Gpu {
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         let parts = self.lanes.len().min(pieces.len() / LANE_SPLIT_MIN).min(spans.len()).max(1);
         if parts == 1 {
-            return self.decompress_chunks(&self.lanes[0], codec, pieces, spans);
+            return self.decompress_chunks(&self.lanes[0], codec, pieces, spans, Turn::solo());
         }
         // Parts cut between spans: (first span, end span, first piece, end piece).
         let per = spans.len().div_ceil(parts);
@@ -614,14 +622,14 @@ impl Gpu {
                 (s0, s1, spans[s0].0, c1)
             })
             .collect();
-        let outs: Vec<Result<Vec<Vec<u8>>, GpuError>> = cuts
-            .par_iter()
-            .zip(self.lanes.par_iter())
-            .map(|(&(s0, s1, c0, c1), lane)| {
+        let turns = Turns::default();
+        let outs = on_threads(cuts.iter().zip(&self.lanes).enumerate().map(|(k, (&(s0, s1, c0, c1), lane))| {
+            let turn = turns.turn(k);
+            move || {
                 let rebased: Vec<(usize, usize)> = spans[s0..s1].iter().map(|&(f, l)| (f - c0, l)).collect();
-                self.decompress_chunks(lane, codec, &pieces[c0..c1], &rebased)
-            })
-            .collect();
+                self.decompress_chunks(lane, codec, &pieces[c0..c1], &rebased, turn)
+            }
+        }));
         let mut out = Vec::with_capacity(spans.len());
         for o in outs {
             out.extend(o?);
@@ -639,6 +647,7 @@ impl Gpu {
         codec: CodecId,
         pieces: &[Piece<'_>],
         spans: &[(usize, usize)],
+        turn: Turn<'_>,
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         if fault_injected() {
             return Err(GpuError::Injected);
@@ -691,8 +700,10 @@ impl Gpu {
             unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
             let datas: Vec<&[u8]> = gpu.iter().map(|p| p.data).collect();
             let part = self.part_bytes.load(Relaxed);
+            turn.wait();
             t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, &datas, &in_offsets, part, cs)?;
         }
+        turn.pass();
         Phases::mark(&phases, 1, cs)?;
         if m > 0 {
             let p = |k: usize| (d_meta + (k * 8 * m) as u64) as *mut c_void;
@@ -735,8 +746,8 @@ impl Gpu {
         }
         Phases::mark(&phases, 3, cs)?;
         let h_out: &[u8] = h_out;
-        let (mut t_wait, mut t_collect) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         let mut out: Vec<Vec<u8>> = Vec::with_capacity(spans.len());
+        let (mut t_wait, mut t_collect) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         for (k, sr) in parts.iter().enumerate() {
             let t = Instant::now();
             events.wait(k)?;
@@ -751,19 +762,24 @@ impl Gpu {
                 }
             }
             let t = Instant::now();
+            // Stored pieces (uncompressed LZ4 blocks) go into place over what the GPU left there.
+            let place_stored = |k: usize, v: &mut [u8]| {
+                let (first, _) = spans[k];
+                for i in first..span_end(k) {
+                    if pieces[i].stored {
+                        let at = out_offsets[i] - out_offsets[first];
+                        v[at..at + pieces[i].raw].copy_from_slice(pieces[i].data);
+                    }
+                }
+            };
+            let decoded = |k: usize| &h_out[out_offsets[spans[k].0]..][..spans[k].1];
             let got: Vec<Vec<u8>> = sr
                 .clone()
                 .into_par_iter()
                 .map(|k| {
-                    let (first, len) = spans[k];
-                    let base = out_offsets[first];
-                    let mut v = h_out[base..base + len].to_vec();
-                    for i in first..span_end(k) {
-                        if pieces[i].stored {
-                            let at = out_offsets[i] - base;
-                            v[at..at + pieces[i].raw].copy_from_slice(pieces[i].data);
-                        }
-                    }
+                    let mut v = Vec::with_capacity(spans[k].1);
+                    copy_into(&mut v, decoded(k));
+                    place_stored(k, &mut v);
                     v
                 })
                 .collect();
@@ -802,6 +818,74 @@ struct Piece<'a> {
 /// Reads the little-endian word `i` of the array at byte `base` of `meta`.
 fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
     u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// Lets the lanes of one batch stage their input one after another. Staging (copying into
+/// pinned memory) uses every core, so staging lanes at once gains nothing, while staging them in
+/// turn lets the first lane's copies and kernel start after its own share is staged and run while
+/// the next lanes stage.
+#[derive(Default)]
+struct Turns {
+    next: Mutex<usize>,
+    cv: std::sync::Condvar,
+}
+
+impl Turns {
+    fn turn(&self, k: usize) -> Turn<'_> {
+        Turn { turns: Some(self), k }
+    }
+}
+
+/// Lane `k`'s place in its batch's `Turns`; passes the turn on when dropped, so a lane that
+/// fails early never holds up the others.
+struct Turn<'a> {
+    turns: Option<&'a Turns>,
+    k: usize,
+}
+
+impl Turn<'_> {
+    /// A lane alone: never waits.
+    fn solo() -> Turn<'static> {
+        Turn { turns: None, k: 0 }
+    }
+
+    fn wait(&self) {
+        if let Some(t) = self.turns {
+            let mut next = t.next.lock().expect("turns lock");
+            while *next < self.k {
+                next = t.cv.wait(next).expect("turns lock");
+            }
+        }
+    }
+
+    fn pass(&self) {
+        if let Some(t) = self.turns {
+            let mut next = t.next.lock().expect("turns lock");
+            *next = (*next).max(self.k + 1);
+            t.cv.notify_all();
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.pass();
+    }
+}
+
+/// Runs each job on its own thread (lanes block on their streams and on each other's turns,
+/// which must not happen on the rayon pool their staging and collecting use) and returns the
+/// results in order.
+fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
+    jobs: impl Iterator<Item = F>,
+) -> Vec<Result<T, GpuError>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a GPU lane thread panicked".into()))))
+            .collect()
+    })
 }
 
 /// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the host
@@ -904,14 +988,22 @@ fn sub_batches(
 struct Events(Vec<cudarc::driver::sys::CUevent>);
 
 impl Events {
+    /// Events to wait on. Waiting sleeps instead of spinning (blocking sync): several lanes
+    /// spinning would take the cores the host's copies need.
     fn new(n: usize) -> Result<Self, GpuError> {
-        Self::with_flags(n, cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        use cudarc::driver::sys::CUevent_flags::{CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
+        Self::with_flags(n, CU_EVENT_BLOCKING_SYNC as u32 | CU_EVENT_DISABLE_TIMING as u32)
     }
 
-    fn with_flags(n: usize, flags: cudarc::driver::sys::CUevent_flags) -> Result<Self, GpuError> {
+    fn with_flags(n: usize, flags: u32) -> Result<Self, GpuError> {
         let mut e = Events(Vec::with_capacity(n));
         for _ in 0..n {
-            e.0.push(cuda(result::event::create(flags))?);
+            let mut ev = std::mem::MaybeUninit::uninit();
+            // SAFETY: cuEventCreate writes the event on success.
+            unsafe {
+                cuda(cudarc::driver::sys::cuEventCreate(ev.as_mut_ptr(), flags).result())?;
+                e.0.push(ev.assume_init());
+            }
         }
         Ok(e)
     }
@@ -936,7 +1028,7 @@ impl Phases {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return Ok(None);
         }
-        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)?)))
+        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT as u32)?)))
     }
 
     fn mark(phases: &Option<Self>, k: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
@@ -1004,6 +1096,27 @@ mod tests {
         assert_eq!(sub_batches(units.iter().cloned(), 1000), vec![0..6]);
         assert_eq!(sub_batches(units.iter().cloned(), 1), vec![0..2, 2..3, 3..5, 5..6]);
         assert!(sub_batches(std::iter::empty(), 1).is_empty());
+    }
+
+    #[test]
+    fn lanes_take_turns_in_order_and_a_dropped_turn_passes_on() {
+        let turns = Turns::default();
+        let order = Mutex::new(Vec::new());
+        let outs = on_threads((0..4).rev().map(|k| {
+            let (turn, order) = (turns.turn(k), &order);
+            move || {
+                turn.wait();
+                order.lock().unwrap().push(k);
+                if k == 1 {
+                    return Err(GpuError::Injected); // dropped without an explicit pass
+                }
+                turn.pass();
+                Ok(k)
+            }
+        }));
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        assert!(matches!(outs[2], Err(GpuError::Injected)), "results come back in job order");
+        assert_eq!(outs.iter().filter(|o| o.is_ok()).count(), 3);
     }
 
     #[test]
