@@ -196,15 +196,10 @@ mod tests {
     }
 
     fn noise(n: usize) -> Vec<u8> {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        use rand::{RngCore, SeedableRng};
+        let mut v = vec![0u8; n];
+        rand::rngs::StdRng::seed_from_u64(7).fill_bytes(&mut v);
+        v
     }
 
     #[test]

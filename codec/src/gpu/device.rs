@@ -531,22 +531,15 @@ impl Gpu {
             .collect();
         let t_collect = t.elapsed();
         drop(guard);
-        let [h2d, kernel, d2h] = Phases::totals(&phases);
-        tracing::debug!(
-            chunks = n,
-            bytes = total_raw,
-            packed,
-            setup_us = t_setup.as_micros() as u64,
-            stage_us = t_stage.as_micros() as u64,
-            wait_us = t_wait.as_micros() as u64,
-            back_us = t_back.as_micros() as u64,
-            collect_us = t_collect.as_micros() as u64,
-            gpu_h2d_ms = h2d,
-            gpu_kernel_ms = kernel,
-            gpu_d2h_ms = d2h,
-            total_us = start.elapsed().as_micros() as u64,
-            "GPU compress batch"
-        );
+        Timings {
+            setup: t_setup,
+            stage: t_stage,
+            wait: t_wait,
+            back: t_back,
+            collect: t_collect,
+            gpu: Phases::totals(&phases),
+        }
+        .log("GPU compress batch", n, total_raw, start);
         self.record(n, total_raw, kept, start);
         Ok(out)
     }
@@ -787,23 +780,51 @@ impl Gpu {
             t_collect += t.elapsed();
         }
         drop(guard);
-        let [h2d, kernel, d2h] = Phases::totals(&phases);
+        let back = std::time::Duration::ZERO;
+        Timings {
+            setup: t_setup,
+            stage: t_stage,
+            wait: t_wait,
+            back,
+            collect: t_collect,
+            gpu: Phases::totals(&phases),
+        }
+        .log("GPU decompress batch", n, total_raw, start);
+        self.record(n, in_total, total_raw, start);
+        Ok(out)
+    }
+}
+
+/// Where one lane's batch spent its time, logged at debug level: host set-up, staging into pinned
+/// memory, waiting on the GPU, bringing results back, copying them out; and from CUDA events the
+/// milliseconds of host-to-device copies, kernel and copies back.
+struct Timings {
+    setup: std::time::Duration,
+    stage: std::time::Duration,
+    wait: std::time::Duration,
+    back: std::time::Duration,
+    collect: std::time::Duration,
+    gpu: [f32; 3],
+}
+
+impl Timings {
+    fn log(&self, what: &'static str, chunks: usize, bytes: usize, start: Instant) {
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let [h2d, kernel, d2h] = self.gpu;
         tracing::debug!(
-            pieces = n,
-            bytes = total_raw,
-            parts = parts.len(),
-            setup_us = t_setup.as_micros() as u64,
-            stage_us = t_stage.as_micros() as u64,
-            wait_us = t_wait.as_micros() as u64,
-            collect_us = t_collect.as_micros() as u64,
+            chunks,
+            bytes,
+            setup_us = us(self.setup),
+            stage_us = us(self.stage),
+            wait_us = us(self.wait),
+            back_us = us(self.back),
+            collect_us = us(self.collect),
             gpu_h2d_ms = h2d,
             gpu_kernel_ms = kernel,
             gpu_d2h_ms = d2h,
-            total_us = start.elapsed().as_micros() as u64,
-            "GPU decompress batch"
+            total_us = us(start.elapsed()),
+            "{what}"
         );
-        self.record(n, in_total, total_raw, start);
-        Ok(out)
     }
 }
 

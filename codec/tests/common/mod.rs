@@ -7,6 +7,7 @@ pub fn vector_input(i: usize) -> Vec<u8> {
         0 => b"the quick brown fox jumps over the lazy dog\n".repeat(200),
         1 => (0..20_000u32).flat_map(|v| (v * 3).to_le_bytes()).collect(),
         // Text, then 64 KiB that does not compress, then text: a piece the GPU cannot shrink.
+        // (A fixed xorshift, not a library generator: checked-in vectors depend on these bytes.)
         3 => {
             let mut x = 0x2545_F491_4F6C_DD1Du64;
             let noise = (0..65_536).map(|_| {
