@@ -79,8 +79,8 @@ fn large_batches_copied_in_parts_roundtrip() {
         .collect();
     let refs: Vec<&[u8]> = frames.iter().map(|v| v.as_slice()).collect();
     let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
-    for sub_mib in [1, 4, 1024] {
-        gpu.set_part_bytes(sub_mib << 20);
+    for part_mib in [1, 4, 1024] {
+        gpu.set_part_bytes(part_mib << 20);
         for codec in [shrinkfs_codec::CodecId::Zstd, shrinkfs_codec::CodecId::Lz4] {
             let outs = gpu.compress_batch(codec, &refs, 0).unwrap_or_else(|e| panic!("{codec}: {e}"));
             // Input 1 (numbers that repeat only every 80,000 bytes) has no match within LZ4's
@@ -95,7 +95,7 @@ fn large_batches_copied_in_parts_roundtrip() {
                     }
                     None => assert!(
                         codec == shrinkfs_codec::CodecId::Lz4 && i % 4 == 1,
-                        "{codec} frame {i} ({} bytes, parts of {sub_mib} MiB) did not compress",
+                        "{codec} frame {i} ({} bytes, parts of {part_mib} MiB) did not compress",
                         lens[i]
                     ),
                 }
@@ -105,7 +105,7 @@ fn large_batches_copied_in_parts_roundtrip() {
             assert_eq!(back.len(), idx.len());
             for (k, &i) in idx.iter().enumerate() {
                 let (b, f) = (&back[k], &frames[i]);
-                assert!(b == f, "{codec} frame {i}, parts of {sub_mib} MiB: GPU roundtrip differs");
+                assert!(b == f, "{codec} frame {i}, parts of {part_mib} MiB: GPU roundtrip differs");
                 let mut cpu = Vec::new();
                 decompress_cpu(codec, stored[k], f.len(), None, &mut cpu).unwrap();
                 assert!(cpu == *f, "{codec} frame {i}: CPU decode differs");

@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaContext, CudaStream, result};
 
 use rayon::prelude::*;
 
+use super::buffers::*;
 use super::copy::copy_into;
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
+use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::CodecId;
 use crate::lz4frame;
 
@@ -42,57 +43,12 @@ pub enum GpuError {
     WrongSize(usize),
 }
 
-fn cuda<T>(r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
+pub(super) fn cuda<T>(r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
     r.map_err(|e| GpuError::Cuda(e.to_string()))
 }
 
 fn check(call: &'static str, status: i32) -> Result<(), GpuError> {
     if status == SUCCESS { Ok(()) } else { Err(GpuError::Nvcomp { call, status }) }
-}
-
-const ALIGN: usize = 256;
-
-fn align(n: usize) -> usize {
-    n.div_ceil(ALIGN) * ALIGN
-}
-
-/// Offsets of buffers of these lengths laid end to end, each aligned, and the total length.
-fn aligned_offsets(lens: impl Iterator<Item = usize>) -> (Vec<usize>, usize) {
-    let mut total = 0;
-    let offsets = lens
-        .map(|l| {
-            let o = total;
-            total += align(l);
-            o
-        })
-        .collect();
-    (offsets, total)
-}
-
-/// Writes 64-bit little-endian words at the start of `meta` and zeroes the rest (the statuses).
-fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
-    let mut at = 0;
-    for w in words {
-        meta[at..at + 8].copy_from_slice(&w.to_le_bytes());
-        at += 8;
-    }
-    meta[at..].fill(0);
-}
-
-/// Copies `chunks` into `dst` at `offsets` on every core (one core's memcpy would cap a batch).
-fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
-    use rayon::prelude::*;
-    let mut parts: Vec<&mut [u8]> = Vec::with_capacity(chunks.len());
-    let mut rest = dst;
-    let mut at = 0;
-    for (c, &o) in chunks.iter().zip(offsets) {
-        let (_, tail) = rest.split_at_mut(o - at);
-        let (part, tail) = tail.split_at_mut(c.len());
-        parts.push(part);
-        rest = tail;
-        at = o + c.len();
-    }
-    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| super::copy::copy(d, s));
 }
 
 /// Raw bytes per zstd or LZ4 piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
@@ -117,66 +73,6 @@ fn zstd_frames(payload: &[u8]) -> Option<Vec<(&[u8], Option<usize>)>> {
     }
     (!frames.is_empty()).then_some(frames)
 }
-
-/// A device allocation that grows on demand and is freed on drop.
-struct DevBuf {
-    ptr: CUdeviceptr,
-    len: usize,
-}
-
-impl DevBuf {
-    fn ensure(&mut self, len: usize) -> Result<CUdeviceptr, GpuError> {
-        if self.len < len {
-            if self.ptr != 0 {
-                // SAFETY: ptr came from malloc_sync and no work using it is in flight (callers synchronise).
-                unsafe { cuda(result::free_sync(self.ptr))? };
-                self.ptr = 0;
-            }
-            let want = len.next_power_of_two().max(1 << 20);
-            // SAFETY: plain device allocation.
-            self.ptr = unsafe { cuda(result::malloc_sync(want))? };
-            self.len = want;
-        }
-        Ok(self.ptr)
-    }
-}
-
-/// Pinned host memory that grows on demand.
-struct HostBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl HostBuf {
-    fn ensure(&mut self, len: usize) -> Result<&mut [u8], GpuError> {
-        if self.len < len {
-            if !self.ptr.is_null() {
-                // SAFETY: ptr came from malloc_host; nothing uses it now.
-                unsafe { cuda(result::free_host(self.ptr.cast()))? };
-                self.ptr = std::ptr::null_mut();
-            }
-            let want = len.next_power_of_two().max(1 << 20);
-            // SAFETY: page-locked host allocation.
-            self.ptr = unsafe { cuda(result::malloc_host(want, 0))? }.cast();
-            self.len = want;
-        }
-        // SAFETY: ptr points to self.len bytes we own.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, len) })
-    }
-}
-
-struct Buffers {
-    d_in: DevBuf,
-    d_out: DevBuf,
-    d_temp: DevBuf,
-    d_meta: DevBuf,
-    h_in: HostBuf,
-    h_out: HostBuf,
-    h_meta: HostBuf,
-}
-
-// SAFETY: the raw pointers are only used while the Mutex around Buffers is held.
-unsafe impl Send for Buffers {}
 
 /// Time and bytes of GPU work, for metrics and benches.
 #[derive(Debug, Default, Clone, Copy)]
@@ -206,6 +102,13 @@ pub struct Gpu {
     part_bytes: AtomicUsize,
     /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
     pub describe: String,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // The lanes' buffers free themselves next; the driver needs the context on this thread.
+        let _ = self.ctx.bind_to_thread();
+    }
 }
 
 impl std::fmt::Debug for Gpu {
@@ -251,21 +154,10 @@ impl Gpu {
         let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context: {e}"))?;
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
-        let empty = || DevBuf { ptr: 0, len: 0 };
-        let host = || HostBuf { ptr: std::ptr::null_mut(), len: 0 };
         let mut lanes = Vec::new();
         for _ in 0..lane_count() {
             let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
-            let bufs = Buffers {
-                d_in: empty(),
-                d_out: empty(),
-                d_temp: empty(),
-                d_meta: empty(),
-                h_in: host(),
-                h_out: host(),
-                h_meta: host(),
-            };
-            lanes.push(Lane { stream, bufs: Mutex::new(bufs) });
+            lanes.push(Lane { stream, bufs: Mutex::new(Buffers::empty()) });
         }
         Ok(Gpu {
             ctx,
@@ -725,7 +617,7 @@ impl Gpu {
         Phases::mark(&phases, 2, cs)?;
         // Output in parts of whole spans, each with an event the host waits on before copying out.
         let span_end = |k: usize| spans.get(k + 1).map_or(n, |s| s.0);
-        let parts = sub_batches((0..spans.len()).map(|k| (k..k + 1, spans[k].1)), self.part_bytes.load(Relaxed));
+        let parts = group_parts((0..spans.len()).map(|k| (k..k + 1, spans[k].1)), self.part_bytes.load(Relaxed));
         let events = Events::new(parts.len())?;
         let h_out = b.h_out.ensure(out_total)?;
         for (k, sr) in parts.iter().enumerate() {
@@ -795,39 +687,6 @@ impl Gpu {
     }
 }
 
-/// Where one lane's batch spent its time, logged at debug level: host set-up, staging into pinned
-/// memory, waiting on the GPU, bringing results back, copying them out; and from CUDA events the
-/// milliseconds of host-to-device copies, kernel and copies back.
-struct Timings {
-    setup: std::time::Duration,
-    stage: std::time::Duration,
-    wait: std::time::Duration,
-    back: std::time::Duration,
-    collect: std::time::Duration,
-    gpu: [f32; 3],
-}
-
-impl Timings {
-    fn log(&self, what: &'static str, chunks: usize, bytes: usize, start: Instant) {
-        let us = |d: std::time::Duration| d.as_micros() as u64;
-        let [h2d, kernel, d2h] = self.gpu;
-        tracing::debug!(
-            chunks,
-            bytes,
-            setup_us = us(self.setup),
-            stage_us = us(self.stage),
-            wait_us = us(self.wait),
-            back_us = us(self.back),
-            collect_us = us(self.collect),
-            gpu_h2d_ms = h2d,
-            gpu_kernel_ms = kernel,
-            gpu_d2h_ms = d2h,
-            total_us = us(start.elapsed()),
-            "{what}"
-        );
-    }
-}
-
 /// One unit of GPU decoding: compressed bytes for nVCOMP, or bytes stored as they are (an
 /// uncompressed LZ4 block), copied into place on the host.
 struct Piece<'a> {
@@ -836,262 +695,9 @@ struct Piece<'a> {
     stored: bool,
 }
 
-/// Reads the little-endian word `i` of the array at byte `base` of `meta`.
-fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
-    u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
-}
-
-/// Lets the lanes of one batch stage their input one after another. Staging (copying into
-/// pinned memory) uses every core, so staging lanes at once gains nothing, while staging them in
-/// turn lets the first lane's copies and kernel start after its own share is staged and run while
-/// the next lanes stage.
-#[derive(Default)]
-struct Turns {
-    next: Mutex<usize>,
-    cv: std::sync::Condvar,
-}
-
-impl Turns {
-    fn turn(&self, k: usize) -> Turn<'_> {
-        Turn { turns: Some(self), k }
-    }
-}
-
-/// Lane `k`'s place in its batch's `Turns`; passes the turn on when dropped, so a lane that
-/// fails early never holds up the others.
-struct Turn<'a> {
-    turns: Option<&'a Turns>,
-    k: usize,
-}
-
-impl Turn<'_> {
-    /// A lane alone: never waits.
-    fn solo() -> Turn<'static> {
-        Turn { turns: None, k: 0 }
-    }
-
-    fn wait(&self) {
-        if let Some(t) = self.turns {
-            let mut next = t.next.lock().expect("turns lock");
-            while *next < self.k {
-                next = t.cv.wait(next).expect("turns lock");
-            }
-        }
-    }
-
-    fn pass(&self) {
-        if let Some(t) = self.turns {
-            let mut next = t.next.lock().expect("turns lock");
-            *next = (*next).max(self.k + 1);
-            t.cv.notify_all();
-        }
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        self.pass();
-    }
-}
-
-/// Runs each job on its own thread (lanes block on their streams and on each other's turns,
-/// which must not happen on the rayon pool their staging and collecting use) and returns the
-/// results in order.
-fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
-    jobs: impl Iterator<Item = F>,
-) -> Vec<Result<T, GpuError>> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a GPU lane thread panicked".into()))))
-            .collect()
-    })
-}
-
-/// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the host
-/// works on one part while another crosses the bus (`SHRINKFS_GPU_PART_MIB` for measuring).
-fn part_bytes_from_env() -> usize {
-    std::env::var("SHRINKFS_GPU_PART_MIB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(16).max(1) << 20
-}
-
-/// Whether batched copies (`cuMemcpyBatchAsync`) work here; cleared after the first failure.
-static BATCH_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Copies `(device address, offset in dst, bytes)` regions into pinned `dst` with one driver call.
-fn batch_dtoh(
-    dst: &mut [u8],
-    copies: &[(u64, usize, usize)],
-    stream: cudarc::driver::sys::CUstream,
-) -> Result<(), GpuError> {
-    use cudarc::driver::sys;
-    if std::env::var("SHRINKFS_GPU_BATCH_COPY").is_ok_and(|v| v == "0") {
-        return Err(GpuError::Cuda("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)".into()));
-    }
-    if copies.iter().any(|&(_, at, len)| at + len > dst.len()) {
-        return Err(GpuError::Cuda("batched copy outside its destination".into()));
-    }
-    let base = dst.as_mut_ptr() as u64;
-    let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|&(_, at, _)| base + at as u64).collect();
-    let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
-    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
-    let loc = |type_| sys::CUmemLocation { type_, id: 0 };
-    let mut attrs = sys::CUmemcpyAttributes {
-        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-        srcLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE),
-        dstLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST),
-        flags: 0,
-    };
-    let mut attr_index = [0usize];
-    // SAFETY: arrays of `copies.len()` entries; destinations lie inside pinned `dst` (checked
-    // above), sources inside the device output buffer; our stream.
-    unsafe {
-        sys::cuMemcpyBatchAsync_v2(
-            dsts.as_mut_ptr(),
-            srcs.as_mut_ptr(),
-            sizes.as_mut_ptr(),
-            copies.len(),
-            &mut attrs,
-            attr_index.as_mut_ptr(),
-            1,
-            stream,
-        )
-        .result()
-        .map_err(|e| GpuError::Cuda(format!("cuMemcpyBatchAsync: {e}")))
-    }
-}
-
-/// Stages `datas` into pinned `h_in` at `offsets` and sends them to `d_in` in parts of about
-/// `part` bytes, so the host copies one part in while the previous one crosses the bus. Returns
-/// the host's staging time.
-fn stage_upload(
-    h_in: &mut [u8],
-    d_in: CUdeviceptr,
-    datas: &[&[u8]],
-    offsets: &[usize],
-    part: usize,
-    stream: cudarc::driver::sys::CUstream,
-) -> Result<std::time::Duration, GpuError> {
-    let mut staging = std::time::Duration::ZERO;
-    for r in sub_batches((0..datas.len()).map(|i| (i..i + 1, datas[i].len())), part) {
-        let (lo, hi) = (offsets[r.start], offsets[r.end - 1] + datas[r.end - 1].len());
-        let t = Instant::now();
-        let rel: Vec<usize> = offsets[r.clone()].iter().map(|o| o - lo).collect();
-        scatter(&mut h_in[lo..hi], &datas[r], &rel);
-        staging += t.elapsed();
-        // SAFETY: pinned host memory that stays put until the stream is synchronised; d_in holds it.
-        unsafe { cuda(result::memcpy_htod_async(d_in + lo as u64, &h_in[lo..hi], stream))? };
-    }
-    Ok(staging)
-}
-
-/// Groups consecutive units `(range, bytes)` into parts of at least `target` bytes each.
-fn sub_batches(
-    units: impl Iterator<Item = (std::ops::Range<usize>, usize)>,
-    target: usize,
-) -> Vec<std::ops::Range<usize>> {
-    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
-    let mut bytes = 0;
-    for (r, len) in units {
-        match out.last_mut() {
-            Some(last) if bytes < target => last.end = r.end,
-            _ => {
-                out.push(r);
-                bytes = 0;
-            }
-        }
-        bytes += len;
-    }
-    out
-}
-
-/// CUDA events, one per sub-batch, destroyed on drop.
-struct Events(Vec<cudarc::driver::sys::CUevent>);
-
-impl Events {
-    /// Events to wait on. Waiting sleeps instead of spinning (blocking sync): several lanes
-    /// spinning would take the cores the host's copies need.
-    fn new(n: usize) -> Result<Self, GpuError> {
-        use cudarc::driver::sys::CUevent_flags::{CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
-        Self::with_flags(n, CU_EVENT_BLOCKING_SYNC as u32 | CU_EVENT_DISABLE_TIMING as u32)
-    }
-
-    fn with_flags(n: usize, flags: u32) -> Result<Self, GpuError> {
-        let mut e = Events(Vec::with_capacity(n));
-        for _ in 0..n {
-            let mut ev = std::mem::MaybeUninit::uninit();
-            // SAFETY: cuEventCreate writes the event on success.
-            unsafe {
-                cuda(cudarc::driver::sys::cuEventCreate(ev.as_mut_ptr(), flags).result())?;
-                e.0.push(ev.assume_init());
-            }
-        }
-        Ok(e)
-    }
-
-    fn record(&self, j: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
-        // SAFETY: a live event and our stream.
-        unsafe { cuda(result::event::record(self.0[j], stream)) }
-    }
-
-    fn wait(&self, j: usize) -> Result<(), GpuError> {
-        // SAFETY: a live event.
-        unsafe { cuda(result::event::synchronize(self.0[j])) }
-    }
-}
-
-/// Where a lane's GPU time goes: marks before the host-to-device copies, after them, after the
-/// kernel and after the copies back. Only made when debug logging is on.
-struct Phases(Events);
-
-impl Phases {
-    fn new() -> Result<Option<Self>, GpuError> {
-        if !tracing::enabled!(tracing::Level::DEBUG) {
-            return Ok(None);
-        }
-        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT as u32)?)))
-    }
-
-    fn mark(phases: &Option<Self>, k: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
-        phases.as_ref().map_or(Ok(()), |p| p.0.record(k, stream))
-    }
-
-    /// Milliseconds of host-to-device copies, kernel and copies back (after the stream is done).
-    fn totals(phases: &Option<Self>) -> [f32; 3] {
-        let mut t = [0f32; 3];
-        if let Some(p) = phases {
-            for (k, slot) in t.iter_mut().enumerate() {
-                // SAFETY: live events recorded on a finished stream.
-                *slot = unsafe { result::event::elapsed(p.0.0[k], p.0.0[k + 1]) }.unwrap_or(0.0);
-            }
-        }
-        t
-    }
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        for &e in &self.0 {
-            // SAFETY: created by us; callers have waited on (or abandoned) the work that records it.
-            let _ = unsafe { result::event::destroy(e) };
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buffers_are_laid_out_aligned_and_metadata_zero_padded() {
-        let (offsets, total) = aligned_offsets([1usize, 256, 257, 0].into_iter());
-        assert_eq!((offsets, total), (vec![0, 256, 512, 1024], 1024));
-        let mut meta = vec![0xaa; 8 * 3 + 4 * 2];
-        put_words(&mut meta, [1u64, 2].into_iter());
-        assert_eq!(&meta[..8], &1u64.to_le_bytes());
-        assert_eq!(&meta[8..16], &2u64.to_le_bytes());
-        assert!(meta[16..].iter().all(|&b| b == 0), "sizes and statuses start at zero");
-    }
 
     #[test]
     fn zstd_frames_splits_concatenated_frames_with_their_sizes() {
@@ -1108,46 +714,5 @@ mod tests {
         let mut all = vec![1u8; 70_000];
         all.extend_from_slice(b"tail");
         assert_eq!(zstd::bulk::decompress(&joined, all.len()).unwrap(), all);
-    }
-
-    #[test]
-    fn sub_batches_group_whole_units_up_to_the_target() {
-        let units = [(0..2, 10), (2..3, 5), (3..5, 20), (5..6, 1)];
-        assert_eq!(sub_batches(units.iter().cloned(), 12), vec![0..3, 3..5, 5..6]);
-        assert_eq!(sub_batches(units.iter().cloned(), 1000), vec![0..6]);
-        assert_eq!(sub_batches(units.iter().cloned(), 1), vec![0..2, 2..3, 3..5, 5..6]);
-        assert!(sub_batches(std::iter::empty(), 1).is_empty());
-    }
-
-    #[test]
-    fn lanes_take_turns_in_order_and_a_dropped_turn_passes_on() {
-        let turns = Turns::default();
-        let order = Mutex::new(Vec::new());
-        let outs = on_threads((0..4).rev().map(|k| {
-            let (turn, order) = (turns.turn(k), &order);
-            move || {
-                turn.wait();
-                order.lock().unwrap().push(k);
-                if k == 1 {
-                    return Err(GpuError::Injected); // dropped without an explicit pass
-                }
-                turn.pass();
-                Ok(k)
-            }
-        }));
-        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
-        assert!(matches!(outs[2], Err(GpuError::Injected)), "results come back in job order");
-        assert_eq!(outs.iter().filter(|o| o.is_ok()).count(), 3);
-    }
-
-    #[test]
-    fn scatter_places_every_chunk_at_its_offset() {
-        let chunks: Vec<&[u8]> = vec![b"abc", b"", b"defgh"];
-        let (offsets, total) = aligned_offsets(chunks.iter().map(|c| c.len()));
-        let mut dst = vec![0u8; total];
-        scatter(&mut dst, &chunks, &offsets);
-        for (c, o) in chunks.iter().zip(&offsets) {
-            assert_eq!(&dst[*o..*o + c.len()], *c);
-        }
     }
 }

@@ -1,8 +1,10 @@
 //! The GPU back end: nVCOMP's batched codecs on an NVIDIA GPU, found at run time. One binary runs
 //! on hosts with and without a GPU: `Gpu::probe` says in one line why there is none.
 
+mod buffers;
 mod copy;
 mod device;
 pub mod nvcomp;
+mod sync;
 
 pub use device::{Gpu, GpuError, GpuStats};

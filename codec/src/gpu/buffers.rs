@@ -1,0 +1,292 @@
+//! Device and pinned host memory that a lane reuses across batches, how a batch's chunks are laid
+//! out in it, and how they cross the bus: staged up in parts, brought back packed or in parts.
+
+use std::time::Instant;
+
+use cudarc::driver::result;
+use cudarc::driver::sys::CUdeviceptr;
+use rayon::prelude::*;
+
+use super::device::{GpuError, cuda};
+
+pub(super) const ALIGN: usize = 256;
+
+pub(super) fn align(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// Offsets of buffers of these lengths laid end to end, each aligned, and the total length.
+pub(super) fn aligned_offsets(lens: impl Iterator<Item = usize>) -> (Vec<usize>, usize) {
+    let mut total = 0;
+    let offsets = lens
+        .map(|l| {
+            let o = total;
+            total += align(l);
+            o
+        })
+        .collect();
+    (offsets, total)
+}
+
+/// Writes 64-bit little-endian words at the start of `meta` and zeroes the rest (the statuses).
+pub(super) fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
+    let mut at = 0;
+    for w in words {
+        meta[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        at += 8;
+    }
+    meta[at..].fill(0);
+}
+
+/// Copies `chunks` into `dst` at `offsets` on every core (one core's memcpy would cap a batch).
+pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
+    let mut parts: Vec<&mut [u8]> = Vec::with_capacity(chunks.len());
+    let mut rest = dst;
+    let mut at = 0;
+    for (c, &o) in chunks.iter().zip(offsets) {
+        let (_, tail) = rest.split_at_mut(o - at);
+        let (part, tail) = tail.split_at_mut(c.len());
+        parts.push(part);
+        rest = tail;
+        at = o + c.len();
+    }
+    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| super::copy::copy(d, s));
+}
+
+/// A device allocation that grows on demand and is freed on drop.
+pub(super) struct DevBuf {
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+impl DevBuf {
+    fn empty() -> Self {
+        DevBuf { ptr: 0, len: 0 }
+    }
+
+    pub(super) fn ensure(&mut self, len: usize) -> Result<CUdeviceptr, GpuError> {
+        if self.len < len {
+            if self.ptr != 0 {
+                // SAFETY: ptr came from malloc_sync and no work using it is in flight (callers synchronise).
+                unsafe { cuda(result::free_sync(self.ptr))? };
+                self.ptr = 0;
+            }
+            let want = len.next_power_of_two().max(1 << 20);
+            // SAFETY: plain device allocation.
+            self.ptr = unsafe { cuda(result::malloc_sync(want))? };
+            self.len = want;
+        }
+        Ok(self.ptr)
+    }
+}
+
+/// Pinned host memory that grows on demand.
+pub(super) struct HostBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostBuf {
+    fn empty() -> Self {
+        HostBuf { ptr: std::ptr::null_mut(), len: 0 }
+    }
+
+    pub(super) fn ensure(&mut self, len: usize) -> Result<&mut [u8], GpuError> {
+        if self.len < len {
+            if !self.ptr.is_null() {
+                // SAFETY: ptr came from malloc_host; nothing uses it now.
+                unsafe { cuda(result::free_host(self.ptr.cast()))? };
+                self.ptr = std::ptr::null_mut();
+            }
+            let want = len.next_power_of_two().max(1 << 20);
+            // SAFETY: page-locked host allocation.
+            self.ptr = unsafe { cuda(result::malloc_host(want, 0))? }.cast();
+            self.len = want;
+        }
+        // SAFETY: ptr points to self.len bytes we own.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, len) })
+    }
+}
+
+pub(super) struct Buffers {
+    pub(super) d_in: DevBuf,
+    pub(super) d_out: DevBuf,
+    pub(super) d_temp: DevBuf,
+    pub(super) d_meta: DevBuf,
+    pub(super) h_in: HostBuf,
+    pub(super) h_out: HostBuf,
+    pub(super) h_meta: HostBuf,
+}
+
+// SAFETY: the raw pointers are only used while the Mutex around Buffers is held.
+unsafe impl Send for Buffers {}
+
+impl Buffers {
+    /// Buffers that allocate on first use.
+    pub(super) fn empty() -> Self {
+        Buffers {
+            d_in: DevBuf::empty(),
+            d_out: DevBuf::empty(),
+            d_temp: DevBuf::empty(),
+            d_meta: DevBuf::empty(),
+            h_in: HostBuf::empty(),
+            h_out: HostBuf::empty(),
+            h_meta: HostBuf::empty(),
+        }
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // SAFETY: ptr came from malloc_sync; every batch waits for its stream before it
+            // releases its lane, so no work uses it. A failure (context gone) only leaks.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: as for DevBuf; ptr came from malloc_host.
+            let _ = unsafe { result::free_host(self.ptr.cast()) };
+        }
+    }
+}
+
+/// Reads the little-endian word `i` of the array at byte `base` of `meta`.
+pub(super) fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
+    u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the host
+/// works on one part while another crosses the bus (`SHRINKFS_GPU_PART_MIB` for measuring).
+pub(super) fn part_bytes_from_env() -> usize {
+    std::env::var("SHRINKFS_GPU_PART_MIB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(16).max(1) << 20
+}
+
+/// Whether batched copies (`cuMemcpyBatchAsync`) work here; cleared after the first failure.
+pub(super) static BATCH_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Copies `(device address, offset in dst, bytes)` regions into pinned `dst` with one driver call.
+pub(super) fn batch_dtoh(
+    dst: &mut [u8],
+    copies: &[(u64, usize, usize)],
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), GpuError> {
+    use cudarc::driver::sys;
+    if std::env::var("SHRINKFS_GPU_BATCH_COPY").is_ok_and(|v| v == "0") {
+        return Err(GpuError::Cuda("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)".into()));
+    }
+    if copies.iter().any(|&(_, at, len)| at + len > dst.len()) {
+        return Err(GpuError::Cuda("batched copy outside its destination".into()));
+    }
+    let base = dst.as_mut_ptr() as u64;
+    let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|&(_, at, _)| base + at as u64).collect();
+    let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
+    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
+    let loc = |type_| sys::CUmemLocation { type_, id: 0 };
+    let mut attrs = sys::CUmemcpyAttributes {
+        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        srcLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE),
+        dstLocHint: loc(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST),
+        flags: 0,
+    };
+    let mut attr_index = [0usize];
+    // SAFETY: arrays of `copies.len()` entries; destinations lie inside pinned `dst` (checked
+    // above), sources inside the device output buffer; our stream.
+    unsafe {
+        sys::cuMemcpyBatchAsync_v2(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+            &mut attrs,
+            attr_index.as_mut_ptr(),
+            1,
+            stream,
+        )
+        .result()
+        .map_err(|e| GpuError::Cuda(format!("cuMemcpyBatchAsync: {e}")))
+    }
+}
+
+/// Stages `datas` into pinned `h_in` at `offsets` and sends them to `d_in` in parts of about
+/// `part` bytes, so the host copies one part in while the previous one crosses the bus. Returns
+/// the host's staging time.
+pub(super) fn stage_upload(
+    h_in: &mut [u8],
+    d_in: CUdeviceptr,
+    datas: &[&[u8]],
+    offsets: &[usize],
+    part: usize,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<std::time::Duration, GpuError> {
+    let mut staging = std::time::Duration::ZERO;
+    for r in group_parts((0..datas.len()).map(|i| (i..i + 1, datas[i].len())), part) {
+        let (lo, hi) = (offsets[r.start], offsets[r.end - 1] + datas[r.end - 1].len());
+        let t = Instant::now();
+        let rel: Vec<usize> = offsets[r.clone()].iter().map(|o| o - lo).collect();
+        scatter(&mut h_in[lo..hi], &datas[r], &rel);
+        staging += t.elapsed();
+        // SAFETY: pinned host memory that stays put until the stream is synchronised; d_in holds it.
+        unsafe { cuda(result::memcpy_htod_async(d_in + lo as u64, &h_in[lo..hi], stream))? };
+    }
+    Ok(staging)
+}
+
+/// Groups consecutive units `(range, bytes)` into parts of at least `target` bytes each.
+pub(super) fn group_parts(
+    units: impl Iterator<Item = (std::ops::Range<usize>, usize)>,
+    target: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut bytes = 0;
+    for (r, len) in units {
+        match out.last_mut() {
+            Some(last) if bytes < target => last.end = r.end,
+            _ => {
+                out.push(r);
+                bytes = 0;
+            }
+        }
+        bytes += len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_laid_out_aligned_and_metadata_zero_padded() {
+        let (offsets, total) = aligned_offsets([1usize, 256, 257, 0].into_iter());
+        assert_eq!((offsets, total), (vec![0, 256, 512, 1024], 1024));
+        let mut meta = vec![0xaa; 8 * 3 + 4 * 2];
+        put_words(&mut meta, [1u64, 2].into_iter());
+        assert_eq!(&meta[..8], &1u64.to_le_bytes());
+        assert_eq!(&meta[8..16], &2u64.to_le_bytes());
+        assert!(meta[16..].iter().all(|&b| b == 0), "sizes and statuses start at zero");
+    }
+
+    #[test]
+    fn scatter_places_every_chunk_at_its_offset() {
+        let chunks: Vec<&[u8]> = vec![b"abc", b"", b"defgh"];
+        let (offsets, total) = aligned_offsets(chunks.iter().map(|c| c.len()));
+        let mut dst = vec![0u8; total];
+        scatter(&mut dst, &chunks, &offsets);
+        for (c, o) in chunks.iter().zip(&offsets) {
+            assert_eq!(&dst[*o..*o + c.len()], *c);
+        }
+    }
+    #[test]
+    fn parts_group_whole_units_up_to_the_target() {
+        let units = [(0..2, 10), (2..3, 5), (3..5, 20), (5..6, 1)];
+        assert_eq!(group_parts(units.iter().cloned(), 12), vec![0..3, 3..5, 5..6]);
+        assert_eq!(group_parts(units.iter().cloned(), 1000), vec![0..6]);
+        assert_eq!(group_parts(units.iter().cloned(), 1), vec![0..2, 2..3, 3..5, 5..6]);
+        assert!(group_parts(std::iter::empty(), 1).is_empty());
+    }
+}

@@ -1,0 +1,209 @@
+//! What a lane waits on and how lanes share the host: CUDA events (sleeping waits), the phase
+//! timings logged at debug level, and the turns lanes take staging their input.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use cudarc::driver::result;
+
+use super::device::{GpuError, cuda};
+
+/// Where one lane's batch spent its time, logged at debug level: host set-up, staging into pinned
+/// memory, waiting on the GPU, bringing results back, copying them out; and from CUDA events the
+/// milliseconds of host-to-device copies, kernel and copies back.
+pub(super) struct Timings {
+    pub(super) setup: std::time::Duration,
+    pub(super) stage: std::time::Duration,
+    pub(super) wait: std::time::Duration,
+    pub(super) back: std::time::Duration,
+    pub(super) collect: std::time::Duration,
+    pub(super) gpu: [f32; 3],
+}
+
+impl Timings {
+    pub(super) fn log(&self, what: &'static str, chunks: usize, bytes: usize, start: Instant) {
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let [h2d, kernel, d2h] = self.gpu;
+        tracing::debug!(
+            chunks,
+            bytes,
+            setup_us = us(self.setup),
+            stage_us = us(self.stage),
+            wait_us = us(self.wait),
+            back_us = us(self.back),
+            collect_us = us(self.collect),
+            gpu_h2d_ms = h2d,
+            gpu_kernel_ms = kernel,
+            gpu_d2h_ms = d2h,
+            total_us = us(start.elapsed()),
+            "{what}"
+        );
+    }
+}
+
+/// Lets the lanes of one batch stage their input one after another. Staging (copying into
+/// pinned memory) uses every core, so staging lanes at once gains nothing, while staging them in
+/// turn lets the first lane's copies and kernel start after its own share is staged and run while
+/// the next lanes stage.
+#[derive(Default)]
+pub(super) struct Turns {
+    next: Mutex<usize>,
+    cv: std::sync::Condvar,
+}
+
+impl Turns {
+    pub(super) fn turn(&self, k: usize) -> Turn<'_> {
+        Turn { turns: Some(self), k }
+    }
+}
+
+/// Lane `k`'s place in its batch's `Turns`; passes the turn on when dropped, so a lane that
+/// fails early never holds up the others.
+pub(super) struct Turn<'a> {
+    turns: Option<&'a Turns>,
+    k: usize,
+}
+
+impl Turn<'_> {
+    /// A lane alone: never waits.
+    pub(super) fn solo() -> Turn<'static> {
+        Turn { turns: None, k: 0 }
+    }
+
+    pub(super) fn wait(&self) {
+        if let Some(t) = self.turns {
+            let mut next = t.next.lock().expect("turns lock");
+            while *next < self.k {
+                next = t.cv.wait(next).expect("turns lock");
+            }
+        }
+    }
+
+    pub(super) fn pass(&self) {
+        if let Some(t) = self.turns {
+            let mut next = t.next.lock().expect("turns lock");
+            *next = (*next).max(self.k + 1);
+            t.cv.notify_all();
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.pass();
+    }
+}
+
+/// Runs each job on its own thread (lanes block on their streams and on each other's turns,
+/// which must not happen on the rayon pool their staging and collecting use) and returns the
+/// results in order.
+pub(super) fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
+    jobs: impl Iterator<Item = F>,
+) -> Vec<Result<T, GpuError>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a GPU lane thread panicked".into()))))
+            .collect()
+    })
+}
+
+/// CUDA events a lane records on its stream and waits on, destroyed on drop.
+pub(super) struct Events(Vec<cudarc::driver::sys::CUevent>);
+
+impl Events {
+    /// Events to wait on. Waiting sleeps instead of spinning (blocking sync): several lanes
+    /// spinning would take the cores the host's copies need.
+    pub(super) fn new(n: usize) -> Result<Self, GpuError> {
+        use cudarc::driver::sys::CUevent_flags::{CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
+        Self::with_flags(n, CU_EVENT_BLOCKING_SYNC as u32 | CU_EVENT_DISABLE_TIMING as u32)
+    }
+
+    pub(super) fn with_flags(n: usize, flags: u32) -> Result<Self, GpuError> {
+        let mut e = Events(Vec::with_capacity(n));
+        for _ in 0..n {
+            let mut ev = std::mem::MaybeUninit::uninit();
+            // SAFETY: cuEventCreate writes the event on success.
+            unsafe {
+                cuda(cudarc::driver::sys::cuEventCreate(ev.as_mut_ptr(), flags).result())?;
+                e.0.push(ev.assume_init());
+            }
+        }
+        Ok(e)
+    }
+
+    pub(super) fn record(&self, j: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
+        // SAFETY: a live event and our stream.
+        unsafe { cuda(result::event::record(self.0[j], stream)) }
+    }
+
+    pub(super) fn wait(&self, j: usize) -> Result<(), GpuError> {
+        // SAFETY: a live event.
+        unsafe { cuda(result::event::synchronize(self.0[j])) }
+    }
+}
+
+/// Where a lane's GPU time goes: marks before the host-to-device copies, after them, after the
+/// kernel and after the copies back. Only made when debug logging is on.
+pub(super) struct Phases(Events);
+
+impl Phases {
+    pub(super) fn new() -> Result<Option<Self>, GpuError> {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return Ok(None);
+        }
+        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT as u32)?)))
+    }
+
+    pub(super) fn mark(phases: &Option<Self>, k: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
+        phases.as_ref().map_or(Ok(()), |p| p.0.record(k, stream))
+    }
+
+    /// Milliseconds of host-to-device copies, kernel and copies back (after the stream is done).
+    pub(super) fn totals(phases: &Option<Self>) -> [f32; 3] {
+        let mut t = [0f32; 3];
+        if let Some(p) = phases {
+            for (k, slot) in t.iter_mut().enumerate() {
+                // SAFETY: live events recorded on a finished stream.
+                *slot = unsafe { result::event::elapsed(p.0.0[k], p.0.0[k + 1]) }.unwrap_or(0.0);
+            }
+        }
+        t
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        for &e in &self.0 {
+            // SAFETY: created by us; callers have waited on (or abandoned) the work that records it.
+            let _ = unsafe { result::event::destroy(e) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_take_turns_in_order_and_a_dropped_turn_passes_on() {
+        let turns = Turns::default();
+        let order = Mutex::new(Vec::new());
+        let outs = on_threads((0..4).rev().map(|k| {
+            let (turn, order) = (turns.turn(k), &order);
+            move || {
+                turn.wait();
+                order.lock().unwrap().push(k);
+                if k == 1 {
+                    return Err(GpuError::Injected); // dropped without an explicit pass
+                }
+                turn.pass();
+                Ok(k)
+            }
+        }));
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        assert!(matches!(outs[2], Err(GpuError::Injected)), "results come back in job order");
+        assert_eq!(outs.iter().filter(|o| o.is_ok()).count(), 3);
+    }
+}
