@@ -275,4 +275,25 @@ mod tests {
         assert!(blocks(&bad, raw.len()).is_none());
         assert!(decompress(&bad, raw.len(), &mut out).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_or_damaged_frame_decodes_or_errs_without_panicking(
+            noise in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            flips in proptest::collection::vec((0usize..4096, proptest::num::u8::ANY), 0..6),
+        ) {
+            let mut out = Vec::new();
+            let _ = decompress(&noise, noise.len() * 3, &mut out);
+            let raw = text(3 * BLOCK + 11);
+            let mut stored = Vec::new();
+            proptest::prop_assert!(compress(&raw, &mut stored));
+            for (at, x) in flips {
+                let at = at % stored.len();
+                stored[at] ^= x;
+            }
+            if decompress(&stored, raw.len(), &mut out).is_ok() {
+                proptest::prop_assert_eq!(out.len(), raw.len());
+            }
+        }
+    }
 }
