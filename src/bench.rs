@@ -127,6 +127,10 @@ fn chosen(label: &str, families: &[String]) -> bool {
 
 /// Runs the codec benchmark and prints Markdown tables.
 pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
+    for f in &a.codecs {
+        let known = || CodecId::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
+        f.parse::<CodecId>().with_context(|| format!("--codecs (known: {})", known()))?;
+    }
     #[cfg(feature = "gpu")]
     let gpu = match shrinkfs_codec::gpu::Gpu::probe() {
         Ok(g) => {

@@ -256,3 +256,31 @@ fn an_existing_output_is_replaced_whole_and_no_temporary_file_is_left() {
         std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().all(|n| !n.contains("shrinkfs-tmp")), "{names:?}");
 }
+
+#[test]
+fn bench_codecs_measures_the_chosen_codecs_and_refuses_unknown_ones() {
+    let o = run(&[
+        "bench",
+        "codecs",
+        "--corpora",
+        "logs",
+        "--size",
+        "1M",
+        "--frame-sizes",
+        "64K",
+        "--codecs",
+        "lz4",
+        "--runs",
+        "1",
+        "--small-count",
+        "10",
+    ]);
+    assert_ok(&o);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("| logs | 64K | cpu-lz4 |"), "{table}");
+    assert!(!table.contains("cpu-zstd") && !table.contains("lz4-block"), "only the lz4 family: {table}");
+    let o = run(&["bench", "codecs", "--codecs", "zsdt", "--size", "1M"]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown codec \"zsdt\"") && err.contains("lz4-block"), "{err}");
+}
