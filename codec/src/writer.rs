@@ -88,6 +88,11 @@ impl FrameCutter {
         self.buf.len()
     }
 
+    /// The bytes waiting for a frame to fill, without taking them.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// The last, short frame, if any bytes are left.
     pub fn finish(self) -> Option<Vec<u8>> {
         (!self.buf.is_empty()).then_some(self.buf)
@@ -149,8 +154,9 @@ impl ObjectWriter {
         self.finish_with(&FileMeta::default())
     }
 
-    /// The index and footer that end the object, recording file metadata.
-    pub fn finish_with(self, meta: &FileMeta) -> Vec<u8> {
+    /// The index and footer that end the object, recording file metadata. Takes the writer by
+    /// reference: a caller whose upload failed can build the same tail again (with other metadata).
+    pub fn finish_with(&self, meta: &FileMeta) -> Vec<u8> {
         let mut out = index_body(&self.ctx.header, meta, &self.entries);
         if let Some(key) = self.ctx.key() {
             let tag = key.index_tag(&out);

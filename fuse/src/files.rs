@@ -1,6 +1,13 @@
 //! File contents: open handles, the per-inode write state (streaming upload, local staging file,
 //! or clean), and the operations on them — open, create, read, write, flush, fsync, release, and
 //! setattr (truncate, chmod, chown, utimens, all persisted with the object).
+//!
+//! Every handle, reader or writer, is counted in the open-file table under one lock, so the last
+//! release is known exactly and a file being closed is never confused with one being reopened.
+//! Only a writer's flush or fsync publishes: a reader's close never commits another process's
+//! partial rewrite. No failure discards bytes: a failed upload leaves the file dirty with its
+//! content, so the next fsync or close uploads it again; a failed move to a staging file leaves the
+//! content where it was.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -21,6 +28,9 @@ use crate::upload::{Sink, Upload, Written, upload_file};
 /// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
 pub const MAX_READAHEAD_FRAMES: usize = 16;
 
+/// The shared state of one open inode.
+pub type SharedFile = Arc<tokio::sync::Mutex<OpenFile>>;
+
 /// An open file handle.
 #[derive(Debug, Clone)]
 pub struct Handle {
@@ -28,16 +38,27 @@ pub struct Handle {
     pub ino: u64,
     /// Opened for writing.
     pub write: bool,
-    /// The object version a read-only handle reads (pinned at open).
-    pub info: Option<ObjectInfo>,
+    /// The open-file state this handle is counted in.
+    pub file: SharedFile,
     /// Where the last read ended, and how many frames to fetch ahead while reads stay sequential.
     pub readahead: (u64, usize),
+}
+
+/// One inode in the open-file table: its state and the handles counted on it.
+#[derive(Debug)]
+pub struct OpenEntry {
+    /// The state every handle of the inode shares.
+    pub file: SharedFile,
+    /// Handles open on it.
+    pub handles: u32,
+    /// Of those, handles open for writing.
+    pub writers: u32,
 }
 
 /// What the bytes of an open file are, right now.
 #[derive(Debug)]
 pub enum Body {
-    /// Exactly the object in the store.
+    /// Exactly the object version `base` (nothing, for a new file).
     Clean,
     /// Being written sequentially from offset 0 straight to the store.
     Streaming(Box<Upload>),
@@ -59,11 +80,9 @@ pub struct OpenFile {
     pub meta: FileMeta,
     /// Bytes or metadata differ from the store.
     pub dirty: bool,
-    /// Handles open on it.
-    pub handles: u32,
-    /// Unlinked while open: nothing is uploaded any more.
+    /// Unlinked while open: its bytes stay readable and writable here, nothing is uploaded.
     pub unlinked: bool,
-    /// The object version it started from (None: new file).
+    /// The object version it started from, or last committed (None: new file).
     pub base: Option<ObjectInfo>,
 }
 
@@ -87,8 +106,8 @@ impl Fs {
         self.open.lock().expect("open lock").contains_key(&ino)
     }
 
-    fn open_file(&self, ino: u64) -> Option<Arc<tokio::sync::Mutex<OpenFile>>> {
-        self.open.lock().expect("open lock").get(&ino).cloned()
+    pub(crate) fn open_file(&self, ino: u64) -> Option<SharedFile> {
+        self.open.lock().expect("open lock").get(&ino).map(|e| e.file.clone())
     }
 
     /// Attributes of an inode with local write state.
@@ -108,8 +127,26 @@ impl Fs {
         Some(a)
     }
 
-    fn new_handle(&self, h: Handle) -> u64 {
+    /// Counts a new handle on `ino`: on the state already open, or on `fresh` when there is none.
+    fn attach(&self, ino: u64, write: bool, fresh: Option<OpenFile>) -> Option<SharedFile> {
+        let mut open = self.open.lock().expect("open lock");
+        let entry = match (open.get_mut(&ino), fresh) {
+            (Some(e), _) => e,
+            (None, Some(of)) => open.entry(ino).or_insert(OpenEntry {
+                file: Arc::new(tokio::sync::Mutex::new(of)),
+                handles: 0,
+                writers: 0,
+            }),
+            (None, None) => return None,
+        };
+        entry.handles += 1;
+        entry.writers += u32::from(write);
+        Some(entry.file.clone())
+    }
+
+    fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = Handle { ino, write, file, readahead: (0, 0) };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
     }
@@ -151,14 +188,46 @@ impl Fs {
             body: Body::Streaming(Box::new(self.new_upload(&rel)?)),
             meta,
             dirty: true,
-            handles: 1,
             unlinked: false,
             base: None,
         };
         let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::File, attr, None, true);
-        self.open.lock().expect("open lock").insert(i.ino, Arc::new(tokio::sync::Mutex::new(of)));
-        let fh = self.new_handle(Handle { ino: i.ino, write: true, info: None, readahead: (0, 0) });
+        let file = {
+            let mut open = self.open.lock().expect("open lock");
+            // A state left for this inode (an unlinked file of the same name) is not this file's.
+            let file = Arc::new(tokio::sync::Mutex::new(of));
+            open.insert(i.ino, OpenEntry { file: file.clone(), handles: 1, writers: 1 });
+            file
+        };
+        let fh = self.new_handle(i.ino, true, file);
         Ok((self.attrs_of(&i), fh))
+    }
+
+    /// The state of a file not yet open: the object as stored now. A damaged object can still be
+    /// opened to be truncated (and so replaced).
+    async fn load(&self, i: &Inode, replace: bool) -> Result<OpenFile> {
+        let base = match self.reader.stat(&self.key(&i.path)).await {
+            Ok(Some(info)) => Some(info),
+            Ok(None) => return Err(Error::NotFound),
+            Err(Error::Codec { key, source }) if replace => {
+                tracing::warn!(key, error = %source, "replacing an object that cannot be read");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = match &base {
+            Some(info) => info.meta(),
+            None => {
+                let a = self.attrs_of(i);
+                FileMeta {
+                    mode: Some(S_IFREG | u32::from(a.perm)),
+                    uid: Some(a.uid),
+                    gid: Some(a.gid),
+                    mtime: Some(now_meta()),
+                }
+            }
+        };
+        Ok(OpenFile { meta, body: Body::Clean, dirty: false, unlinked: false, base })
     }
 
     /// Opens a file; `truncate` (O_TRUNC) empties it.
@@ -170,68 +239,47 @@ impl Fs {
         if write {
             self.writable()?;
         }
-        if let Some(of) = self.open_file(ino) {
-            let mut of = of.lock().await;
-            of.handles += 1;
-            if truncate && write {
-                self.truncate_locked(&i, &mut of, 0).await?;
+        let file = match self.attach(ino, write, None) {
+            Some(f) => f,
+            None => {
+                let fresh = self.load(&i, write && truncate).await?;
+                self.attach(ino, write, Some(fresh)).expect("fresh state given")
             }
-            return Ok(self.new_handle(Handle { ino, write, info: None, readahead: (0, 0) }));
-        }
-        let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
-        if !write {
-            return Ok(self.new_handle(Handle { ino, write, info: Some(info), readahead: (0, 0) }));
-        }
-        let mut of = OpenFile {
-            meta: info.meta(),
-            body: Body::Clean,
-            dirty: false,
-            handles: 1,
-            unlinked: false,
-            base: Some(info),
         };
-        if truncate {
-            self.truncate_locked(&i, &mut of, 0).await?;
+        let fh = self.new_handle(ino, write, file.clone());
+        if truncate && write {
+            let mut of = file.lock().await;
+            if let Err(e) = self.truncate_locked(&i, &mut of, 0).await {
+                drop(of);
+                let _ = self.release(fh).await;
+                return Err(e);
+            }
         }
-        self.open.lock().expect("open lock").insert(ino, Arc::new(tokio::sync::Mutex::new(of)));
-        Ok(self.new_handle(Handle { ino, write, info: None, readahead: (0, 0) }))
+        Ok(fh)
     }
 
     /// Reads up to `size` bytes at `offset`.
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handle(fh)?;
-        if let Some(of) = self.open_file(h.ino) {
-            let mut of = of.lock().await;
-            if let Body::Streaming(_) = of.body {
-                self.stage_locked(&mut of).await?;
-            }
-            match &of.body {
-                Body::Staged { file, len } => {
-                    let end = (offset + size as u64).min(*len);
-                    if offset >= end {
-                        return Ok(Vec::new());
-                    }
-                    let mut buf = vec![0u8; (end - offset) as usize];
-                    file.read_exact_at(&mut buf, offset)?;
-                    return Ok(buf);
-                }
-                Body::Clean => {
-                    if let Some(base) = of.base.clone() {
-                        drop(of);
-                        return self.reader.read(&base, offset..offset + size as u64).await;
-                    }
+        let mut of = h.file.lock().await;
+        if let Body::Streaming(_) = of.body {
+            self.stage_locked(&mut of).await?;
+        }
+        let base = match &of.body {
+            Body::Staged { file, len } => {
+                let end = offset.saturating_add(size as u64).min(*len);
+                if offset >= end {
                     return Ok(Vec::new());
                 }
-                Body::Streaming(_) => unreachable!("staged above"),
+                let mut buf = vec![0u8; (end - offset) as usize];
+                file.read_exact_at(&mut buf, offset)?;
+                return Ok(buf);
             }
-        }
-        let info = match h.info {
-            Some(info) => info,
-            None => {
-                let i = self.inode(h.ino)?;
-                self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?
-            }
+            Body::Clean => of.base.clone(),
+            Body::Streaming(_) => unreachable!("staged above"),
         };
+        drop(of);
+        let Some(info) = base else { return Ok(Vec::new()) };
         let end = offset.saturating_add(size as u64);
         let data = self.reader.read(&info, offset..end).await?;
         self.read_ahead(fh, &info, offset, end);
@@ -262,13 +310,16 @@ impl Fs {
     }
 
     /// Moves an open file's bytes into a local staging file (from the upload so far or the object).
-    async fn stage_locked(&self, of: &mut OpenFile) -> Result<()> {
-        match std::mem::replace(&mut of.body, Body::Clean) {
-            Body::Staged { file, len } => of.body = Body::Staged { file, len },
+    /// On failure the bytes stay where they were.
+    pub(crate) async fn stage_locked(&self, of: &mut OpenFile) -> Result<()> {
+        match &mut of.body {
+            Body::Staged { .. } => {}
             Body::Streaming(up) => {
                 let file = self.staging_file()?;
                 let len = up.recover_into(&file).await?;
-                of.body = Body::Staged { file, len };
+                if let Body::Streaming(up) = std::mem::replace(&mut of.body, Body::Staged { file, len }) {
+                    up.abort().await;
+                }
             }
             Body::Clean => {
                 let file = self.staging_file()?;
@@ -278,6 +329,9 @@ impl Fs {
                     let step = 8u64 << 20;
                     while len < base.size() {
                         let chunk = self.reader.read(base, len..len + step).await?;
+                        if chunk.is_empty() {
+                            return Err(Error::Invalid(format!("{} ended before its size", base.path)));
+                        }
                         file.write_all_at(&chunk, len)?;
                         len += chunk.len() as u64;
                     }
@@ -288,14 +342,14 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes `data` at `offset`; returns the bytes written.
+    /// Writes `data` at `offset`; returns the bytes written. An error leaves the file as it was,
+    /// except a full staging disk while a sequential upload spills (see `Upload::write`).
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
         if !h.write {
             return Err(Error::Invalid("handle not open for writing".into()));
         }
-        let of = self.open_file(h.ino).ok_or(Error::Stale)?;
-        let mut of = of.lock().await;
+        let mut of = h.file.lock().await;
         let i = self.inode(h.ino)?;
         if let Body::Clean = of.body
             && of.base.as_ref().is_none_or(|b| b.size() == 0)
@@ -303,7 +357,7 @@ impl Fs {
         {
             of.body = Body::Streaming(Box::new(self.new_upload(&i.path)?));
         }
-        let sequential = matches!(&of.body, Body::Streaming(u) if u.len() == offset);
+        let sequential = matches!(&of.body, Body::Streaming(u) if u.appendable() && u.len() == offset);
         if !sequential {
             self.stage_locked(&mut of).await?;
         }
@@ -325,10 +379,10 @@ impl Fs {
             return Ok(());
         }
         if size == 0 {
-            if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
+            let fresh = Body::Streaming(Box::new(self.new_upload(&i.path)?));
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, fresh) {
                 u.abort().await;
             }
-            of.body = Body::Streaming(Box::new(self.new_upload(&i.path)?));
         } else {
             self.stage_locked(of).await?;
             if let Body::Staged { file, len } = &mut of.body {
@@ -342,19 +396,26 @@ impl Fs {
     }
 
     /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
-    /// this returns.
-    async fn commit_locked(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+    /// this returns. On failure the file stays dirty with all its bytes, so a retry uploads them.
+    pub(crate) async fn commit_locked(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
         if !of.dirty || of.unlinked {
             return Ok(());
         }
         let path = self.key(&i.path);
-        let written: Written = match std::mem::replace(&mut of.body, Body::Clean) {
-            Body::Streaming(up) => up.finish(&of.meta).await?,
+        let written: Written = match &mut of.body {
+            Body::Streaming(up) if up.path() == &path => {
+                let w = up.finish(&of.meta).await?;
+                of.body = Body::Clean;
+                w
+            }
+            Body::Streaming(_) => {
+                // Renamed while written: the bytes go to the new name.
+                self.stage_locked(of).await?;
+                return Box::pin(self.commit_locked(i, of)).await;
+            }
             Body::Staged { file, len } => {
                 let up = Upload::new(self.sink(), path.clone(), &self.cfg.encode, &self.cfg.staging_dir)?;
-                let res = upload_file(up, &file, len, &of.meta).await;
-                of.body = Body::Staged { file, len };
-                res?
+                upload_file(up, file, *len, &of.meta).await?
             }
             Body::Clean => {
                 // Only metadata changed: rewrite the object's bytes with the new metadata.
@@ -395,50 +456,87 @@ impl Fs {
         self.commit_locked(&i, &mut of).await
     }
 
-    /// close(): uploads everything written through any handle of the file.
+    /// close(): a writer's close uploads everything written through any handle of the file; a
+    /// reader's close publishes nothing.
     pub async fn flush(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
-        self.commit_ino(h.ino).await
+        if !h.write {
+            return Ok(());
+        }
+        let mut of = h.file.lock().await;
+        let i = self.inode(h.ino)?;
+        self.commit_locked(&i, &mut of).await
     }
 
-    /// fsync(): the same guarantee as flush.
+    /// fsync(): the same guarantee as a writer's flush.
     pub async fn fsync(&self, fh: u64) -> Result<()> {
         self.flush(fh).await
     }
 
-    /// Drops a handle; the last one uploads anything still pending and frees the write state.
+    /// Drops a handle. The last one uploads anything still pending (changes a failed close left)
+    /// and frees the state — unless the file was opened again meanwhile.
     pub async fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.lock().expect("handles lock").remove(&fh).ok_or(Error::Stale)?;
-        let Some(of_arc) = self.open_file(h.ino) else {
-            return Ok(());
+        let last = {
+            let mut open = self.open.lock().expect("open lock");
+            match open.get_mut(&h.ino) {
+                Some(e) if Arc::ptr_eq(&e.file, &h.file) => {
+                    e.handles = e.handles.saturating_sub(1);
+                    e.writers = e.writers.saturating_sub(u32::from(h.write));
+                    e.handles == 0
+                }
+                _ => true,
+            }
         };
-        let mut of = of_arc.lock().await;
-        of.handles = of.handles.saturating_sub(1);
-        if of.handles > 0 {
+        if !last {
             return Ok(());
         }
+        let mut of = h.file.lock().await;
         let res = match self.inode(h.ino) {
             Ok(i) => self.commit_locked(&i, &mut of).await,
             Err(_) => Ok(()),
         };
-        if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
-            u.abort().await;
+        let retired = {
+            let mut open = self.open.lock().expect("open lock");
+            match open.get(&h.ino) {
+                Some(e) if Arc::ptr_eq(&e.file, &h.file) && e.handles == 0 => {
+                    open.remove(&h.ino);
+                    true
+                }
+                Some(e) if Arc::ptr_eq(&e.file, &h.file) => false,
+                _ => true,
+            }
+        };
+        if retired {
+            if let Err(e) = &res {
+                tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
+            }
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
+                u.abort().await;
+            }
         }
-        self.open.lock().expect("open lock").remove(&h.ino);
         res
     }
 
-    /// Drops local write state of an unlinked file; returns whether there was any.
-    pub(crate) async fn discard_open(&self, ino: u64) -> bool {
-        let Some(of) = self.open_file(ino) else {
-            return false;
+    /// An open file whose name is going away (unlink, or replaced by a rename): its bytes move to a
+    /// staging file if they live only in the store, and it uploads nothing any more. Runs `remove`
+    /// (which deletes the object) while the file is locked, and marks the file only if it succeeds.
+    pub(crate) async fn detach_open<F, T>(&self, ino: u64, remove: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let Some(file) = self.open_file(ino) else {
+            return remove.await;
         };
-        let mut of = of.lock().await;
-        of.unlinked = true;
-        if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
-            u.abort().await;
+        let mut of = file.lock().await;
+        // Local bytes only: nothing more goes to the store for a file that has no name.
+        if matches!(of.body, Body::Streaming(_)) || matches!(of.body, Body::Clean) && of.base.is_some() {
+            self.stage_locked(&mut of).await?;
         }
-        true
+        let out = remove.await?;
+        of.unlinked = true;
+        of.dirty = false;
+        Ok(out)
     }
 
     /// Changes size, mode, owner or times; persisted with the object on the next upload (at once
@@ -475,18 +573,7 @@ impl Fs {
         }
         let (of_arc, temporary) = match self.open_file(ino) {
             Some(of) => (of, false),
-            None => {
-                let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
-                let of = OpenFile {
-                    meta: info.meta(),
-                    body: Body::Clean,
-                    dirty: false,
-                    handles: 0,
-                    unlinked: false,
-                    base: Some(info),
-                };
-                (Arc::new(tokio::sync::Mutex::new(of)), true)
-            }
+            None => (Arc::new(tokio::sync::Mutex::new(self.load(&i, size == Some(0)).await?)), true),
         };
         let mut of = of_arc.lock().await;
         if let Some(s) = size {
@@ -518,16 +605,47 @@ impl Fs {
         self.open_attrs(&i).await.ok_or(Error::Stale)
     }
 
-    /// Uploads every file with pending changes (before unmounting).
+    /// At unmount or on a signal: uploads files with pending changes that no writer holds open
+    /// any more (a close whose upload failed, retried once more). A file still open for writing is
+    /// never published half-written: its upload is left to its writer's close.
     pub async fn flush_all(&self) -> Result<()> {
-        let open: Vec<u64> = self.open.lock().expect("open lock").keys().copied().collect();
+        let open: Vec<(u64, SharedFile, u32)> =
+            self.open.lock().expect("open lock").iter().map(|(ino, e)| (*ino, e.file.clone(), e.writers)).collect();
         let mut first_err = None;
-        for ino in open {
-            if let Err(e) = self.commit_ino(ino).await {
+        for (ino, file, writers) in open {
+            if writers > 0 {
+                tracing::warn!(ino, "still open for writing at unmount: not uploaded until its writer closes it");
+                continue;
+            }
+            let mut of = file.lock().await;
+            let res = match self.inode(ino) {
+                Ok(i) => self.commit_locked(&i, &mut of).await,
+                Err(_) => Ok(()),
+            };
+            if let Err(e) = res {
                 e.log("flush_all");
                 first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// When the mount ends: cancels the uploads of files still open for writing, so no partial
+    /// object and no unfinished multipart upload is left behind; returns how many there were.
+    pub async fn abandon_open(&self) -> usize {
+        let open: Vec<(u64, SharedFile)> =
+            self.open.lock().expect("open lock").drain().map(|(ino, e)| (ino, e.file)).collect();
+        let mut n = 0;
+        for (ino, file) in open {
+            let mut of = file.lock().await;
+            if of.dirty && !of.unlinked {
+                tracing::warn!(ino, "unmounted while open for writing: unsaved changes discarded");
+                n += 1;
+            }
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
+                u.abort().await;
+            }
+        }
+        n
     }
 }

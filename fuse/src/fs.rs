@@ -15,7 +15,7 @@ use shrinkfs_codec::{EncodeConfig, FileMeta};
 use crate::budget::Budget;
 use crate::cache::{ChunkCache, LayoutCache, Parsed};
 use crate::error::{Error, Result};
-use crate::files::{Handle, OpenFile};
+use crate::files::{Handle, OpenEntry};
 use crate::inode::{Attr, Inode, InodeTable, Kind, join};
 use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
@@ -118,7 +118,7 @@ pub struct Fs {
     pub(crate) reader: Reader,
     pub(crate) cfg: FsConfig,
     pub(crate) inodes: Arc<Mutex<InodeTable>>,
-    pub(crate) open: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<OpenFile>>>>,
+    pub(crate) open: Mutex<HashMap<u64, OpenEntry>>,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<crate::listing::Listing>>>>,
     /// Per directory: the file names of its latest listing, until their attributes are prefetched.
@@ -254,6 +254,42 @@ impl Fs {
         i.fetched.is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
     }
 
+    /// Kind and attributes of the object at `key`, `None` if there is none. An object that cannot
+    /// be decoded still has a name (and its stored size), so it can be listed, removed or replaced;
+    /// reading it fails.
+    pub(crate) async fn stat_attrs(&self, key: &Path) -> Result<Option<(Kind, Attr)>> {
+        match self.reader.stat(key).await {
+            Ok(Some(info)) => Ok(Some(Self::attr_from_object(&info))),
+            Ok(None) => Ok(None),
+            // Without the right key an object is not ours to show, whatever its state.
+            Err(
+                e @ Error::Codec {
+                    source: shrinkfs_codec::Error::KeyRequired | shrinkfs_codec::Error::WrongKey, ..
+                },
+            ) => Err(e),
+            Err(Error::Codec { key: k, source }) => {
+                tracing::warn!(key = k, error = %source, "object cannot be decoded; shown with its stored size");
+                self.metrics.store_request("head");
+                let meta = match self.bucket.store.head(key).await {
+                    Ok(m) => m,
+                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                };
+                let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.last_modified.timestamp().max(0) as u64);
+                let attr = Attr {
+                    size: meta.size,
+                    stored: meta.size,
+                    mtime,
+                    etag: meta.e_tag.clone(),
+                    codec: "unreadable".into(),
+                    ..Attr::empty()
+                };
+                Ok(Some((Kind::File, attr)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn dir_exists(&self, rel: &str) -> Result<bool> {
         Ok(!self.first_keys(rel, 1).await?.is_empty())
     }
@@ -277,8 +313,7 @@ impl Fs {
         }
         let rel = join(&dir.path, name);
         self.prefetch_listed(parent, &dir.path);
-        if let Some(info) = self.reader.stat(&self.key(&rel)).await? {
-            let (kind, attr) = Self::attr_from_object(&info);
+        if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel)).await? {
             let i =
                 self.inodes.lock().expect("inode lock").upsert(parent, name, kind, attr, Some(Instant::now()), true);
             return Ok(self.attrs_of(&i));
@@ -337,9 +372,8 @@ impl Fs {
         if i.kind == Kind::Dir || self.fresh(&i) || i.parent == 0 {
             return Ok(self.attrs_of(&i));
         }
-        match self.reader.stat(&self.key(&i.path)).await? {
-            Some(info) => {
-                let (kind, attr) = Self::attr_from_object(&info);
+        match self.stat_attrs(&self.key(&i.path)).await? {
+            Some((kind, attr)) => {
                 let mut t = self.inodes.lock().expect("inode lock");
                 let cur = t.get_mut(ino).ok_or(Error::Stale)?;
                 if cur.kind != kind {
@@ -390,12 +424,14 @@ impl Fs {
         check_name(name)?;
         let dir = self.inode(parent)?;
         let rel = join(&dir.path, name);
-        if self.reader.stat(&self.key(&rel)).await?.is_some() {
+        if self.stat_attrs(&self.key(&rel)).await?.is_some() {
             return Err(Error::NotDir);
         }
         let under = self.first_keys(&rel, 2).await?;
         let found = !under.is_empty();
-        if under.iter().any(|k| k.filename() != Some(DIR_MARKER)) {
+        // Only this directory's own marker may remain: an empty subdirectory is an entry too.
+        let marker = self.key(&join(&rel, DIR_MARKER));
+        if under.iter().any(|k| k != &marker) {
             return Err(Error::NotEmpty);
         }
         let local_children = {
@@ -430,17 +466,25 @@ impl Fs {
         if known.as_ref().is_some_and(|k| k.kind == Kind::Dir) {
             return Err(Error::IsDir);
         }
-        let had_local = match &known {
-            Some(k) => self.discard_open(k.ino).await,
-            None => false,
-        };
-        self.metrics.store_request("delete");
-        let existed = match self.reader.stat(&self.key(&rel)).await? {
-            Some(_) => {
-                self.bucket.store.delete(&self.key(&rel)).await?;
-                true
+        let key = self.key(&rel);
+        let remove = async {
+            self.metrics.store_request("head");
+            match self.bucket.store.head(&key).await {
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                Err(e) => return Err(Error::from(e)),
             }
-            None => false,
+            self.metrics.store_request("delete");
+            match self.bucket.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+                Err(e) => Err(e.into()),
+            }
+        };
+        // An open file keeps its bytes for its handles (POSIX: unlinked, not gone).
+        let had_local = known.as_ref().is_some_and(|k| self.is_open(k.ino));
+        let existed = match &known {
+            Some(k) => self.detach_open(k.ino, remove).await?,
+            None => remove.await?,
         };
         if !existed && !had_local {
             if self.dir_exists(&rel).await? {
@@ -530,12 +574,18 @@ impl Fs {
         }
         let from = join(&src_dir.path, name);
         let to = join(&dst_dir.path, new_name);
+        let moved: Vec<u64>;
         if src_attr.kind == Kind::Dir {
             if to == from || to.starts_with(&format!("{from}/")) {
                 return Err(Error::Invalid("cannot move a directory into itself".into()));
             }
             if dst.is_some() {
                 self.rmdir(new_parent, new_name).await?;
+            }
+            // Files open below it are uploaded first, so the copy carries their bytes.
+            moved = self.open_below(&from);
+            for &ino in &moved {
+                self.commit_ino(ino).await?;
             }
             let objects: Vec<_> = self.bucket.store.list(Some(&self.key(&from))).try_collect().await?;
             for o in &objects {
@@ -553,13 +603,48 @@ impl Fs {
             }
         } else {
             self.commit_ino(src_attr.ino).await?;
-            self.metrics.store_request("copy");
-            self.bucket.store.copy(&self.key(&from), &self.key(&to)).await?;
-            self.metrics.store_request("delete");
-            self.bucket.store.delete(&self.key(&from)).await?;
+            let move_object = async {
+                self.metrics.store_request("copy");
+                self.bucket.store.copy(&self.key(&from), &self.key(&to)).await?;
+                self.metrics.store_request("delete");
+                self.bucket.store.delete(&self.key(&from)).await?;
+                Ok(())
+            };
+            // Handles open on the replaced file keep its bytes.
+            match &dst {
+                Some(d) => self.detach_open(d.ino, move_object).await?,
+                None => move_object.await?,
+            }
+            moved = vec![src_attr.ino];
         }
         self.inodes.lock().expect("inode lock").rename(parent, name, new_parent, new_name);
+        for ino in moved {
+            self.rebase_open(ino).await;
+        }
         Ok(())
+    }
+
+    /// Inodes open below directory path `dir`.
+    fn open_below(&self, dir: &str) -> Vec<u64> {
+        let prefix = format!("{dir}/");
+        let open: Vec<u64> = self.open.lock().expect("open lock").keys().copied().collect();
+        let t = self.inodes.lock().expect("inode lock");
+        open.into_iter().filter(|ino| t.get(*ino).is_some_and(|i| i.path.starts_with(&prefix))).collect()
+    }
+
+    /// After a rename: an open file whose bytes are the stored object reads it under its new key.
+    async fn rebase_open(&self, ino: u64) {
+        let Some(file) = self.open_file(ino) else { return };
+        let mut of = file.lock().await;
+        if !matches!(of.body, crate::files::Body::Clean) || of.base.is_none() {
+            return;
+        }
+        let Ok(i) = self.inode(ino) else { return };
+        match self.reader.stat(&self.key(&i.path)).await {
+            Ok(Some(info)) => of.base = Some(info),
+            Ok(None) => tracing::warn!(ino, path = i.path, "renamed open file not found under its new name"),
+            Err(e) => e.log("rename"),
+        }
     }
 
     /// The kernel dropped `n` lookups of `ino`.

@@ -4,6 +4,12 @@
 //! budget whatever the file size. The object appears under its key only when `finish` completes;
 //! an aborted upload leaves nothing visible.
 //!
+//! Failure never loses bytes: the spill keeps every stored byte until the upload is finished or
+//! dropped, so a failed part (or a failed `finish`) only starts shipping again from the first byte
+//! with a new multipart upload — at the next write or the retried `finish` — and `recover_into`
+//! can always rebuild the file. A part failure during a write is not the write's error (its bytes
+//! are safe in the spill): it is reported by `finish` if shipping again fails too.
+//!
 //! Memory: a raw frame holds budget room from the moment it is cut until it is encoded (released by
 //! the encoder, so a writer blocked on the budget never holds room it alone could give back); a part
 //! holds room while it is uploaded (released when its upload task ends). Encoded frames waiting to
@@ -60,6 +66,7 @@ impl SpillBuf {
         Ok(())
     }
 
+    /// Reads `buf.len()` stored bytes from offset `at`.
     fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
         match &self.spill {
             Spill::Memory(v) => {
@@ -102,6 +109,13 @@ pub struct Sink {
     pub metrics: Arc<Metrics>,
 }
 
+/// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
+/// append failed, e.g. a full staging disk, and is tried again on the next drain).
+enum Pending {
+    Encoding(oneshot::Receiver<EncodedFrame>),
+    Ready(EncodedFrame),
+}
+
 /// One object being written.
 pub struct Upload {
     sink: Sink,
@@ -114,13 +128,15 @@ pub struct Upload {
     writer: ObjectWriter,
     next_frame: u64,
     raw_in: u64,
-    pending: VecDeque<oneshot::Receiver<EncodedFrame>>,
+    pending: VecDeque<Pending>,
     max_pending: usize,
-    /// Every stored byte so far, in order (also lets `recover_into` rebuild the file).
+    /// Header and every frame so far, in order (the index and footer are built by `finish`).
     spill: SpillBuf,
     /// Bytes in `spill`.
     stored: u64,
-    /// Bytes of `spill` handed to parts.
+    /// The last, short frame was cut by `finish`: no more bytes can be appended.
+    sealed: bool,
+    /// Bytes of `spill` handed to parts of the current multipart upload.
     shipped: u64,
     multipart: Option<Box<dyn MultipartUpload>>,
     parts: JoinSet<object_store::Result<()>>,
@@ -158,6 +174,7 @@ impl Upload {
             max_pending,
             spill,
             stored: header.len() as u64,
+            sealed: false,
             shipped: 0,
             multipart: None,
             parts: JoinSet::new(),
@@ -174,22 +191,33 @@ impl Upload {
         self.raw_in == 0
     }
 
+    /// Whether bytes can still be appended (`finish` was not tried yet).
+    pub fn appendable(&self) -> bool {
+        !self.sealed
+    }
+
     /// Where it is being written.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// Appends bytes. Waits (backpressure) for room in the memory budget and when too many frames
-    /// or parts are in flight.
+    /// or parts are in flight. An error means the bytes may or may not have been taken (only a
+    /// local failure — a full staging disk — gets here); store failures wait for `finish`.
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        if self.sealed {
+            return Err(Error::Invalid("upload already finished".into()));
+        }
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
         self.raw_in += data.len() as u64;
         for f in full {
             self.submit(f).await;
-            self.drain(false).await?;
+            self.collect(false).await?;
         }
-        self.drain(false).await
+        self.collect(false).await?;
+        self.ship_full_parts().await;
+        Ok(())
     }
 
     async fn submit(&mut self, raw: Vec<u8>) {
@@ -201,61 +229,82 @@ impl Upload {
             drop(held);
             let _ = tx.send(f);
         });
-        self.pending.push_back(rx);
+        self.pending.push_back(Pending::Encoding(rx));
     }
 
-    /// Moves encoded frames, in order, to the spill and ships full parts; waits for every frame
-    /// when `all`.
-    async fn drain(&mut self, all: bool) -> Result<()> {
+    /// Moves encoded frames, in order, to the spill; waits for every frame when `all` (else only
+    /// while more than the allowed number are in flight).
+    async fn collect(&mut self, all: bool) -> Result<()> {
         loop {
             let wait = all || self.pending.len() > self.max_pending;
-            let Some(front) = self.pending.front_mut() else {
-                break;
-            };
-            let frame = if wait {
-                front.await.map_err(|_| Error::Invalid("encoder stopped".into()))?
-            } else {
-                match front.try_recv() {
-                    Ok(f) => f,
-                    Err(oneshot::error::TryRecvError::Empty) => break,
-                    Err(oneshot::error::TryRecvError::Closed) => {
-                        return Err(Error::Invalid("encoder stopped".into()));
+            let frame = match self.pending.pop_front() {
+                None => break,
+                Some(Pending::Ready(f)) => f,
+                Some(Pending::Encoding(mut rx)) => {
+                    let got = if wait {
+                        (&mut rx).await.map_err(|_| oneshot::error::TryRecvError::Closed)
+                    } else {
+                        rx.try_recv()
+                    };
+                    match got {
+                        Ok(f) => f,
+                        Err(oneshot::error::TryRecvError::Empty) => {
+                            self.pending.push_front(Pending::Encoding(rx));
+                            break;
+                        }
+                        Err(oneshot::error::TryRecvError::Closed) => {
+                            return Err(Error::Invalid("encoder stopped".into()));
+                        }
                     }
                 }
             };
-            self.pending.pop_front();
+            // The frame is recorded only once its bytes are in the spill; a failed append keeps it.
+            if let Err(e) = self.spill.append(&frame.bytes) {
+                self.pending.push_front(Pending::Ready(frame));
+                return Err(e.into());
+            }
+            self.stored += frame.bytes.len() as u64;
             self.writer.push(&frame);
             self.sink.metrics.frame_encoded(frame.header.codec.name());
-            self.append(&frame.bytes)?;
         }
+        Ok(())
+    }
+
+    /// Ships every full part of the spill. A failure is not the writer's error (the bytes stay in
+    /// the spill): the multipart upload is dropped and the next call, or `finish`, starts again
+    /// from the first byte.
+    async fn ship_full_parts(&mut self) {
         while self.stored - self.shipped >= PART_SIZE as u64 {
-            self.ship(PART_SIZE).await?;
+            if let Err(e) = self.ship(PART_SIZE, None).await {
+                tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
+                self.reset_shipping().await;
+                break;
+            }
         }
-        Ok(())
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<()> {
-        self.spill.append(bytes)?;
-        self.stored += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Reads the next `len` unshipped bytes of the spill, holding budget room for them.
-    async fn unshipped(&mut self, len: usize) -> Result<(PutPayload, crate::budget::Held)> {
-        let held = self.sink.budget.take(len as u64).await;
-        let mut buf = vec![0u8; len];
-        self.spill.read_exact_at(&mut buf, self.shipped)?;
+    /// Reads the next `len` unshipped bytes of the spill (and `tail` after them), holding budget
+    /// room for them.
+    async fn unshipped(&mut self, len: usize, tail: Option<&[u8]>) -> Result<(PutPayload, crate::budget::Held)> {
+        let extra = tail.map_or(0, <[u8]>::len);
+        let held = self.sink.budget.take((len + extra) as u64).await;
+        let mut buf = vec![0u8; len + extra];
+        self.spill.read_exact_at(&mut buf[..len], self.shipped)?;
+        if let Some(t) = tail {
+            buf[len..].copy_from_slice(t);
+        }
         self.shipped += len as u64;
         Ok((PutPayload::from(buf), held))
     }
 
-    /// Uploads the next `len` bytes of the spill as one multipart part.
-    async fn ship(&mut self, len: usize) -> Result<()> {
+    /// Uploads the next `len` bytes of the spill (then `tail`) as one multipart part; fails if an
+    /// earlier part failed.
+    async fn ship(&mut self, len: usize, tail: Option<&[u8]>) -> Result<()> {
         if self.multipart.is_none() {
             self.sink.metrics.store_request("multipart_start");
             self.multipart = Some(self.sink.store.put_multipart(&self.path).await?);
         }
-        let (payload, held) = self.unshipped(len).await?;
+        let (payload, held) = self.unshipped(len, tail).await?;
         let part = self.multipart.as_mut().expect("started above").put_part(payload);
         self.sink.metrics.store_request("multipart_part");
         self.parts.spawn(async move {
@@ -274,47 +323,63 @@ impl Upload {
         Ok(())
     }
 
-    /// Encodes what is left, writes index and footer, and completes the object.
-    pub async fn finish(mut self, meta: &FileMeta) -> Result<Written> {
-        let result = self.finish_inner(meta).await;
+    /// Drops the multipart upload in progress (aborting it in the store); shipping starts again
+    /// from the first byte of the spill.
+    async fn reset_shipping(&mut self) {
+        self.abort_parts().await;
+        self.shipped = 0;
+    }
+
+    /// Encodes what is left, writes index and footer, and completes the object. On failure nothing
+    /// is lost: the upload can be finished again (with the same or other metadata), or recovered.
+    pub async fn finish(&mut self, meta: &FileMeta) -> Result<Written> {
+        if !self.sealed {
+            let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
+            if let Some(rest) = cutter.finish() {
+                self.submit(rest).await;
+            }
+            self.sealed = true;
+        }
+        self.collect(true).await?;
+        // Parts shipped while the file was written: one that failed means shipping again.
+        while let Some(done) = self.parts.join_next().await {
+            if let Err(e) = part_result(done) {
+                tracing::warn!(key = %self.path, error = %e, "part upload failed; uploading again from the start");
+                self.reset_shipping().await;
+            }
+        }
+        let result = self.complete(meta).await;
         if result.is_err() {
-            self.abort_parts().await;
+            self.reset_shipping().await;
         }
         result
     }
 
-    async fn finish_inner(&mut self, meta: &FileMeta) -> Result<Written> {
-        let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
-        if let Some(rest) = cutter.finish() {
-            self.submit(rest).await;
-        }
-        self.drain(true).await?;
-        let writer = std::mem::replace(&mut self.writer, ObjectWriter::new(self.ctx.clone()));
-        let raw = writer.raw_len();
-        let tail = writer.finish_with(meta);
-        self.append(&tail)?;
-        let rest = (self.stored - self.shipped) as usize;
-        let put = if self.multipart.is_none() {
-            let (payload, _held) = self.unshipped(rest).await?;
+    async fn complete(&mut self, meta: &FileMeta) -> Result<Written> {
+        let raw = self.writer.raw_len();
+        let tail = self.writer.finish_with(meta);
+        let total = self.stored + tail.len() as u64;
+        let put = if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
+            let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
             self.sink.metrics.store_request("put");
             self.sink.store.put(&self.path, payload).await?
         } else {
-            if rest > 0 {
-                self.ship(rest).await?;
+            while self.stored - self.shipped > PART_SIZE as u64 {
+                self.ship(PART_SIZE, None).await?;
             }
+            self.ship((self.stored - self.shipped) as usize, Some(&tail)).await?;
             while let Some(done) = self.parts.join_next().await {
                 part_result(done)?;
             }
             self.sink.metrics.store_request("multipart_complete");
-            let mp = self.multipart.as_mut().expect("multipart checked above");
+            let mp = self.multipart.as_mut().expect("a part was shipped above");
             let put = mp.complete().await?;
             self.multipart = None;
             put
         };
-        self.sink.metrics.object_written(raw, self.stored);
-        let layout =
-            Layout::parse(&tail, self.stored).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
-        Ok(Written { put, stored: self.stored, layout })
+        self.sink.metrics.object_written(raw, total);
+        let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
+        Ok(Written { put, stored: total, layout })
     }
 
     async fn abort_parts(&mut self) {
@@ -330,34 +395,32 @@ impl Upload {
         self.abort_parts().await;
     }
 
-    /// Cancels the upload and writes every byte accepted so far, decoded, to `out` from offset 0.
-    pub async fn recover_into(mut self, out: &File) -> Result<u64> {
-        self.drain(true).await?;
-        let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
-        let rest = cutter.finish().unwrap_or_default();
-        self.abort_parts().await;
+    /// Writes every byte accepted so far, decoded, to `out` from offset 0, and returns the length.
+    /// The upload itself is left as it was: on failure (a full staging disk) it can still be
+    /// finished; on success the caller aborts it.
+    pub async fn recover_into(&mut self, out: &File) -> Result<u64> {
+        self.collect(true).await?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
         let mut raw = Vec::new();
         let mut read = 0u64;
+        let codec_err = |e| Error::Codec { key: self.path.to_string(), source: e };
         while read < self.stored {
             let n = ((self.stored - read) as usize).min(chunk.len());
             self.spill.read_exact_at(&mut chunk[..n], read)?;
             read += n as u64;
             dec.feed(&chunk[..n]);
-            while let Some(item) =
-                dec.next_item().map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?
-            {
+            while let Some(item) = dec.next_item().map_err(codec_err)? {
                 if let Item::Frame { frame, header, payload } = item {
-                    decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw)
-                        .map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
+                    decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw).map_err(codec_err)?;
                     out.write_all_at(&raw, at)?;
                     at += raw.len() as u64;
                 }
             }
         }
-        out.write_all_at(&rest, at)?;
+        let rest = self.cutter.pending();
+        out.write_all_at(rest, at)?;
         Ok(at + rest.len() as u64)
     }
 }
@@ -375,7 +438,11 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
         }
         at += n as u64;
     }
-    up.finish(meta).await
+    let res = up.finish(meta).await;
+    if res.is_err() {
+        up.abort().await;
+    }
+    res
 }
 
 fn part_result(done: std::result::Result<object_store::Result<()>, tokio::task::JoinError>) -> Result<()> {

@@ -1,0 +1,451 @@
+//! The filesystem core against a trivial reference model: generated sequences of open / read /
+//! write / truncate / fsync / close / rename / unlink from several handles, on an in-memory store
+//! that fails requests at random. Any success must match the model byte for byte; after every
+//! sequence a fresh mount of the same store must hold exactly what the model says is durable.
+//!
+//! The model: each name's durable bytes (what a remount reads), and for each open inode its live
+//! bytes, whether they differ from the stored object, and its name (none once unlinked). A failed
+//! operation changes nothing — except a failed rename, whose copy-then-delete may have got halfway:
+//! then each of the two names must hold one of the contents it may legitimately hold.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use shrinkfs_codec::EncodeConfig;
+use shrinkfs_fuse::faults::{FaultControl, FaultStore};
+use shrinkfs_fuse::inode::ROOT;
+use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::{Error, Fs, FsConfig};
+
+/// What all cases did together: proof that the sequences reach commits, failures and reads.
+static COMMITS: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+static READS: AtomicU64 = AtomicU64::new(0);
+
+/// Generated sequences (the issue asks for at least 10,000 in CI); `SHRINKFS_MODEL_CASES` changes it.
+const CASES: u32 = 10_000;
+const NAMES: u8 = 3;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Open { file: u8, write: bool, trunc: bool },
+    Write { h: u8, at: u32, len: u32, seed: u8 },
+    Append { h: u8, len: u32, seed: u8 },
+    Read { h: u8, at: u32, len: u32 },
+    Truncate { h: u8, size: u32 },
+    Fsync { h: u8 },
+    Close { h: u8 },
+    Unlink { file: u8 },
+    Rename { from: u8, to: u8 },
+    Faults { percent: u8 },
+    Check,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let file = 0..NAMES;
+    prop_oneof![
+        3 => (file.clone(), any::<bool>(), prop::bool::weighted(0.2))
+            .prop_map(|(file, write, trunc)| Step::Open { file, write, trunc }),
+        4 => (any::<u8>(), 0u32..40_000, 1u32..12_000, any::<u8>())
+            .prop_map(|(h, at, len, seed)| Step::Write { h, at, len, seed }),
+        3 => (any::<u8>(), 1u32..9_000, any::<u8>()).prop_map(|(h, len, seed)| Step::Append { h, len, seed }),
+        3 => (any::<u8>(), 0u32..40_000, 1u32..20_000).prop_map(|(h, at, len)| Step::Read { h, at, len }),
+        1 => (any::<u8>(), 0u32..30_000).prop_map(|(h, size)| Step::Truncate { h, size }),
+        2 => any::<u8>().prop_map(|h| Step::Fsync { h }),
+        3 => any::<u8>().prop_map(|h| Step::Close { h }),
+        1 => file.clone().prop_map(|file| Step::Unlink { file }),
+        1 => (file.clone(), file).prop_map(|(from, to)| Step::Rename { from, to }),
+        1 => prop_oneof![Just(0u8), Just(10), Just(30), Just(100)].prop_map(|percent| Step::Faults { percent }),
+        1 => Just(Step::Check),
+    ]
+}
+
+fn name(file: u8) -> String {
+    format!("f{file}")
+}
+
+fn bytes(len: u32, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i / 7) as u8).collect()
+}
+
+struct OpenModel {
+    live: Vec<u8>,
+    dirty: bool,
+    name: Option<String>,
+    handles: usize,
+}
+
+#[derive(Default)]
+struct Model {
+    durable: HashMap<String, Vec<u8>>,
+    open: HashMap<u64, OpenModel>,
+    /// (fh, ino, opened for writing)
+    handles: Vec<(u64, u64, bool)>,
+}
+
+impl Model {
+    fn exists(&self, n: &str) -> bool {
+        self.durable.contains_key(n) || self.open.values().any(|o| o.name.as_deref() == Some(n))
+    }
+
+    fn handle(&self, h: u8) -> Option<(usize, u64, u64, bool)> {
+        if self.handles.is_empty() {
+            return None;
+        }
+        let i = h as usize % self.handles.len();
+        let (fh, ino, write) = self.handles[i];
+        Some((i, fh, ino, write))
+    }
+
+    /// A successful flush, fsync or last release of inode `ino`: it uploads only what changed.
+    fn committed(&mut self, ino: u64) {
+        let o = self.open.get_mut(&ino).expect("open");
+        if !o.dirty {
+            return;
+        }
+        COMMITS.fetch_add(1, Relaxed);
+        if let Some(n) = &o.name {
+            self.durable.insert(n.clone(), o.live.clone());
+        }
+        o.dirty = false;
+    }
+}
+
+fn config() -> FsConfig {
+    FsConfig {
+        encode: EncodeConfig { frame_size: 4096, ..Default::default() },
+        metadata_ttl: std::time::Duration::ZERO,
+        cache_bytes: 1 << 20,
+        io_budget: 16 << 20,
+        ..FsConfig::default()
+    }
+}
+
+/// What a fresh mount of `store` reads under `n` (None: no such file).
+async fn stored(store: &Arc<InMemory>, n: &str) -> Option<Vec<u8>> {
+    let key = Path::from(format!("pre/{n}"));
+    let obj = object_store::ObjectStore::get(store.as_ref(), &key).await.ok()?.bytes().await.ok()?;
+    Some(shrinkfs_codec::decode_all(&obj, None, &[]).expect("every stored object decodes"))
+}
+
+fn fail(msg: String) -> TestCaseError {
+    TestCaseError::fail(msg)
+}
+
+async fn check_durable(store: &Arc<InMemory>, m: &Model) -> Result<(), TestCaseError> {
+    for f in 0..NAMES {
+        let n = name(f);
+        let got = stored(store, &n).await;
+        if got.as_ref() != m.durable.get(&n) {
+            return Err(fail(format!(
+                "{n}: the store holds {:?}, the model {:?}",
+                got.map(|g| g.iter().take(16).copied().collect::<Vec<u8>>()),
+                m.durable.get(&n).map(|g| g.iter().take(16).copied().collect::<Vec<u8>>())
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let store = Arc::new(InMemory::new());
+    let faults = FaultStore::new(store.clone());
+    let ctl: Arc<FaultControl> = faults.control();
+    let fs = Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "model"), config());
+    let mut m = Model::default();
+    let result = steps_on(&fs, &ctl, &store, &mut m, steps).await;
+    FAILED.fetch_add(ctl.failures(), Relaxed);
+    result?;
+    finish(&fs, &ctl, &store, m).await
+}
+
+async fn steps_on(
+    fs: &Fs,
+    ctl: &FaultControl,
+    store: &Arc<InMemory>,
+    m: &mut Model,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    for (k, s) in steps.into_iter().enumerate() {
+        // An append is a write at the end of what the model holds.
+        let s = match s {
+            Step::Append { h, len, seed } => match m.handle(h) {
+                Some((_, _, ino, _)) => Step::Write { h, at: m.open[&ino].live.len() as u32, len, seed },
+                None => continue,
+            },
+            s => s,
+        };
+        let ctx = |what: &str| format!("step {k} {s:?}: {what}");
+        if std::env::var_os("SHRINKFS_MODEL_TRACE").is_some() {
+            eprintln!("step {k} {s:?} failures so far {} durable {:?}", ctl.failures(), m.durable);
+        }
+        match s {
+            Step::Open { file, write, trunc } => {
+                let n = name(file);
+                let found = fs.lookup(ROOT, &n).await;
+                match found {
+                    Ok(a) => {
+                        if !m.exists(&n) {
+                            return Err(fail(ctx("found a file the model does not have")));
+                        }
+                        let Ok(fh) = fs.open(a.ino, write, trunc).await else { continue };
+                        let live = match m.open.get(&a.ino) {
+                            Some(o) => o.live.clone(),
+                            None => m.durable.get(&n).cloned().ok_or_else(|| fail(ctx("no durable bytes")))?,
+                        };
+                        let o =
+                            m.open.entry(a.ino).or_insert(OpenModel { live, dirty: false, name: Some(n), handles: 0 });
+                        o.handles += 1;
+                        if trunc && write {
+                            o.live.clear();
+                            o.dirty = true;
+                        }
+                        m.handles.push((fh, a.ino, write));
+                    }
+                    Err(Error::NotFound) => {
+                        if m.exists(&n) {
+                            return Err(fail(ctx("lookup lost a file")));
+                        }
+                        if write && let Ok((a, fh)) = fs.create(ROOT, &n, 0o644, 0, 0).await {
+                            m.open
+                                .insert(a.ino, OpenModel { live: Vec::new(), dirty: true, name: Some(n), handles: 1 });
+                            m.handles.push((fh, a.ino, true));
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+            Step::Write { h, at, len, seed } if m.handle(h).is_some() => {
+                let (_, fh, ino, write) = m.handle(h).expect("checked");
+                let data = bytes(len, seed);
+                let at = u64::from(at);
+                match fs.write(fh, at, &data).await {
+                    Ok(n) => {
+                        if !write || n as usize != data.len() {
+                            return Err(fail(ctx("a write the model refuses succeeded")));
+                        }
+                        let o = m.open.get_mut(&ino).expect("open");
+                        let end = at as usize + data.len();
+                        if o.live.len() < end {
+                            o.live.resize(end, 0);
+                        }
+                        o.live[at as usize..end].copy_from_slice(&data);
+                        o.dirty = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+            Step::Read { h, at, len } if m.handle(h).is_some() => {
+                let (_, fh, ino, _) = m.handle(h).expect("checked");
+                if let Ok(got) = fs.read(fh, u64::from(at), len).await {
+                    READS.fetch_add(1, Relaxed);
+                    let live = &m.open[&ino].live;
+                    let from = (at as usize).min(live.len());
+                    let to = (at as usize + len as usize).min(live.len());
+                    if got != live[from..to] {
+                        return Err(fail(ctx(&format!("read {} bytes, the model has {}", got.len(), to - from))));
+                    }
+                }
+            }
+            Step::Truncate { h, size } if m.handle(h).is_some() => {
+                let (_, _, ino, write) = m.handle(h).expect("checked");
+                if !write {
+                    continue;
+                }
+                if fs.setattr(ino, Some(u64::from(size)), None, None, None, None).await.is_ok() {
+                    let o = m.open.get_mut(&ino).expect("open");
+                    o.live.resize(size as usize, 0);
+                    o.dirty = true;
+                }
+            }
+            Step::Fsync { h } if m.handle(h).is_some() => {
+                let (_, fh, ino, write) = m.handle(h).expect("checked");
+                if fs.fsync(fh).await.is_ok() && write {
+                    m.committed(ino);
+                }
+            }
+            Step::Close { h } if m.handle(h).is_some() => {
+                let (i, fh, ino, write) = m.handle(h).expect("checked");
+                if fs.flush(fh).await.is_ok() && write {
+                    m.committed(ino);
+                }
+                m.handles.remove(i);
+                let released = fs.release(fh).await;
+                let o = m.open.get_mut(&ino).expect("open");
+                o.handles -= 1;
+                if o.handles == 0 {
+                    if released.is_ok() && o.dirty {
+                        m.committed(ino);
+                    }
+                    m.open.remove(&ino);
+                } else if released.is_err() {
+                    return Err(fail(ctx("a release that was not the last one failed")));
+                }
+            }
+            Step::Unlink { file } => {
+                let n = name(file);
+                match fs.unlink(ROOT, &n).await {
+                    Ok(()) => {
+                        if !m.exists(&n) {
+                            return Err(fail(ctx("unlinked a file the model does not have")));
+                        }
+                        m.durable.remove(&n);
+                        for o in m.open.values_mut().filter(|o| o.name.as_deref() == Some(n.as_str())) {
+                            o.name = None;
+                        }
+                    }
+                    Err(Error::NotFound) if m.exists(&n) => return Err(fail(ctx("unlink lost a file"))),
+                    Err(_) => {}
+                }
+            }
+            Step::Rename { from, to } => {
+                let (f, t) = (name(from), name(to));
+                if !m.exists(&f) {
+                    continue;
+                }
+                // What the source holds once the rename has committed it.
+                let src_open = m.open.iter().find(|(_, o)| o.name.as_deref() == Some(f.as_str())).map(|(i, _)| *i);
+                let src_bytes = match src_open {
+                    Some(ino) => m.open[&ino].live.clone(),
+                    None => m.durable[&f].clone(),
+                };
+                match fs.rename(ROOT, &f, ROOT, &t, false).await {
+                    Ok(()) if from == to => {}
+                    Ok(()) => {
+                        m.durable.remove(&f);
+                        m.durable.insert(t.clone(), src_bytes);
+                        for o in m.open.values_mut() {
+                            if o.name.as_deref() == Some(t.as_str()) {
+                                o.name = None;
+                            }
+                        }
+                        if let Some(ino) = src_open {
+                            let o = m.open.get_mut(&ino).expect("open");
+                            o.name = Some(t);
+                            o.dirty = false;
+                        }
+                    }
+                    Err(_) => {
+                        // Copy, then delete: any prefix of that may have happened.
+                        let old = (m.durable.get(&f).cloned(), m.durable.get(&t).cloned());
+                        let now = (stored(&store, &f).await, stored(&store, &t).await);
+                        let moved = now.1.as_ref() == Some(&src_bytes);
+                        let src_ok = now.0 == old.0 || now.0.as_ref() == Some(&src_bytes) || now.0.is_none() && moved;
+                        let dst_ok = now.1 == old.1 || moved;
+                        if !src_ok || !dst_ok {
+                            return Err(fail(ctx("a failed rename left contents it never had")));
+                        }
+                        if let Some(ino) = src_open
+                            && now.0.as_ref() == Some(&src_bytes)
+                        {
+                            m.open.get_mut(&ino).expect("open").dirty = false;
+                        }
+                        for (n, v) in [(f, now.0), (t, now.1)] {
+                            match v {
+                                Some(v) => m.durable.insert(n, v),
+                                None => m.durable.remove(&n),
+                            };
+                        }
+                        // The rest of the sequence would need the model to guess which name the
+                        // open source now has: stop here and close everything.
+                        return Ok(());
+                    }
+                }
+            }
+            Step::Faults { percent } => ctl.fail_rate(f64::from(percent) / 100.0, k as u64),
+            Step::Check => check_durable(store, m).await?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks the store, then closes every handle with faults off: every named file's live bytes must
+/// then be durable.
+async fn finish(fs: &Fs, ctl: &FaultControl, store: &Arc<InMemory>, mut m: Model) -> Result<(), TestCaseError> {
+    check_durable(store, &m).await?;
+    ctl.fail_rate(0.0, 0);
+    ctl.set_down(false);
+    for (fh, ino, write) in std::mem::take(&mut m.handles) {
+        let flushed = fs.flush(fh).await;
+        let released = fs.release(fh).await;
+        if flushed.is_err() || released.is_err() {
+            return Err(fail(format!("closing {fh} with no faults failed: {flushed:?} {released:?}")));
+        }
+        let o = m.open.get_mut(&ino).expect("open");
+        o.handles -= 1;
+        let last = o.handles == 0;
+        if write || last {
+            m.committed(ino);
+        }
+        if last {
+            m.open.remove(&ino);
+        }
+    }
+    check_durable(store, &m).await
+}
+
+#[test]
+fn the_core_matches_a_trivial_model_under_injected_store_failures() {
+    let cases = std::env::var("SHRINKFS_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(CASES);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    // Every sequence starts with two files open for writing, so most steps have a handle to use.
+    let start =
+        vec![Step::Open { file: 0, write: true, trunc: false }, Step::Open { file: 1, write: true, trunc: false }];
+    let steps = prop::collection::vec(step(), 1..40).prop_map(move |tail| [start.clone(), tail].concat());
+    let result = runner.run(&steps, |steps| rt.block_on(run(steps)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (commits, failed, reads) = (COMMITS.load(Relaxed), FAILED.load(Relaxed), READS.load(Relaxed));
+    println!("{cases} sequences: {commits} commits, {failed} injected failures, {reads} reads checked");
+    let per = u64::from(cases);
+    assert!(commits >= per && failed >= per / 4 && reads >= per, "the sequences exercised too little");
+}
+
+/// Sequences the property test once found wrong, kept as fixed regressions.
+#[test]
+fn sequences_found_wrong_once_stay_right() {
+    use Step::*;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let w = |h| Write { h, at: 0, len: 1, seed: 0 };
+    let ro = Open { file: 0, write: false, trunc: false };
+    let seq = vec![
+        Open { file: 0, write: true, trunc: false },
+        Open { file: 1, write: true, trunc: false },
+        ro.clone(),
+        ro.clone(),
+        w(144),
+        Read { h: 2, at: 0, len: 1 },
+        w(0),
+        w(0),
+        Rename { from: 2, to: 0 },
+        w(0),
+        Close { h: 2 },
+        Check,
+        w(0),
+        ro.clone(),
+        Check,
+        ro.clone(),
+        w(0),
+        Open { file: 2, write: true, trunc: false },
+        Close { h: 18 },
+        ro.clone(),
+        ro.clone(),
+        Faults { percent: 10 },
+        ro.clone(),
+        ro.clone(),
+        ro.clone(),
+        ro,
+        Rename { from: 1, to: 0 },
+    ];
+    if let Err(e) = rt.block_on(run(seq)) {
+        panic!("{e}");
+    }
+}

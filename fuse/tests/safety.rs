@@ -1,0 +1,309 @@
+//! Data safety of the filesystem core under store failures and races (issue "Nothing lost, ever"):
+//! a success from close or fsync is always followed by identical bytes, here and after a remount;
+//! a failure is reported, never hidden, and never costs the bytes of the open file.
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use shrinkfs_codec::EncodeConfig;
+use shrinkfs_fuse::faults::{FaultControl, FaultStore, Op};
+use shrinkfs_fuse::inode::ROOT;
+use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::{Error, Fs, FsConfig};
+
+fn config(frame_size: u32) -> FsConfig {
+    FsConfig {
+        encode: EncodeConfig { frame_size, ..Default::default() },
+        metadata_ttl: std::time::Duration::ZERO,
+        ..FsConfig::default()
+    }
+}
+
+/// A filesystem over `store` with failures injected through the returned control.
+fn faulty(store: &Arc<InMemory>, cfg: FsConfig) -> (Arc<Fs>, Arc<FaultControl>) {
+    let faults = FaultStore::new(store.clone());
+    let ctl = faults.control();
+    (Arc::new(Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "faulty"), cfg)), ctl)
+}
+
+/// A second mount of the same bucket, with nothing injected.
+fn remount(store: &Arc<InMemory>) -> Fs {
+    Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(1 << 20))
+}
+
+/// Bytes that compress a little, different for each seed.
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 4 == 0 { (x >> 56) as u8 } else { b"abcdefgh"[i % 8] }
+        })
+        .collect()
+}
+
+async fn write_all(fs: &Fs, fh: u64, from: u64, bytes: &[u8]) {
+    for (i, chunk) in bytes.chunks(128 << 10).enumerate() {
+        fs.write(fh, from + (i * (128 << 10)) as u64, chunk).await.unwrap();
+    }
+}
+
+async fn read_name(fs: &Fs, name: &str) -> Vec<u8> {
+    let a = fs.lookup(ROOT, name).await.unwrap();
+    let fh = fs.open(a.ino, false, false).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let got = fs.read(fh, out.len() as u64, 1 << 20).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&got);
+    }
+    fs.release(fh).await.unwrap();
+    assert_eq!(out.len() as u64, a.size, "read length matches the size");
+    out
+}
+
+async fn in_store(store: &Arc<InMemory>, name: &str) -> bool {
+    store.head(&Path::from(format!("pre/{name}"))).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_keeps_the_bytes_and_the_retry_stores_all_of_them() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(1 << 20));
+    for (name, size) in [("big", 20usize << 20), ("small", 5000)] {
+        let bytes = data(size, size as u64);
+        let (a, fh) = fs.create(ROOT, name, 0o644, 0, 0).await.unwrap();
+        write_all(&fs, fh, 0, &bytes).await;
+        ctl.set_down(true);
+        let e = fs.fsync(fh).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        assert_eq!(fs.getattr(a.ino).await.unwrap().size, size as u64, "the size survives the failure");
+        assert!(fs.flush(fh).await.is_err(), "close while the store is down fails too");
+        ctl.set_down(false);
+        fs.fsync(fh).await.unwrap();
+        fs.flush(fh).await.unwrap();
+        fs.release(fh).await.unwrap();
+        assert!(read_name(&remount(&store), name).await == bytes, "{name}: all bytes after the retry");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_that_failed_is_retried_by_release_and_never_stores_an_empty_object() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(1 << 20));
+    let bytes = data(3 << 20, 3);
+    let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    ctl.fail_next(Op::Put, 1);
+    assert!(fs.flush(fh).await.is_err());
+    assert!(!in_store(&store, "f").await, "nothing published by the failed close");
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&remount(&store), "f").await == bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_that_failed_while_writing_is_shipped_again_and_the_object_has_no_hole() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(1 << 20));
+    let bytes = data(40 << 20, 40);
+    let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes[..10 << 20]).await;
+    ctl.fail_next(Op::PutPart, 1);
+    // The writer is not failed for a part: its bytes are safe in the spill.
+    write_all(&fs, fh, 10 << 20, &bytes[10 << 20..]).await;
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(ctl.failures() >= 1, "a failure was injected");
+    assert!(read_name(&remount(&store), "f").await == bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_that_cannot_be_staged_keeps_the_streamed_bytes() {
+    let store = Arc::new(InMemory::new());
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = config(1 << 20);
+    cfg.staging_dir = staging.path().join("gone");
+    std::fs::create_dir(&cfg.staging_dir).unwrap();
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone());
+    let bytes = data(16 << 20, 16);
+    let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    // The staging directory disappears (as a full disk would refuse): patching the header fails.
+    std::fs::remove_dir(&cfg.staging_dir).unwrap();
+    let e = fs.write(fh, 0, &[0u8; 512]).await.unwrap_err();
+    assert!(matches!(e, Error::Local(_)), "{e}");
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, bytes.len() as u64);
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&remount(&store), "f").await == bytes, "the failed write changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_close_never_publishes_a_writers_partial_rewrite() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    let old = data(1 << 20, 1);
+    let (a, fh) = fs.create(ROOT, "x", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &old).await;
+    fs.release(fh).await.unwrap();
+    let reader = fs.open(a.ino, false, false).await.unwrap();
+    let writer = fs.open(a.ino, true, true).await.unwrap();
+    let new = data(300 << 10, 2);
+    write_all(&fs, writer, 0, &new[..200 << 10]).await;
+    fs.flush(reader).await.unwrap();
+    fs.release(reader).await.unwrap();
+    assert!(read_name(&remount(&store), "x").await == old, "the reader's close published nothing");
+    // The writer carries on: no ESTALE, and its close publishes the whole rewrite.
+    write_all(&fs, writer, 200 << 10, &new[200 << 10..]).await;
+    fs.flush(writer).await.unwrap();
+    fs.release(writer).await.unwrap();
+    assert!(read_name(&remount(&store), "x").await == new);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_whose_release_overlaps_the_next_open_never_get_estale() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    let (a, fh) = fs.create(ROOT, "log", 0o644, 0, 0).await.unwrap();
+    fs.release(fh).await.unwrap();
+    let mut expected = Vec::new();
+    let mut releases = Vec::new();
+    for i in 0..200 {
+        let line = format!("line {i}\n");
+        let fh = fs.open(a.ino, true, false).await.unwrap();
+        let size = fs.getattr(a.ino).await.unwrap().size;
+        assert_eq!(fs.write(fh, size, line.as_bytes()).await.unwrap() as usize, line.len());
+        fs.flush(fh).await.unwrap();
+        expected.extend_from_slice(line.as_bytes());
+        // The kernel sends RELEASE after close returns: it races the next open.
+        let fs2 = fs.clone();
+        releases.push(tokio::spawn(async move { fs2.release(fh).await }));
+    }
+    for r in releases {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(read_name(&remount(&store), "log").await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlinked_open_file_keeps_its_bytes_for_its_handles() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    // A scratch file: written, unlinked, read and extended through its descriptor.
+    let (a, fh) = fs.create(ROOT, "t", 0o600, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"Hello, World!").await.unwrap();
+    fs.unlink(ROOT, "t").await.unwrap();
+    assert_eq!(fs.read(fh, 0, 13).await.unwrap(), b"Hello, World!");
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, 13);
+    fs.write(fh, 13, b" again").await.unwrap();
+    assert_eq!(fs.read(fh, 0, 100).await.unwrap(), b"Hello, World! again");
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(!in_store(&store, "t").await, "an unlinked file is never uploaded");
+    // A stored file opened read-only, then unlinked: still readable through the handle.
+    let bytes = data(500 << 10, 5);
+    let (a, fh) = fs.create(ROOT, "s", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    fs.release(fh).await.unwrap();
+    let rh = fs.open(a.ino, false, false).await.unwrap();
+    fs.unlink(ROOT, "s").await.unwrap();
+    assert!(!in_store(&store, "s").await);
+    assert!(fs.read(rh, 0, 1 << 20).await.unwrap() == bytes);
+    fs.release(rh).await.unwrap();
+    assert!(matches!(fs.lookup(ROOT, "s").await, Err(Error::NotFound)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_holding_empty_subdirectories_are_not_empty() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap();
+    fs.mkdir(a.ino, "b", 0o755).await.unwrap();
+    assert_eq!(fs.rmdir(ROOT, "a").await.unwrap_err().errno(), libc::ENOTEMPTY);
+    assert!(fs.lookup(a.ino, "b").await.is_ok(), "a/b is still there");
+    // Renaming a directory onto one that holds only an empty subdirectory: ENOTEMPTY, no merge.
+    let s1 = fs.mkdir(ROOT, "s1", 0o755).await.unwrap();
+    let (_, fh) = fs.create(s1.ino, "f", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"hi\n").await.unwrap();
+    fs.release(fh).await.unwrap();
+    let t1 = fs.mkdir(ROOT, "t1", 0o755).await.unwrap();
+    fs.mkdir(t1.ino, "sub", 0o755).await.unwrap();
+    assert_eq!(fs.rename(ROOT, "s1", ROOT, "t1", false).await.unwrap_err().errno(), libc::ENOTEMPTY);
+    assert!(matches!(fs.lookup(t1.ino, "f").await, Err(Error::NotFound)), "nothing merged");
+    // An empty directory still goes.
+    let b = fs.lookup(a.ino, "b").await.unwrap();
+    fs.rmdir(a.ino, "b").await.unwrap();
+    fs.rmdir(ROOT, "a").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_object_can_be_listed_removed_and_replaced_but_not_read() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    let bytes = data(300 << 10, 9);
+    for name in ["rm-me", "replace-me"] {
+        let (_, fh) = fs.create(ROOT, name, 0o644, 0, 0).await.unwrap();
+        write_all(&fs, fh, 0, &bytes).await;
+        fs.release(fh).await.unwrap();
+        // Cut the tail: the object starts like ours but its footer is gone.
+        let key = Path::from(format!("pre/{name}"));
+        let obj = store.get(&key).await.unwrap().bytes().await.unwrap();
+        store.put(&key, obj.slice(..obj.len() - 40).into()).await.unwrap();
+    }
+    let fs = Arc::new(remount(&store));
+    let a = fs.lookup(ROOT, "rm-me").await.unwrap();
+    assert!(fs.open(a.ino, false, false).await.unwrap_err().errno() == libc::EIO);
+    fs.unlink(ROOT, "rm-me").await.unwrap();
+    assert!(!in_store(&store, "rm-me").await);
+    let b = fs.lookup(ROOT, "replace-me").await.unwrap();
+    let fh = fs.open(b.ino, true, true).await.unwrap();
+    fs.write(fh, 0, b"fresh").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_name(&remount(&store), "replace-me").await, b"fresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmounting_on_a_signal_never_publishes_a_file_still_being_written() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(1 << 20));
+    let bytes = data(12 << 20, 12);
+    let (_, fh) = fs.create(ROOT, "busy", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes[..6 << 20]).await;
+    fs.flush_all().await.unwrap();
+    assert!(!in_store(&store, "busy").await, "no prefix published while the writer is writing");
+    write_all(&fs, fh, 6 << 20, &bytes[6 << 20..]).await;
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&remount(&store), "busy").await == bytes);
+    // A writer still there when the mount ends: its upload is cancelled, nothing is published.
+    let (_, fh) = fs.create(ROOT, "abandoned", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    assert_eq!(fs.abandon_open().await, 1);
+    assert!(!in_store(&store, "abandoned").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
+    let store = Arc::new(InMemory::new());
+    let (fs, _) = faulty(&store, config(64 << 10));
+    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let bytes = data(200 << 10, 4);
+    let (a, fh) = fs.create(d.ino, "f", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    fs.release(fh).await.unwrap();
+    let rh = fs.open(a.ino, false, false).await.unwrap();
+    fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
+    assert!(fs.read(rh, 0, 1 << 20).await.unwrap() == bytes, "a handle open across its directory's rename");
+    let e = fs.lookup(ROOT, "e").await.unwrap();
+    fs.rename(e.ino, "f", ROOT, "g", false).await.unwrap();
+    assert!(fs.read(rh, 100, 1 << 20).await.unwrap() == bytes[100..], "and across its own rename");
+    fs.release(rh).await.unwrap();
+    assert!(read_name(&remount(&store), "g").await == bytes);
+}
