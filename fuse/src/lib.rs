@@ -10,6 +10,7 @@ pub mod files;
 pub mod fs;
 pub mod inode;
 pub mod listing;
+pub mod localstore;
 pub mod metrics;
 pub mod objects;
 pub mod session;
