@@ -6,6 +6,7 @@ pub mod budget;
 pub mod cache;
 pub mod diskcache;
 pub mod error;
+pub mod faults;
 pub mod files;
 pub mod fs;
 pub mod inode;
