@@ -80,7 +80,10 @@ impl Error {
             Error::Store(object_store::Error::NotFound { .. }) => libc::ENOENT,
             Error::Store(object_store::Error::AlreadyExists { .. }) => libc::EEXIST,
             Error::Store(object_store::Error::Precondition { .. }) => libc::ESTALE,
-            Error::Store(_) => libc::EIO,
+            // A local-directory bucket's own failure (a full disk, a name too long) says so.
+            Error::Store(e) => crate::localstore::os_error(e)
+                .filter(|&n| matches!(n, libc::ENOSPC | libc::EDQUOT | libc::ENAMETOOLONG | libc::EROFS))
+                .unwrap_or(libc::EIO),
             Error::Codec { source: CodecError::KeyRequired | CodecError::WrongKey, .. } => libc::EACCES,
             Error::Codec { .. } => libc::EIO,
             Error::Local(e) => e.raw_os_error().unwrap_or(libc::EIO),

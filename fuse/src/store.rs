@@ -8,9 +8,10 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::list::PaginatedListStore;
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+
+use crate::localstore::{Cleanup, LocalStore};
 
 /// Where the bucket is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +74,8 @@ pub struct Bucket {
     /// The same store's page-at-a-time listing, where it has one (S3): large directories are then
     /// listed as the reader of the directory gets to them.
     pub pages: Option<Arc<dyn PaginatedListStore>>,
+    /// The local-directory store, when the bucket is one (for `cleanup`).
+    pub local: Option<Arc<LocalStore>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -90,10 +93,11 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             if !meta.is_dir() {
                 return Err(format!("bucket directory {} is not a directory", dir.display()));
             }
-            let store = LocalFileSystem::new_with_prefix(dir)
-                .map_err(|e| format!("bucket directory {}: {e}", dir.display()))?
-                .with_automatic_cleanup(true);
-            Ok(Bucket::new(Arc::new(store), Path::default(), &dir.display().to_string()))
+            let store = LocalStore::new(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            let store = Arc::new(store);
+            let mut bucket = Bucket::new(store.clone(), Path::default(), &dir.display().to_string());
+            bucket.local = Some(store);
+            Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {
             let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
@@ -127,7 +131,7 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
             let describe = format!("s3://{bucket}/{prefix}");
             let store = Arc::new(store);
-            Ok(Bucket { store: store.clone(), prefix, describe, pages: Some(store) })
+            Ok(Bucket { store: store.clone(), prefix, describe, pages: Some(store), local: None })
         }
     }
 }
@@ -178,7 +182,7 @@ pub fn read_profile(creds: &std::path::Path, config: &std::path::Path, name: &st
 impl Bucket {
     /// A bucket over `store` whose keys all start with `prefix`, listed without pagination.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {
-        Bucket { store, prefix, describe: describe.to_owned(), pages: None }
+        Bucket { store, prefix, describe: describe.to_owned(), pages: None, local: None }
     }
 
     /// Lists one key under the prefix: fails clearly when the bucket is missing, the credentials
@@ -190,6 +194,16 @@ impl Bucket {
             Err(_) => Err(format!("{}: no answer within 30 s (is the endpoint reachable?)", self.describe)),
             Ok(Some(Err(e))) => Err(format!("{}: {}", self.describe, one_line(&e.to_string()))),
             Ok(_) => Ok(()),
+        }
+    }
+
+    /// Removes what interrupted writes left behind (temporary files of a local-directory bucket
+    /// older than `older_than`, so another mount's writes in progress survive). S3 keeps
+    /// unfinished multipart uploads itself: a bucket lifecycle rule removes those (docs/SEMANTICS.md).
+    pub fn cleanup(&self, older_than: std::time::Duration) -> std::io::Result<Cleanup> {
+        match &self.local {
+            Some(local) => local.cleanup(older_than),
+            None => Ok(Cleanup::default()),
         }
     }
 

@@ -71,6 +71,40 @@ impl Mounted {
         kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024
     }
 
+    /// The mount process's id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("still running").id() as i32
+    }
+
+    /// Waits up to `secs` for the mount process to exit by itself; whether it did.
+    pub fn wait_exit(&mut self, secs: u64) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(secs) {
+            if let Some(c) = self.child.as_mut()
+                && c.try_wait().unwrap().is_some()
+            {
+                self.child = None;
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Kills the mount process with SIGKILL (a crash) and detaches the dead mount.
+    pub fn crash(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+
+    /// The mount's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Unmounts and waits for the process; panics if it failed.
     pub fn unmount(mut self) {
         self.stop();
@@ -119,9 +153,11 @@ impl Drop for Mounted {
 
 /// A local S3-compatible server serving the buckets under `root` (each directory is a bucket).
 pub struct S3Server {
-    child: Child,
+    child: Option<Child>,
     /// Endpoint URL.
     pub endpoint: String,
+    addr: String,
+    root: PathBuf,
 }
 
 /// Credentials the test server accepts.
@@ -133,13 +169,9 @@ pub fn rclone() -> Option<PathBuf> {
     if local.is_file() { Some(local) } else { which("rclone") }
 }
 
-/// Starts `rclone serve s3` on a free loopback port.
-pub fn s3_server(root: &Path) -> Option<S3Server> {
-    let rclone = rclone()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(rclone)
-        .args(["serve", "s3", "--addr", &addr, "--auth-key", &format!("{},{}", S3_KEY.0, S3_KEY.1)])
+fn start_rclone(addr: &str, root: &Path) -> Option<Child> {
+    let child = Command::new(rclone()?)
+        .args(["serve", "s3", "--addr", addr, "--auth-key", &format!("{},{}", S3_KEY.0, S3_KEY.1)])
         .args(["--config", "/dev/null", "--vfs-cache-mode", "off"])
         .arg(root)
         .stdout(Stdio::null())
@@ -147,11 +179,19 @@ pub fn s3_server(root: &Path) -> Option<S3Server> {
         .spawn()
         .ok()?;
     let start = Instant::now();
-    while std::net::TcpStream::connect(&addr).is_err() {
+    while std::net::TcpStream::connect(addr).is_err() {
         assert!(start.elapsed() < Duration::from_secs(20), "rclone serve s3 did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(S3Server { child, endpoint: format!("http://{addr}") })
+    Some(child)
+}
+
+/// Starts `rclone serve s3` on a free loopback port.
+pub fn s3_server(root: &Path) -> Option<S3Server> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = start_rclone(&addr, root)?;
+    Some(S3Server { child: Some(child), endpoint: format!("http://{addr}"), addr, root: root.to_path_buf() })
 }
 
 impl S3Server {
@@ -161,10 +201,26 @@ impl S3Server {
     }
 }
 
+impl S3Server {
+    /// Stops the server (an outage: connections are refused).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same address.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = start_rclone(&self.addr, &self.root);
+        assert!(self.child.is_some(), "rclone restarted");
+    }
+}
+
 impl Drop for S3Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

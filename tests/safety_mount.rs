@@ -1,0 +1,322 @@
+//! Data safety through a real mount (/dev/fuse), where the kernel's own behaviour is involved:
+//! appenders, descriptors kept after unlink, long names, full disks, signals, crashes and a
+//! restarting S3 server. Each case once lost data while the system call reported success.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{mount, mount_unavailable, s3_server, text};
+
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = mount_unavailable() {
+            println!("SKIPPED: real mount not possible here: {why}");
+            return;
+        }
+    };
+}
+
+/// Runs a Python program (exact system calls: pwrite, fsync, unlink of an open file).
+fn py(program: &str, args: &[&str]) -> Output {
+    Command::new("python3").arg("-c").arg(program).args(args).output().expect("python3")
+}
+
+fn ok(out: &Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "failed: {text}");
+    text
+}
+
+fn sh(script: &str) -> Output {
+    Command::new("bash").arg("-c").arg(script).output().unwrap()
+}
+
+fn unpack(object: &Path) -> Vec<u8> {
+    let out = Command::new(common::bin()).args(["unpack", object.to_str().unwrap(), "-"]).output().unwrap();
+    assert!(out.status.success(), "unpack: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// Random bytes (do not compress), reproducible.
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// A tmpfs of `size` at `dir` (root only), unmounted on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn new(dir: &Path, size: &str) -> Option<Tmpfs> {
+        fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).status();
+        st.ok()?.success().then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn appending_one_line_per_open_from_a_shell_and_from_two_processes_loses_nothing() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    let shell = sh(&format!("cd {} && for i in $(seq 200); do echo \"line $i\" >> f; done", mnt.display()));
+    assert!(shell.status.success() && shell.stderr.is_empty(), "{}", String::from_utf8_lossy(&shell.stderr));
+    let two = sh(&format!(
+        "cd {} && (for i in $(seq 600); do echo \"a $i\" >> g; done) & \
+         (cd {} && for i in $(seq 600); do echo \"b $i\" >> g; done); wait %1",
+        mnt.display(),
+        mnt.display()
+    ));
+    assert!(two.status.success() && two.stderr.is_empty(), "{}", String::from_utf8_lossy(&two.stderr));
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    let f = fs::read_to_string(mnt.join("f")).unwrap();
+    let want: String = (1..=200).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(f, want, "all 200 lines, in order, after a remount");
+    let g = fs::read_to_string(mnt.join("g")).unwrap();
+    let mut lines: Vec<&str> = g.lines().collect();
+    assert_eq!(lines.len(), 1200, "every append from both processes");
+    lines.sort_unstable();
+    let mut expected: Vec<String> = (1..=600).flat_map(|i| [format!("a {i}"), format!("b {i}")]).collect();
+    expected.sort_unstable();
+    assert_eq!(lines, expected);
+    drop(m);
+}
+
+#[test]
+fn an_unlinked_open_file_keeps_its_bytes_and_long_names_work() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    // pjdfstest unlink/14.t: the descriptor outlives the name.
+    let out = py(
+        "import os,sys\n\
+         p=sys.argv[1]\n\
+         fd=os.open(p,os.O_RDWR|os.O_CREAT,0o644)\n\
+         os.write(fd,b'Hello, World!')\n\
+         os.unlink(p)\n\
+         assert os.pread(fd,13,0)==b'Hello, World!', os.pread(fd,13,0)\n\
+         assert os.fstat(fd).st_size==13\n\
+         os.pwrite(fd,b'more',13)\n\
+         assert os.pread(fd,100,0)==b'Hello, World!more'\n\
+         os.close(fd)\n\
+         assert not os.path.exists(p)\n",
+        &[mnt.join("t").to_str().unwrap()],
+    );
+    ok(&out);
+    // A stored file opened read-only, then unlinked: still readable.
+    fs::write(mnt.join("s"), text(300_000)).unwrap();
+    let out = py(
+        "import os,sys\n\
+         fd=os.open(sys.argv[1],os.O_RDONLY)\n\
+         os.unlink(sys.argv[1])\n\
+         assert len(os.pread(fd,400000,0))==300000\n",
+        &[mnt.join("s").to_str().unwrap()],
+    );
+    ok(&out);
+    assert!(!bucket.join("t").exists() && !bucket.join("s").exists());
+    // Names of 254 and 255 bytes, and a path near 4 KiB, on a local-directory bucket.
+    for n in [254, 255] {
+        let name = "n".repeat(n);
+        fs::write(mnt.join(&name), b"x\n").unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(fs::read(mnt.join(&name)).unwrap(), b"x\n", "{n}-byte name");
+    }
+    let mut deep = mnt.clone();
+    for i in 0..15 {
+        deep = deep.join(format!("{i:02}{}", "d".repeat(248)));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("leaf"), b"deep\n").unwrap();
+    assert_eq!(fs::read(deep.join("leaf")).unwrap(), b"deep\n");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    assert_eq!(fs::read(mnt.join("n".repeat(255))).unwrap(), b"x\n", "after a remount");
+    assert_eq!(fs::read(deep.join("leaf")).unwrap(), b"deep\n");
+    // rmdir of a directory holding an empty subdirectory: ENOTEMPTY.
+    fs::create_dir_all(mnt.join("a/b")).unwrap();
+    assert_eq!(fs::remove_dir(mnt.join("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert!(mnt.join("a/b").is_dir());
+    drop(m);
+}
+
+#[test]
+fn a_full_bucket_or_staging_disk_fails_the_call_and_a_retry_stores_every_byte() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, staging) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("staging"));
+    let Some(_bucket_fs) = Tmpfs::new(&bucket, "64m") else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let _staging_fs = Tmpfs::new(&staging, "20m").expect("second tmpfs");
+    let filler = bucket.join("filler");
+    fs::write(&filler, vec![0u8; 40 << 20]).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--codec", "none"], &[]);
+    // 1. The bucket is full at fsync: an error, the size kept; room made, fsync again stores it all.
+    let data = noise(36 << 20, 1);
+    let src = t.path().join("src");
+    fs::write(&src, &data).unwrap();
+    let out = py(
+        "import os,sys,errno\n\
+         src,dst,filler=sys.argv[1:4]\n\
+         fd=os.open(dst,os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)\n\
+         data=open(src,'rb').read()\n\
+         os.write(fd,data)\n\
+         try:\n    os.fsync(fd); print('FIRST FSYNC SUCCEEDED')\n\
+         except OSError as e:\n    print('first fsync', errno.errorcode[e.errno])\n\
+         assert os.fstat(fd).st_size==len(data)\n\
+         os.unlink(filler)\n\
+         os.fsync(fd)\n\
+         os.close(fd)\n",
+        &[src.to_str().unwrap(), mnt.join("big").to_str().unwrap(), filler.to_str().unwrap()],
+    );
+    let said = ok(&out);
+    assert!(said.contains("first fsync E"), "the full bucket failed the first fsync: {said}");
+    assert!(fs::read(mnt.join("big")).unwrap() == data);
+    fs::remove_file(mnt.join("big")).unwrap();
+    m.unmount();
+    // 2. A header patched after 16 MiB with a 20 MiB staging disk: ENOSPC, and nothing lost.
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--staging-dir", staging.to_str().unwrap()], &[]);
+    let data = text(16 << 20);
+    fs::write(&src, &data).unwrap();
+    let out = py(
+        "import os,sys,errno\n\
+         fd=os.open(sys.argv[2],os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)\n\
+         os.write(fd,open(sys.argv[1],'rb').read())\n\
+         try:\n    os.pwrite(fd,b'H'*512,0); print('PATCHED')\n\
+         except OSError as e:\n    print('patch', errno.errorcode[e.errno])\n\
+         assert os.fstat(fd).st_size==16<<20\n\
+         os.close(fd)\n",
+        &[src.to_str().unwrap(), mnt.join("tar").to_str().unwrap()],
+    );
+    let said = ok(&out);
+    let mut want = data.clone();
+    if said.contains("PATCHED") {
+        want[..512].fill(b'H');
+    } else {
+        assert!(said.contains("patch ENOSPC"), "{said}");
+    }
+    assert!(fs::read(mnt.join("tar")).unwrap() == want, "{said}");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    assert!(fs::read(mnt.join("tar")).unwrap() == want, "after a remount");
+    drop(m);
+}
+
+#[test]
+fn sigterm_never_publishes_a_file_still_being_written_and_unmounts_once_it_is_closed() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let mut m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    let data = text(24 << 20);
+    {
+        use std::io::Write;
+        let mut f = fs::File::create(mnt.join("open.txt")).unwrap();
+        f.write_all(&data[..12 << 20]).unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(m.pid(), libc::SIGTERM) };
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(!bucket.join("open.txt").exists(), "a prefix was published while the writer writes");
+        f.write_all(&data[12 << 20..]).unwrap();
+    }
+    assert!(m.wait_exit(30), "the mount ends once its last file is closed: {}", m.log());
+    assert!(unpack(&bucket.join("open.txt")) == data);
+}
+
+#[test]
+fn kill_9_during_a_write_leaves_the_previous_object_and_cleanup_removes_the_leftovers() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--codec", "none"], &[]);
+    let old = text(1 << 20);
+    fs::write(mnt.join("f"), &old).unwrap();
+    // A rewrite in progress: parts of a multipart upload are already in the bucket's temp area.
+    let writer = Command::new("dd")
+        .args(["if=/dev/urandom", &format!("of={}", mnt.join("f").display()), "bs=1M", "count=4000"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let tmp = bucket.join(".shrinkfs-tmp");
+    let start = Instant::now();
+    while fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no upload started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    m.crash();
+    let _ = Command::new("kill").arg("-9").arg(writer.id().to_string()).status();
+    assert!(unpack(&bucket.join("f")) == old, "the key holds the previous object");
+    assert!(fs::read_dir(&tmp).unwrap().count() > 0, "the crash left its temporary file");
+    let out = Command::new(common::bin()).args(["cleanup", bucket.to_str().unwrap(), "--older-than", "0"]).output();
+    let said = ok(&out.unwrap());
+    assert!(said.contains("removed 1 "), "cleanup reports what it removed: {said}");
+    assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "no leftover remains");
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    assert!(fs::read(mnt.join("f")).unwrap() == old);
+    drop(m);
+}
+
+#[test]
+fn a_ten_second_outage_of_the_s3_server_during_a_300_mib_write_is_ridden_out() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("s3");
+    fs::create_dir_all(root.join("bkt")).unwrap();
+    let Some(mut server) = s3_server(&root) else {
+        println!("SKIPPED: no rclone for a local S3 server");
+        return;
+    };
+    let mnt = t.path().join("mnt");
+    let endpoint = server.endpoint.clone();
+    let env = server.env();
+    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint], &env);
+    let src = t.path().join("src");
+    let mut data = text(300 << 20);
+    for (i, chunk) in data.chunks_mut(1 << 20).enumerate().filter(|(i, _)| i % 3 == 0) {
+        chunk[..4096].copy_from_slice(&noise(4096, i as u64));
+    }
+    fs::write(&src, &data).unwrap();
+    let writer = Command::new("dd")
+        .args([&format!("if={}", src.display()), &format!("of={}", mnt.join("big").display())])
+        .args(["bs=1M", "conv=fsync"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut writer = writer;
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(writer.try_wait().unwrap().is_none(), "the write must still be running when the server stops");
+    server.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    server.restart();
+    let out = writer.wait_with_output().unwrap();
+    assert!(out.status.success(), "the write failed: {}", String::from_utf8_lossy(&out.stderr));
+    m.unmount();
+    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint], &env);
+    assert!(fs::read(mnt.join("big")).unwrap() == data, "byte-identical after the outage");
+    drop(m);
+}
