@@ -224,6 +224,11 @@ pub struct MountArgs {
     /// Serve Prometheus metrics over HTTP at this address, e.g. 127.0.0.1:9464.
     #[arg(long, value_parser = values::listen_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Mount even if the key (or its absence) does not match the sealed objects in the bucket:
+    /// for operators migrating a bucket from one key to another. Without it, a mount samples a few
+    /// objects and refuses a missing or different key.
+    #[arg(long)]
+    pub skip_key_check: bool,
 }
 
 /// `shrinkfs unmount`.

@@ -34,6 +34,9 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         if cause.is::<UsageError>() {
             return USAGE;
         }
+        if cause.is::<crate::keycheck::KeyMismatch>() {
+            return CORRUPT;
+        }
         if let Some(c) = cause.downcast_ref::<CodecError>() {
             return match c {
                 CodecError::InvalidOption(_) | CodecError::InvalidKey(_) => USAGE,

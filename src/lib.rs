@@ -8,6 +8,7 @@ pub mod corpus;
 pub mod exit;
 pub mod fileio;
 pub mod inspect;
+pub mod keycheck;
 pub mod logging;
 pub mod mount;
 pub mod pack;

@@ -200,6 +200,16 @@ fn serve(
     let s3 = a.s3.options();
     let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
     rt.block_on(bucket.check_reachable()).map_err(|e| anyhow::anyhow!(e))?;
+    if a.skip_key_check {
+        tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
+    } else {
+        let check = rt
+            .block_on(crate::keycheck::check_key(&bucket, cfg.encode.key.as_ref()))
+            .with_context(|| format!("cannot mount {}", bucket.describe))?;
+        if let Some(w) = &check.warning {
+            tracing::warn!("{w}");
+        }
+    }
     let describe = bucket.describe.clone();
     let fs = Arc::new(Fs::new(bucket, cfg));
     if let Some(addr) = a.metrics_addr {
