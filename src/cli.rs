@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -10,6 +11,15 @@ use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, MasterKey};
 
 use crate::corpus::CorpusKind;
 use crate::exit::UsageError;
+use crate::values;
+
+/// Most bytes a command holds in memory as one corpus (`corpus`, `bench`): larger sizes are
+/// refused rather than failing an allocation.
+pub const MAX_DATA: u64 = 16 << 30;
+/// Smallest frame (`--frame-size`), as the object format allows.
+pub const MIN_FRAME: u64 = shrinkfs_codec::format::MIN_FRAME_SIZE as u64;
+/// Largest frame (`--frame-size`), as the object format allows.
+pub const MAX_FRAME: u64 = shrinkfs_codec::format::MAX_FRAME_SIZE as u64;
 
 /// shrinkfs: a filesystem over an object store that compresses file data transparently.
 #[derive(Debug, Parser)]
@@ -57,15 +67,15 @@ pub enum BenchCommand {
 #[derive(Debug, Args)]
 pub struct BenchFsArgs {
     /// A directory to measure, optionally labelled: `shrinkfs=/mnt/data` (repeatable).
-    #[arg(long, required = true, value_parser = crate::benchfs::labelled)]
+    #[arg(long, required = true, value_parser = values::labelled_dir)]
     pub target: Vec<(String, PathBuf)>,
     /// A directory every target is compared with (a plain local directory, say); labelled "baseline"
     /// unless given as LABEL=DIR.
-    #[arg(long, value_parser = crate::benchfs::labelled)]
+    #[arg(long, value_parser = values::labelled_dir)]
     pub baseline: Option<(String, PathBuf)>,
     /// Where a target's bytes end up, to count what is stored: LABEL=DIR (repeatable; a plain
     /// directory counts itself).
-    #[arg(long, value_parser = crate::benchfs::labelled)]
+    #[arg(long, value_parser = values::labelled_dir)]
     pub backend: Vec<(String, PathBuf)>,
     /// The filesystem process of a target, when it cannot be found from the mount point: LABEL=PID.
     #[arg(long, value_parser = crate::benchfs::labelled_pid)]
@@ -79,32 +89,32 @@ pub struct BenchFsArgs {
     )]
     pub workloads: Vec<crate::benchfs::Workload>,
     /// Sizes of the large file for sequential write and read.
-    #[arg(long, value_delimiter = ',', default_value = "256M", value_parser = crate::size::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "256M", value_parser = values::size_in(4 << 10, MAX_DATA))]
     pub size: Vec<u64>,
     /// What the files contain.
     #[arg(long, value_enum, default_value = "logs")]
     pub data: CorpusKind,
     /// Number of small files (created, stat'ed, read, listed with `ls -l`, deleted).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = values::int_in::<usize>(1, 10_000_000))]
     pub files: usize,
     /// Size of each small file.
-    #[arg(long, default_value = "4K", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "4K", value_parser = values::size_in(1, 1 << 30))]
     pub file_size: u64,
     /// Most 4 KiB random reads per pass (cold, then warm); one per 1 MiB of the file at most, so
     /// each cold read is the first in its region.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = values::int_in::<usize>(1, 10_000_000))]
     pub random_reads: usize,
     /// Threads of the mixed workload.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = values::int_in::<usize>(1, 1024))]
     pub threads: usize,
     /// Seconds the mixed workload runs.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = values::number_in(0.01, 86_400.0))]
     pub mixed_seconds: f64,
     /// Also run the large-file workloads as fio jobs (when fio is installed).
     #[arg(long)]
     pub fio: bool,
     /// Storage price for the cost column, dollars per GB-month (S3 Standard: 0.023).
-    #[arg(long, default_value_t = 0.023)]
+    #[arg(long, default_value_t = 0.023, value_parser = values::number_in(0.0, 1000.0))]
     pub price_per_gb_month: f64,
     /// Where to write the results as JSON.
     #[arg(long, default_value = "shrinkfs-bench.json")]
@@ -127,22 +137,22 @@ pub struct BenchCodecsArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "logs,json,numeric,random")]
     pub corpora: Vec<CorpusKind>,
     /// Bytes of each corpus.
-    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "256M", value_parser = values::size_in(4 << 10, MAX_DATA))]
     pub size: u64,
     /// Frame sizes.
-    #[arg(long, value_delimiter = ',', default_value = "64K,1M", value_parser = crate::size::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "64K,1M", value_parser = values::size_in(MIN_FRAME, MAX_FRAME))]
     pub frame_sizes: Vec<u64>,
     /// Runs per figure (the best is kept).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = values::int_in::<usize>(1, 1000))]
     pub runs: usize,
     /// Codec families to measure (e.g. `zstd,lz4`; `lz4` does not include `lz4-block`); all when absent.
     #[arg(long, value_delimiter = ',')]
     pub codecs: Vec<String>,
     /// Number of small objects.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = values::int_in::<usize>(1, 1_000_000))]
     pub small_count: usize,
     /// Size of each small object.
-    #[arg(long, default_value = "8K", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "8K", value_parser = values::size_in(1, 64 << 20))]
     pub small_size: u64,
     /// Also write the rows as JSON here.
     #[arg(long)]
@@ -153,6 +163,7 @@ pub struct BenchCodecsArgs {
 #[derive(Debug, Args)]
 pub struct MountArgs {
     /// The bucket: a local directory, s3://bucket[/prefix], or memory:// (empty, for tests).
+    #[arg(value_parser = values::source)]
     pub source: String,
     /// Where to mount it (an existing directory).
     pub mountpoint: PathBuf,
@@ -167,10 +178,10 @@ pub struct MountArgs {
     #[arg(long)]
     pub allow_other: bool,
     /// Owner of files that record none (default: the mounting user).
-    #[arg(long)]
+    #[arg(long, value_parser = values::int_in::<u32>(0, u32::MAX as i64 - 1))]
     pub uid: Option<u32>,
     /// Group of files that record none (default: the mounting user's group).
-    #[arg(long)]
+    #[arg(long, value_parser = values::int_in::<u32>(0, u32::MAX as i64 - 1))]
     pub gid: Option<u32>,
     /// Permissions of files that record none, octal (default 644).
     #[arg(long, value_parser = crate::mount::mode_arg)]
@@ -187,32 +198,37 @@ pub struct MountArgs {
     /// Memory the mount may use for data: write buffers, uploads, fetches, read-ahead and the frame
     /// cache together. Writers wait instead of growing past it. Default: 1G, or a quarter of the
     /// host's memory if that is less.
-    #[arg(long, value_parser = crate::size::parse_size)]
+    #[arg(long, value_parser = values::size_in(crate::mount::MIN_MEMORY_LIMIT, 16 << 40))]
     pub memory_limit: Option<u64>,
     /// Share of --memory-limit kept as a cache of decoded frames (default: a quarter of it).
-    #[arg(long, value_parser = crate::size::parse_size)]
+    #[arg(long, value_parser = values::size_in(0, 8 << 40))]
     pub memory_cache_size: Option<u64>,
     /// Keep stored (compressed, still sealed) frames in this local directory too; survives remounts.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the --cache-dir cache holds, evicting least recently used frames.
-    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "10G", value_parser = values::size_in(64 << 20, 1 << 50))]
     pub cache_size: u64,
     /// Share of the cache directory's disk to leave free (0.05 = 5%).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = values::number_in(0.0, 0.99))]
     pub cache_min_free: f64,
-    /// Seconds attributes and names are trusted before the store is asked again.
-    #[arg(long, default_value_t = 1.0)]
-    pub metadata_ttl: f64,
+    /// Seconds attributes and names are trusted before the store is asked again (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = values::seconds_in(0.0, 86_400.0))]
+    pub metadata_ttl: Duration,
     /// Directory for files being rewritten at random offsets (default: $TMPDIR).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,
-    /// Threads serving kernel requests.
-    #[arg(long, default_value_t = 16)]
+    /// Threads serving kernel requests (1 to 1024).
+    #[arg(long, default_value_t = 16, value_parser = values::int_in::<usize>(1, 1024))]
     pub threads: usize,
     /// Serve Prometheus metrics over HTTP at this address, e.g. 127.0.0.1:9464.
-    #[arg(long)]
+    #[arg(long, value_parser = values::listen_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Mount even if the key (or its absence) does not match the sealed objects in the bucket:
+    /// for operators migrating a bucket from one key to another. Without it, a mount samples a few
+    /// objects and refuses a missing or different key.
+    #[arg(long)]
+    pub skip_key_check: bool,
 }
 
 /// `shrinkfs unmount`.
@@ -285,17 +301,17 @@ pub struct GpuArgs {
     #[arg(long, value_enum, default_value_t = GpuChoice::Auto)]
     pub gpu: GpuChoice,
     /// Frames of at least this size launch on the GPU at once; smaller ones are batched.
-    #[arg(long, default_value = "16M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "16M", value_parser = values::size_in(0, MAX_DATA))]
     pub gpu_min_bytes: u64,
     /// Most frames in one GPU launch.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = values::int_in::<usize>(1, 1_000_000))]
     pub gpu_batch_max_items: usize,
     /// A batch of small frames launches once no frame has arrived for this long (milliseconds), and
     /// waits at most 20 times this in all.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = values::number_in(0.0, 10_000.0))]
     pub gpu_batch_window_ms: f64,
     /// A batch launches as soon as this many bytes wait.
-    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "256M", value_parser = values::size_in(1, MAX_DATA))]
     pub gpu_batch_floor_bytes: u64,
     /// nVCOMP data type of the data, for cascaded and bitcomp: char, short, int, longlong (and u* forms).
     #[arg(long, default_value = "char", value_parser = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"])]
@@ -331,7 +347,8 @@ impl GpuArgs {
             },
             min_bytes: self.gpu_min_bytes as usize,
             batch_max_items: self.gpu_batch_max_items.max(1),
-            batch_window: std::time::Duration::from_secs_f64(self.gpu_batch_window_ms.max(0.0) / 1000.0),
+            // The parser keeps the window finite and within 10 s; a struct built otherwise gets 0.
+            batch_window: Duration::try_from_secs_f64(self.gpu_batch_window_ms / 1000.0).unwrap_or_default(),
             batch_floor_bytes: self.gpu_batch_floor_bytes as usize,
             data_type,
             ..DispatchConfig::default()
@@ -346,11 +363,11 @@ pub struct CodecArgs {
     /// Codec for new frames.
     #[arg(long, value_enum, default_value_t = CodecChoice::Zstd)]
     pub codec: CodecChoice,
-    /// Compression level (zstd: 1 fastest .. 19 smallest).
-    #[arg(long, default_value_t = 1)]
+    /// Compression level (zstd: 1 fastest .. 19 smallest; deflate uses 1 to 9).
+    #[arg(long, default_value_t = 1, value_parser = values::int_in::<i32>(1, 19))]
     pub level: i32,
     /// Raw bytes per frame, e.g. 256K or 1M (4K .. 64M).
-    #[arg(long, default_value = "1M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "1M", value_parser = values::size_in(MIN_FRAME, MAX_FRAME))]
     pub frame_size: u64,
     /// zstd dictionary file (made with `zstd --train`).
     #[arg(long)]
@@ -413,13 +430,13 @@ impl CodecArgs {
 }
 
 /// How to reach an S3-compatible store (for s3:// sources and object URLs).
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct S3Args {
     /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style addressing).
-    #[arg(long)]
+    #[arg(long, value_name = "URL", value_parser = values::endpoint_url)]
     pub endpoint_url: Option<String>,
     /// S3 region (default: AWS_REGION / profile, then us-east-1).
-    #[arg(long)]
+    #[arg(long, value_parser = values::region)]
     pub region: Option<String>,
     /// Allow plain http to the endpoint.
     #[arg(long)]
@@ -427,6 +444,34 @@ pub struct S3Args {
     /// Use path-style S3 addressing.
     #[arg(long)]
     pub path_style: bool,
+    /// Seconds a failed S3 request is retried for (connection refused or reset, 5xx, 429, and
+    /// timeouts of requests that are safe to repeat), backing off up to 5 s between tries;
+    /// 0 = no retries (0 to 600).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = values::seconds_in(0.0, 600.0))]
+    pub retry_timeout: Duration,
+    /// Seconds one S3 request may take, body included: a 8 MiB part needs 300 s at 28 KB/s
+    /// (1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = values::seconds_in(1.0, 3600.0))]
+    pub request_timeout: Duration,
+    /// Seconds to wait for a connection to the S3 endpoint (0.1 to 300).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = values::seconds_in(0.1, 300.0))]
+    pub connect_timeout: Duration,
+}
+
+impl Default for S3Args {
+    /// The defaults of the flags (for commands that take no S3 flags but may name an object).
+    fn default() -> Self {
+        let o = shrinkfs_fuse::store::S3Options::default();
+        S3Args {
+            endpoint_url: None,
+            region: None,
+            allow_http: false,
+            path_style: false,
+            retry_timeout: o.retry_timeout,
+            request_timeout: o.request_timeout,
+            connect_timeout: o.connect_timeout,
+        }
+    }
 }
 
 /// `shrinkfs pack`.
@@ -477,11 +522,11 @@ pub struct CorpusArgs {
     #[arg(value_enum)]
     pub kind: CorpusKind,
     /// How many bytes, e.g. 64M.
-    #[arg(value_parser = crate::size::parse_size)]
+    #[arg(allow_hyphen_values = true, value_parser = values::size_in(0, MAX_DATA))]
     pub size: u64,
     /// Output file, or `-` for stdout.
     pub output: PathBuf,
     /// Seed of the generator (same seed, same bytes).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = values::any_u64)]
     pub seed: u64,
 }

@@ -18,11 +18,24 @@ pub const CORRUPT: i32 = 4;
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// A command-line error from clap as one line: what is wrong and the flag (clap's own text, up to
+/// its tips and usage lines), e.g. "invalid value '-1' for '--metadata-ttl <SECONDS>': must be a
+/// number of seconds from 0 to 86400". Printed after "shrinkfs: error: ", with exit code 2.
+pub fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first: Vec<&str> = text.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
+    let line = first.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
+}
+
 /// The exit code for an error chain: the first classifiable cause decides.
 pub fn code_for(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
         if cause.is::<UsageError>() {
             return USAGE;
+        }
+        if cause.is::<crate::keycheck::KeyMismatch>() {
+            return CORRUPT;
         }
         if let Some(c) = cause.downcast_ref::<CodecError>() {
             return match c {
@@ -41,6 +54,21 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
 mod tests {
     use super::*;
     use anyhow::Context;
+    use clap::Parser;
+
+    #[test]
+    fn clap_errors_become_one_line_naming_the_flag() {
+        let e =
+            crate::cli::Cli::try_parse_from(["shrinkfs", "mount", "memory://", "/m", "--metadata-ttl=-1"]).unwrap_err();
+        let m = clap_message(&e);
+        assert!(!m.contains('\n') && m.contains("--metadata-ttl") && m.contains("0 to 86400"), "{m}");
+        let e = crate::cli::Cli::try_parse_from(["shrinkfs", "pack", "--codec", "brotli", "a", "b"]).unwrap_err();
+        let m = clap_message(&e);
+        assert!(!m.contains('\n') && m.contains("--codec") && m.contains("possible values"), "{m}");
+        let e = crate::cli::Cli::try_parse_from(["shrinkfs", "mount", "memory://"]).unwrap_err();
+        let m = clap_message(&e);
+        assert!(!m.contains('\n') && m.contains("MOUNTPOINT"), "{m}");
+    }
 
     #[test]
     fn the_first_known_cause_decides() {

@@ -8,11 +8,13 @@ pub mod corpus;
 pub mod exit;
 pub mod fileio;
 pub mod inspect;
+pub mod keycheck;
 pub mod logging;
 pub mod mount;
 pub mod pack;
 pub mod remote;
 pub mod size;
+pub mod values;
 
 use std::io::Write;
 
@@ -69,7 +71,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().write_all(text.as_bytes()).context("cannot write to stdout")?;
             Ok(())
         }
-        Command::Bench(cli::BenchCommand::Codecs(a)) => bench::run(a),
+        Command::Bench(cli::BenchCommand::Codecs(a)) => {
+            if (a.small_count as u64).saturating_mul(a.small_size) > cli::MAX_DATA {
+                anyhow::bail!(exit::UsageError(format!(
+                    "--small-count times --small-size must be at most {}",
+                    size::human(cli::MAX_DATA)
+                )));
+            }
+            bench::run(a)
+        }
         Command::Bench(cli::BenchCommand::Fs(a)) => benchfs::run(*a),
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),

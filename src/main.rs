@@ -3,7 +3,17 @@
 use clap::Parser;
 
 fn main() {
-    let cli = shrinkfs::cli::Cli::parse();
+    let cli = match shrinkfs::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help, --version, and a bare `shrinkfs` or `shrinkfs bench`: clap prints the help.
+        Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        Err(e) => {
+            eprintln!("shrinkfs: error: {}", shrinkfs::exit::clap_message(&e));
+            std::process::exit(shrinkfs::exit::USAGE);
+        }
+    };
     tune_allocator(matches!(cli.command, shrinkfs::cli::Command::Mount(_)));
     shrinkfs::logging::init(cli.verbose);
     match shrinkfs::run(cli) {

@@ -17,7 +17,7 @@ fn parse_mode(s: &str) -> Result<u16, String> {
     u16::from_str_radix(s.trim_start_matches("0o"), 8)
         .ok()
         .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| format!("{s:?} is not an octal mode like 644"))
+        .ok_or_else(|| format!("{s:?} is not an octal mode from 0 to 7777, like 644"))
 }
 
 /// Parses an octal permission argument (clap value parser).
@@ -26,7 +26,7 @@ pub fn mode_arg(s: &str) -> Result<u16, String> {
 }
 
 /// Smallest --memory-limit: room for a multipart part and a few frames in flight.
-const MIN_MEMORY_LIMIT: u64 = 32 << 20;
+pub const MIN_MEMORY_LIMIT: u64 = 32 << 20;
 
 /// The default `--memory-limit`: 1 GiB, or a quarter of the host's memory on smaller hosts.
 fn default_memory_limit() -> u64 {
@@ -67,7 +67,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     cfg.gid = a.gid.unwrap_or(cfg.gid);
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
     cfg.dir_mode = a.dir_mode.unwrap_or(cfg.dir_mode);
-    cfg.metadata_ttl = std::time::Duration::from_secs_f64(a.metadata_ttl);
+    cfg.metadata_ttl = a.metadata_ttl;
     (cfg.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
     if let Some(dir) = &a.cache_dir {
         if !(0.0..1.0).contains(&a.cache_min_free) {
@@ -123,8 +123,13 @@ fn daemonize() -> anyhow::Result<OwnedFd> {
             if msg.is_empty() {
                 msg = "the background process exited before the mount was ready".into();
             }
+            // The child sends "CODE:message" so the exit code is the one it would have had.
+            let (code, msg) = match msg.split_once(':') {
+                Some((c, m)) if c.parse::<i32>().is_ok() => (c.parse().unwrap_or(crate::exit::IO), m),
+                _ => (crate::exit::IO, msg.as_str()),
+            };
             eprintln!("shrinkfs: error: {msg}");
-            std::process::exit(crate::exit::IO);
+            std::process::exit(code);
         }
     }
 }
@@ -160,11 +165,12 @@ fn open_log(path: &Option<std::path::PathBuf>) -> anyhow::Result<Option<std::fs:
 /// Runs `shrinkfs mount` until unmounted.
 pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
+    // Option values first: a bad one is a usage error whatever the mount point.
+    let cfg = fs_config(&a)?;
     let meta = std::fs::metadata(&a.mountpoint).with_context(|| format!("mount point {}", a.mountpoint.display()))?;
     if !meta.is_dir() {
         bail!(UsageError(format!("mount point {} is not a directory", a.mountpoint.display())));
     }
-    let cfg = fs_config(&a)?;
     let log = open_log(&a.log_file)?;
     let mut notify = if a.daemon { Some(daemonize()?) } else { None };
     if let Some(f) = &log {
@@ -177,7 +183,7 @@ pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     let result = serve(a, source, cfg, &mut notify, log.as_ref());
     if let (Some(fd), Err(e)) = (notify, &result) {
         let mut w = std::fs::File::from(fd);
-        let _ = write!(w, "{e:#}");
+        let _ = write!(w, "{}:{e:#}", crate::exit::code_for(e));
     }
     result
 }
@@ -194,6 +200,16 @@ fn serve(
     let s3 = a.s3.options();
     let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
     rt.block_on(bucket.check_reachable()).map_err(|e| anyhow::anyhow!(e))?;
+    if a.skip_key_check {
+        tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
+    } else {
+        let check = rt
+            .block_on(crate::keycheck::check_key(&bucket, cfg.encode.key.as_ref()))
+            .with_context(|| format!("cannot mount {}", bucket.describe))?;
+        if let Some(w) = &check.warning {
+            tracing::warn!("{w}");
+        }
+    }
     let describe = bucket.describe.clone();
     let fs = Arc::new(Fs::new(bucket, cfg));
     if let Some(addr) = a.metrics_addr {

@@ -39,6 +39,9 @@ impl S3Args {
             region: self.region.clone(),
             allow_http: self.allow_http,
             path_style: self.path_style,
+            retry_timeout: self.retry_timeout,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
         }
     }
 }

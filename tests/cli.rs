@@ -284,3 +284,136 @@ fn bench_codecs_measures_the_chosen_codecs_and_refuses_unknown_ones() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("unknown codec \"zsdt\"") && err.contains("lz4-block"), "{err}");
 }
+
+/// Runs `args` and checks it is refused as a usage error: exit 2, one line on stderr starting
+/// "shrinkfs: error: " and naming `flag`, no panic.
+fn assert_usage_error(args: &[&str], flag: &str) {
+    let o = run(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: stderr {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(err.starts_with("shrinkfs: error: ") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    assert!(err.contains(flag), "{args:?} does not name {flag}: {err}");
+}
+
+#[test]
+fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
+    // Absurd for any number; the flags below add their own.
+    const NUMBERS: &[&str] = &["-1", "inf", "-inf", "nan", "1e300", "99999999999999999999999", "", "x"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { NUMBERS.iter().chain(extra).copied().collect() };
+    let sizes = with(&["1X", "16777216T"]);
+    let durations = with(&["601", "1e9"]);
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        // Codec and GPU flags (mount, pack).
+        ("--codec", vec!["", "brotli"]),
+        ("--level", with(&["0", "20", "2147483648"])),
+        ("--frame-size", with(&["0", "1K", "1G"])),
+        ("--dict", vec![""]),
+        ("--key-file", vec![""]),
+        ("--gpu", vec!["", "maybe"]),
+        ("--gpu-min-bytes", sizes.clone()),
+        ("--gpu-batch-max-items", with(&["0"])),
+        ("--gpu-batch-window-ms", with(&["10001"])),
+        ("--gpu-batch-floor-bytes", with(&["0"])),
+        ("--gpu-data-type", vec!["", "float"]),
+        // S3 flags (mount, pack, unpack, inspect).
+        (
+            "--endpoint-url",
+            vec!["", "not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999", "http://u:p@h"],
+        ),
+        ("--region", vec!["", "US EAST 1", "a/b"]),
+        ("--retry-timeout", durations.clone()),
+        ("--request-timeout", with(&["0", "3601"])),
+        ("--connect-timeout", with(&["0", "301"])),
+        // Mount flags.
+        ("--uid", with(&["4294967295", "4294967296"])),
+        ("--gid", with(&["4294967295"])),
+        ("--file-mode", vec!["", "99999", "8", "-1", "0o99", "10000"]),
+        ("--dir-mode", vec!["", "99999", "rwx"]),
+        ("--log-file", vec![""]),
+        ("--memory-limit", with(&["0", "1M", "17T"])),
+        ("--memory-cache-size", with(&["9T"])),
+        ("--cache-dir", vec![""]),
+        ("--cache-size", with(&["0", "1M"])),
+        ("--cache-min-free", with(&["1", "0.999"])),
+        ("--metadata-ttl", with(&["86401"])),
+        ("--staging-dir", vec![""]),
+        ("--threads", with(&["0", "1025"])),
+        ("--metrics-addr", vec!["", "x", "9464", "127.0.0.1:99999"]),
+    ];
+    for (flag, values) in &cases {
+        for v in values {
+            let arg = format!("{flag}={v}");
+            // A mount point that does not exist: nothing can mount even if parsing let it through.
+            assert_usage_error(&["mount", "memory://", "/nonexistent/mnt", &arg], flag);
+        }
+    }
+    for v in ["", "gs://b", "s3://"] {
+        assert_usage_error(&["mount", v, "/nonexistent/mnt"], "SOURCE");
+    }
+    // The shared groups are checked on every subcommand that has them.
+    for sub in [&["pack"][..], &["unpack"], &["inspect"]] {
+        for (flag, v) in [("--endpoint-url", "not a url"), ("--retry-timeout", "nan"), ("--request-timeout", "-1")] {
+            let arg = format!("{flag}={v}");
+            let mut args = sub.to_vec();
+            args.extend([arg.as_str(), "/nonexistent/in", "/nonexistent/out"]);
+            if sub[0] == "inspect" {
+                args.pop();
+            }
+            assert_usage_error(&args, flag);
+        }
+    }
+    for (flag, v) in [("--level", "1e300"), ("--frame-size", "-1"), ("--gpu-batch-window-ms", "inf")] {
+        assert_usage_error(&["pack", &format!("{flag}={v}"), "/nonexistent/in", "/nonexistent/out"], flag);
+    }
+    let bench_codecs: Vec<(&str, Vec<&str>)> = vec![
+        ("--size", with(&["0", "17G"])),
+        ("--frame-sizes", with(&["0", "1K", "1G"])),
+        ("--runs", with(&["0", "1001"])),
+        ("--small-count", with(&["0"])),
+        ("--small-size", with(&["0", "65M"])),
+        ("--corpora", vec!["", "nope"]),
+    ];
+    for (flag, values) in &bench_codecs {
+        for v in values {
+            assert_usage_error(&["bench", "codecs", &format!("{flag}={v}")], flag);
+        }
+    }
+    let bench_fs: Vec<(&str, Vec<&str>)> = vec![
+        ("--target", vec!["", "=x", "a="]),
+        ("--baseline", vec![""]),
+        ("--backend", vec![""]),
+        ("--pid", vec!["", "a=-1", "a=x", "a=99999999999"]),
+        ("--workloads", vec!["", "nope"]),
+        ("--size", with(&["0", "17G"])),
+        ("--data", vec!["", "nope"]),
+        ("--files", with(&["0"])),
+        ("--file-size", with(&["0", "2G"])),
+        ("--random-reads", with(&["0"])),
+        ("--threads", with(&["0"])),
+        ("--mixed-seconds", with(&["0"])),
+        ("--price-per-gb-month", with(&["1001"])),
+        ("--json", vec![""]),
+        ("--html", vec![""]),
+    ];
+    for (flag, values) in &bench_fs {
+        for v in values {
+            let arg = format!("{flag}={v}");
+            let mut args = vec!["bench", "fs", &arg];
+            if *flag != "--target" {
+                args.extend(["--target", "/nonexistent/dir"]);
+            }
+            assert_usage_error(&args, flag);
+        }
+    }
+    // Together too large to hold in memory.
+    assert_usage_error(&["bench", "codecs", "--small-count=1000000", "--small-size=64M"], "--small-count");
+    for v in with(&["17G"]) {
+        assert_usage_error(&["corpus", "logs", v, "/nonexistent/out"], "SIZE");
+    }
+    for v in ["-1", "nan", "99999999999999999999999", ""] {
+        assert_usage_error(&["corpus", "logs", "1K", "/nonexistent/out", &format!("--seed={v}")], "--seed");
+    }
+    assert_usage_error(&["corpus", "nope", "1K", "/nonexistent/out"], "KIND");
+    assert_usage_error(&["unmount", ""], "MOUNTPOINT");
+}

@@ -3,13 +3,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
-use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::list::PaginatedListStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::localstore::{Cleanup, LocalStore};
 
@@ -50,7 +51,7 @@ impl Source {
 }
 
 /// How to reach an S3-compatible endpoint.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct S3Options {
     /// Endpoint URL for S3-compatible servers (implies path-style addressing).
     pub endpoint_url: Option<String>,
@@ -60,6 +61,72 @@ pub struct S3Options {
     pub allow_http: bool,
     /// Force path-style addressing.
     pub path_style: bool,
+    /// How long a failed request is retried, from its first try ([`retry_config`]); zero: never.
+    pub retry_timeout: Duration,
+    /// Most time one request may take, body included ([`client_options`]).
+    pub request_timeout: Duration,
+    /// Most time to wait for a TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+}
+
+/// Default [`S3Options::retry_timeout`]: rides out a server restart or a short network outage.
+pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`S3Options::request_timeout`]: an 8 MiB multipart part still fits at 28 KB/s
+/// (object_store's own default, 30 s, fails such a part below about 280 KB/s).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default [`S3Options::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait between two tries of a request: once a restarted server is back, requests
+/// resume within this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// First wait between tries; later waits grow (doubling at most, with jitter) up to [`MAX_BACKOFF`].
+pub const INIT_BACKOFF: Duration = Duration::from_millis(100);
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            endpoint_url: None,
+            region: None,
+            allow_http: false,
+            path_style: false,
+            retry_timeout: DEFAULT_RETRY_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+/// The retry policy of S3 requests: time, not a count, bounds it. object_store stops retrying
+/// once `max_retries` tries were made *or* `retry_timeout` has passed since the first try (it
+/// checks before each wait, so the last try may end up to one backoff plus one request later);
+/// its default of 10 tries is spent in 2 to 4 s, too soon to outlive a server restart. Here
+/// `max_retries` is as many tries as fit in the time at the shortest backoff, so only the
+/// time counts.
+pub fn retry_config(s3: &S3Options) -> RetryConfig {
+    let max_retries = if s3.retry_timeout.is_zero() {
+        0
+    } else {
+        (s3.retry_timeout.as_millis() / INIT_BACKOFF.as_millis()) as usize + 1
+    };
+    RetryConfig {
+        backoff: BackoffConfig { init_backoff: INIT_BACKOFF, max_backoff: MAX_BACKOFF, base: 2.0 },
+        max_retries,
+        retry_timeout: s3.retry_timeout,
+    }
+}
+
+/// HTTP client options: the `AWS_*` client settings from `env` (proxy, certificates, ...: what
+/// `AmazonS3Builder::from_env` would have applied), then the timeouts of `s3`, which win.
+pub fn client_options(s3: &S3Options, env: impl IntoIterator<Item = (String, String)>) -> ClientOptions {
+    let mut opts = ClientOptions::new();
+    for (k, v) in env {
+        if k.starts_with("AWS_")
+            && let Ok(AmazonS3ConfigKey::Client(key)) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+        {
+            opts = opts.with_config(key, v);
+        }
+    }
+    opts.with_timeout(s3.request_timeout).with_connect_timeout(s3.connect_timeout)
 }
 
 /// An opened store and the key prefix everything lives under.
@@ -84,6 +151,55 @@ impl std::fmt::Debug for Bucket {
     }
 }
 
+/// Checks an S3 endpoint: `http://` or `https://`, a host, an optional port and path; nothing
+/// else. object_store's builder takes any string as the endpoint and panics at the first signed
+/// request ("request valid: InvalidUri") on one that is not a URL, so it is checked before.
+pub fn check_endpoint_url(s: &str) -> Result<(), String> {
+    let bad = |why: &str| format!("{why}; expected http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:9000");
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Err(bad("not a URL"));
+    };
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("a URL has no spaces"));
+    }
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(bad(&format!("scheme {scheme:?} is not http or https")));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if rest[authority.len()..].starts_with(['?', '#']) {
+        return Err(bad("must not have a query or fragment"));
+    }
+    if authority.contains('@') {
+        return Err(bad("must not hold credentials (use AWS_ACCESS_KEY_ID or ~/.aws/credentials)"));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => {
+            let (addr, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '[' in the host"))?;
+            addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad(&format!("{addr:?} is not an IPv6 address")))?;
+            (addr, after.strip_prefix(':'))
+        }
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    if !authority.starts_with('[')
+        && !host.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    {
+        return Err(bad(&format!("{host:?} is not a host name")));
+    }
+    if let Some(p) = port
+        && !p.parse::<u16>().is_ok_and(|p| p != 0)
+    {
+        return Err(bad(&format!("port {p:?} is not 1 to 65535")));
+    }
+    Ok(())
+}
+
 /// Opens the store a source names. Local directories must exist.
 pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
     match source {
@@ -100,7 +216,16 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {
-            let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry_config(s3))
+                .with_client_options(client_options(s3, env));
+            if s3.endpoint_url.is_none()
+                && let Some(url) = b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+            {
+                check_endpoint_url(&url).map_err(|e| format!("AWS_ENDPOINT {url:?}: {e}"))?;
+            }
             let profile = aws_profile();
             if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
                 && let (Some(id), Some(secret)) = (&profile.access_key_id, &profile.secret_access_key)
@@ -116,6 +241,7 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
                 b = b.with_region(profile.region.as_deref().unwrap_or("us-east-1"));
             }
             if let Some(url) = &s3.endpoint_url {
+                check_endpoint_url(url).map_err(|e| format!("--endpoint-url {url:?}: {e}"))?;
                 b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
                 if url.starts_with("http://") {
                     b = b.with_allow_http(true);
@@ -263,6 +389,60 @@ mod tests {
         let p = read_profile(&creds, &config, "default");
         assert_eq!((p.access_key_id.as_deref(), p.region.as_deref()), (Some("AKDEF"), Some("eu-west-1")));
         assert_eq!(read_profile(&d.path().join("none"), &d.path().join("none"), "x"), AwsProfile::default());
+    }
+
+    #[test]
+    fn retries_are_bounded_by_time_not_by_count() {
+        let s3 = S3Options { retry_timeout: Duration::from_secs(90), ..S3Options::default() };
+        let r = retry_config(&s3);
+        assert_eq!(r.retry_timeout, Duration::from_secs(90));
+        assert_eq!((r.backoff.init_backoff, r.backoff.max_backoff), (INIT_BACKOFF, MAX_BACKOFF));
+        // Every try at the shortest backoff still fits: the count never ends retries first.
+        assert!(r.max_retries as u128 * INIT_BACKOFF.as_millis() >= 90_000, "{}", r.max_retries);
+        let none = retry_config(&S3Options { retry_timeout: Duration::ZERO, ..S3Options::default() });
+        assert_eq!(none.max_retries, 0);
+        let d = retry_config(&S3Options::default());
+        assert_eq!(d.retry_timeout, DEFAULT_RETRY_TIMEOUT);
+        assert!(DEFAULT_RETRY_TIMEOUT >= Duration::from_secs(60));
+    }
+
+    #[test]
+    fn timeouts_reach_the_client_options_and_environment_settings_are_kept() {
+        use object_store::ClientConfigKey;
+        let s3 = S3Options {
+            request_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_millis(2500),
+            ..S3Options::default()
+        };
+        let env = [
+            ("AWS_PROXY_URL".to_string(), "http://proxy:3128".to_string()),
+            ("AWS_TIMEOUT".to_string(), "1s".to_string()),
+            ("AWS_REGION".to_string(), "eu-west-1".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ];
+        let o = client_options(&s3, env);
+        assert_eq!(
+            o.get_config_value(&ClientConfigKey::Timeout).as_deref(),
+            Some("5m"),
+            "the flag wins over AWS_TIMEOUT"
+        );
+        assert_eq!(o.get_config_value(&ClientConfigKey::ConnectTimeout).as_deref(), Some("2s 500ms"));
+        assert_eq!(o.get_config_value(&ClientConfigKey::ProxyUrl).as_deref(), Some("http://proxy:3128"));
+        // And the builder takes them: an S3 bucket opens with them without error.
+        let b = open(&Source::S3 { bucket: "b".into(), prefix: "p".into() }, &s3).unwrap();
+        assert!(b.pages.is_some());
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_a_url_is_an_error_not_a_panic_later() {
+        let s3b = Source::S3 { bucket: "b".into(), prefix: String::new() };
+        for bad in ["not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999"] {
+            let s3 = S3Options { endpoint_url: Some(bad.into()), ..S3Options::default() };
+            let e = open(&s3b, &s3).unwrap_err();
+            assert!(e.contains("--endpoint-url") && e.contains("http(s)://HOST"), "{bad}: {e}");
+        }
+        let s3 = S3Options { endpoint_url: Some("http://127.0.0.1:9000".into()), ..S3Options::default() };
+        assert!(open(&s3b, &s3).is_ok());
     }
 
     #[test]

@@ -1,0 +1,222 @@
+//! The key check before a mount: a few objects of the bucket are sampled, so that a missing or
+//! different `--key-file` is refused instead of mounting a sealed bucket and writing new files
+//! with another key (or none) beside the old ones.
+
+use futures::StreamExt;
+use object_store::ObjectMeta;
+use shrinkfs_codec::reader::SUGGESTED_TAIL;
+use shrinkfs_codec::{Error as CodecError, Layout, MasterKey, TailProbe, probe_tail};
+use shrinkfs_fuse::fs::DIR_MARKER;
+use shrinkfs_fuse::store::Bucket;
+
+/// Most objects read (one tail each) before mounting.
+pub const SAMPLE: usize = 8;
+
+/// Most keys listed while looking for objects to sample, so a bucket full of directory markers
+/// and plain files does not hold the mount up.
+const MAX_LISTED: usize = 1000;
+
+/// Directory of uploads in progress: their objects are not files of the bucket.
+const TMP_DIR: &str = ".shrinkfs-tmp";
+
+/// The mount's key does not fit the bucket (exit code 4).
+#[derive(Debug, thiserror::Error)]
+pub enum KeyMismatch {
+    /// A sampled object is sealed and the mount has no key.
+    #[error("bucket holds sealed objects (e.g. {0}); pass --key-file (or --skip-key-check)")]
+    KeyRequired(String),
+    /// A sampled object is sealed with a different key.
+    #[error("--key-file does not match the key of {0} (or pass --skip-key-check)")]
+    WrongKey(String),
+}
+
+/// What the sample showed, when the key fits.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeyCheck {
+    /// Sealed objects the key opened.
+    pub sealed: usize,
+    /// shrinkfs objects that are not sealed.
+    pub unsealed: usize,
+    /// Objects that are not shrinkfs objects (plain bytes) or could not be parsed.
+    pub other: usize,
+    /// Something to log: a key given for a bucket whose sampled objects are all unsealed.
+    pub warning: Option<String>,
+}
+
+/// Samples up to [`SAMPLE`] objects under the bucket's prefix (directory markers and uploads in
+/// progress left out) and checks `key` against the sealed ones. A store error fails the check;
+/// a damaged object is counted in `other` and left to the reads that meet it.
+pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Result<KeyCheck> {
+    let mut check = KeyCheck::default();
+    let mut listed = 0;
+    let mut list = bucket.store.list(Some(&bucket.prefix));
+    let mut sampled = 0;
+    let mut first_unsealed = None;
+    while let Some(meta) = list.next().await {
+        let meta = meta.map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", bucket.describe))?;
+        listed += 1;
+        if listed > MAX_LISTED || sampled >= SAMPLE {
+            break;
+        }
+        if !sampleable(&meta) {
+            continue;
+        }
+        sampled += 1;
+        let name = meta.location.to_string();
+        match examine(bucket, &meta).await? {
+            None => check.other += 1,
+            Some(layout) if !layout.header.sealed() => {
+                check.unsealed += 1;
+                first_unsealed.get_or_insert(name);
+            }
+            Some(layout) => {
+                let Some(key) = key else { return Err(KeyMismatch::KeyRequired(name).into()) };
+                match layout.open(Some(key), &[]) {
+                    Err(CodecError::WrongKey) => return Err(KeyMismatch::WrongKey(name).into()),
+                    // The key check passed; the object needs a dictionary or is damaged, which
+                    // is for reads to report.
+                    Ok(_) | Err(_) => check.sealed += 1,
+                }
+            }
+        }
+    }
+    if key.is_some() && check.sealed == 0 && check.unsealed > 0 {
+        check.warning = Some(format!(
+            "--key-file given but the bucket's objects are not sealed (e.g. {}); new files will be sealed, old ones stay readable without a key",
+            first_unsealed.unwrap_or_default()
+        ));
+    }
+    tracing::debug!(sealed = check.sealed, unsealed = check.unsealed, other = check.other, "key check");
+    Ok(check)
+}
+
+/// Whether an object of a listing is a file worth sampling.
+fn sampleable(meta: &ObjectMeta) -> bool {
+    meta.size > 0
+        && meta.location.filename() != Some(DIR_MARKER)
+        && !meta.location.parts().any(|p| p.as_ref() == TMP_DIR)
+}
+
+/// Reads an object's tail: its layout, or `None` for plain bytes and objects whose tail does not
+/// parse.
+async fn examine(bucket: &Bucket, meta: &ObjectMeta) -> anyhow::Result<Option<Layout>> {
+    let len = meta.size;
+    let read = |range: std::ops::Range<u64>| async move {
+        bucket
+            .store
+            .get_range(&meta.location, range)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))
+    };
+    let mut tail = read(len.saturating_sub(SUGGESTED_TAIL)..len).await?;
+    let need = match probe_tail(&tail, len) {
+        Ok(TailProbe::Shrinkfs { tail_len, .. }) => tail_len,
+        Ok(TailProbe::Plain) | Err(_) => return Ok(None),
+    };
+    if need > tail.len() as u64 {
+        tail = read(len - need.min(len)..len).await?;
+    }
+    Ok(Layout::parse(&tail, len).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{ObjectStore, PutPayload};
+    use shrinkfs_codec::{EncodeConfig, encode_all};
+
+    use super::*;
+
+    fn key(b: u8) -> MasterKey {
+        MasterKey::from_bytes(&[b; 32]).unwrap()
+    }
+
+    fn object(key: Option<MasterKey>) -> Vec<u8> {
+        let cfg = EncodeConfig { frame_size: 4096, key, ..Default::default() };
+        encode_all(&cfg, &vec![7u8; 10_000]).unwrap()
+    }
+
+    /// A bucket under prefix `p` holding `objects` (key, bytes), plus a directory marker and an
+    /// upload in progress that the check must skip.
+    fn bucket(objects: &[(&str, Vec<u8>)]) -> Bucket {
+        let store = Arc::new(InMemory::new());
+        let rt = runtime();
+        rt.block_on(async {
+            for (k, v) in objects {
+                store.put(&Path::from(format!("p/{k}")), PutPayload::from(v.clone())).await.unwrap();
+            }
+            store.put(&Path::from(format!("p/d/{DIR_MARKER}")), PutPayload::new()).await.unwrap();
+            store.put(&Path::from("p/.shrinkfs-tmp/x"), PutPayload::from(b"partial".to_vec())).await.unwrap();
+        });
+        Bucket::new(store, Path::from("p"), "memory://")
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().build().unwrap()
+    }
+
+    fn check(b: &Bucket, k: Option<MasterKey>) -> anyhow::Result<KeyCheck> {
+        runtime().block_on(check_key(b, k.as_ref()))
+    }
+
+    fn sealed_bucket() -> Bucket {
+        bucket(&[("a.log", object(Some(key(0xA)))), ("d/b.log", object(Some(key(0xA)))), ("plain.txt", b"hi".to_vec())])
+    }
+
+    #[test]
+    fn a_sealed_bucket_without_a_key_is_refused() {
+        let e = check(&sealed_bucket(), None).unwrap_err();
+        let m = e.downcast_ref::<KeyMismatch>().expect("a key mismatch");
+        assert!(matches!(m, KeyMismatch::KeyRequired(k) if k.starts_with("p/")), "{m}");
+        assert!(e.to_string().contains("pass --key-file"), "{e}");
+        assert_eq!(crate::exit::code_for(&e), crate::exit::CORRUPT);
+    }
+
+    #[test]
+    fn a_sealed_bucket_with_another_key_is_refused() {
+        let e = check(&sealed_bucket(), Some(key(0xB))).unwrap_err();
+        assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::WrongKey(_))), "{e}");
+        assert!(e.to_string().contains("--key-file does not match the key of p/"), "{e}");
+        assert_eq!(crate::exit::code_for(&e), crate::exit::CORRUPT);
+    }
+
+    #[test]
+    fn a_sealed_bucket_with_its_key_mounts() {
+        let c = check(&sealed_bucket(), Some(key(0xA))).unwrap();
+        assert_eq!((c.sealed, c.unsealed, c.other, c.warning), (2, 0, 1, None));
+    }
+
+    #[test]
+    fn an_unsealed_bucket_with_a_key_mounts_with_a_warning() {
+        let b = bucket(&[("a.log", object(None)), ("b.log", object(None))]);
+        let c = check(&b, Some(key(0xA))).unwrap();
+        assert_eq!((c.sealed, c.unsealed), (0, 2));
+        assert!(c.warning.as_deref().is_some_and(|w| w.contains("not sealed") && w.contains("p/a.log")), "{c:?}");
+        let c = check(&b, None).unwrap();
+        assert_eq!((c.unsealed, c.warning), (2, None));
+    }
+
+    #[test]
+    fn an_empty_bucket_mounts_with_or_without_a_key() {
+        let b = bucket(&[]);
+        assert_eq!(check(&b, None).unwrap(), KeyCheck::default());
+        assert_eq!(check(&b, Some(key(0xA))).unwrap(), KeyCheck::default());
+    }
+
+    #[test]
+    fn large_indexes_and_many_objects_are_sampled_correctly() {
+        // An index larger than the first tail read, and more objects than the sample: the wrong
+        // key is still found among the first ones.
+        let cfg = EncodeConfig { frame_size: 4096, key: Some(key(0xA)), ..Default::default() };
+        let big = encode_all(&cfg, &vec![1u8; 4096 * 3000]).unwrap();
+        let mut objects: Vec<(String, Vec<u8>)> = vec![("0-big".into(), big)];
+        objects.extend((1..20).map(|i| (format!("{i:02}"), object(Some(key(0xA))))));
+        let refs: Vec<(&str, Vec<u8>)> = objects.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let b = bucket(&refs);
+        assert_eq!(check(&b, Some(key(0xA))).unwrap().sealed, SAMPLE);
+        assert!(check(&b, Some(key(0xB))).is_err());
+    }
+}
