@@ -46,6 +46,9 @@ pub enum Command {
     Mount(Box<MountArgs>),
     /// Unmount a shrinkfs mount (pending files are uploaded first by the mount process).
     Unmount(UnmountArgs),
+    /// Remove what interrupted writes left in a bucket (temporary files of a local-directory
+    /// bucket); a mount does this itself at start for leftovers older than an hour.
+    Cleanup(CleanupArgs),
     /// Write one of the benchmark corpora (deterministic, made by shrinkfs itself).
     Corpus(CorpusArgs),
     /// Measure things.
@@ -229,6 +232,20 @@ pub struct MountArgs {
     /// objects and refuses a missing or different key.
     #[arg(long)]
     pub skip_key_check: bool,
+}
+
+/// `shrinkfs cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// The bucket: a local directory or s3://bucket[/prefix].
+    #[arg(value_parser = values::source)]
+    pub source: String,
+    /// Remove only leftovers older than this many seconds (0: all of them; keep the default
+    /// while another mount of the bucket may be writing).
+    #[arg(long, default_value = "3600", value_parser = values::seconds_in(0.0, 1e9))]
+    pub older_than: std::time::Duration,
+    #[command(flatten)]
+    pub s3: S3Args,
 }
 
 /// `shrinkfs unmount`.

@@ -102,10 +102,10 @@ fn sampleable(meta: &ObjectMeta) -> bool {
 async fn examine(bucket: &Bucket, meta: &ObjectMeta) -> anyhow::Result<Option<Layout>> {
     let len = meta.size;
     let read = |range: std::ops::Range<u64>| async move {
-        bucket
-            .store
-            .get_range(&meta.location, range)
+        // As the mount reads: servers that answer a range with the whole object are served too.
+        shrinkfs_fuse::objects::get_range(bucket.store.as_ref(), &meta.location, range, len, None)
             .await
+            .map(|(bytes, _)| bytes)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))
     };
     let mut tail = read(len.saturating_sub(SUGGESTED_TAIL)..len).await?;

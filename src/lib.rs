@@ -83,6 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(cli::BenchCommand::Fs(a)) => benchfs::run(*a),
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),
+        Command::Cleanup(a) => mount::run_cleanup(a),
         Command::Corpus(a) => {
             let size = usize::try_from(a.size).context("size too large for this machine")?;
             let data = corpus::generate(a.kind, size, a.seed);

@@ -210,6 +210,12 @@ fn serve(
             tracing::warn!("{w}");
         }
     }
+    if !a.read_only {
+        match clean_leftovers(&bucket, CLEANUP_AT_MOUNT) {
+            Ok(said) => tracing::info!("{said}"),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "cleanup at mount failed"),
+        }
+    }
     let describe = bucket.describe.clone();
     let fs = Arc::new(Fs::new(bucket, cfg));
     if let Some(addr) = a.metrics_addr {
@@ -230,7 +236,7 @@ fn serve(
         allow_other: a.allow_other,
         threads: a.threads,
     };
-    let mut session = mount(fs.clone(), rt.handle().clone(), &a.mountpoint, &opts)
+    let session = mount(fs.clone(), rt.handle().clone(), &a.mountpoint, &opts)
         .with_context(|| format!("cannot mount {describe} at {}", a.mountpoint.display()))?;
     tracing::info!(source = %describe, mountpoint = %a.mountpoint.display(), "mounted");
     if let Some(fd) = notify.take() {
@@ -240,7 +246,7 @@ fn serve(
         drop(w);
         silence_stdio(log);
     }
-    let mut unmounter = session.unmount_callable();
+    let mountpoint = a.mountpoint.clone();
     let fs_sig = fs.clone();
     rt.spawn(async move {
         let mut term =
@@ -249,16 +255,66 @@ fn serve(
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("signal received: uploading pending files and unmounting");
-        if let Err(e) = fs_sig.flush_all().await {
-            tracing::error!(error = %e, "some files could not be uploaded before unmounting");
-        }
-        if let Err(e) = unmounter.unmount() {
-            tracing::error!(error = %e, "unmount failed");
+        tracing::info!("signal received: unmounting");
+        // A file still open for writing is never published half-written: the unmount waits for
+        // its writer's close (which uploads it), trying again every second.
+        let mut told = false;
+        loop {
+            if let Err(e) = fs_sig.flush_all().await {
+                tracing::error!(error = %e, "some closed files could not be uploaded");
+            }
+            match unmount(&mountpoint) {
+                Err(e) if e.contains(" is busy") => {
+                    if !told {
+                        tracing::warn!("mount busy: unmounting as soon as the last open file is closed");
+                        told = true;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "unmount failed");
+                    break;
+                }
+                Ok(()) => break,
+            }
         }
     });
     session.run().context("the FUSE session ended with an error")?;
-    rt.block_on(fs.flush_all()).context("uploading pending files at unmount")?;
+    let flushed = rt.block_on(fs.flush_all());
+    let abandoned = rt.block_on(fs.abandon_open());
+    if abandoned > 0 {
+        tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
+    }
+    flushed.context("uploading pending files at unmount")?;
+    Ok(())
+}
+
+/// How old an interrupted write's leftovers must be before a mount removes them at start (younger
+/// ones may belong to another mount of the same bucket still writing).
+pub const CLEANUP_AT_MOUNT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes leftovers of interrupted writes older than `older_than` and says what went.
+pub fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Duration) -> anyhow::Result<String> {
+    let done = bucket.cleanup(older_than).with_context(|| format!("cleaning up {}", bucket.describe))?;
+    Ok(format!(
+        "{}: removed {} leftover file(s) of interrupted writes, {}",
+        bucket.describe,
+        done.files,
+        crate::size::human(done.bytes)
+    ))
+}
+
+/// Runs `shrinkfs cleanup`.
+pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
+    let source = Source::parse(&a.source).map_err(UsageError)?;
+    let bucket = store::open(&source, &a.s3.options()).map_err(|e| anyhow::anyhow!(e))?;
+    println!("{}", clean_leftovers(&bucket, a.older_than)?);
+    if matches!(source, Source::S3 { .. }) {
+        println!(
+            "S3 keeps unfinished multipart uploads until they are aborted: add a lifecycle rule \
+             (AbortIncompleteMultipartUpload) to the bucket; see docs/SEMANTICS.md"
+        );
+    }
     Ok(())
 }
 

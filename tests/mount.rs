@@ -282,30 +282,6 @@ fn bad_sources_fail_before_mounting_with_one_line() {
 }
 
 #[test]
-fn sigterm_uploads_pending_files_and_unmounts() {
-    require_fuse!();
-    let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    fs::create_dir(&bucket).unwrap();
-    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
-    let mut f = fs::File::create(mnt.join("open.txt")).unwrap();
-    f.write_all(b"still open at SIGTERM").unwrap();
-    // The mount process is our child: find it by its mount point argument.
-    let out =
-        Command::new("pgrep").args(["-f", &format!("mount {} {}", bucket.display(), mnt.display())]).output().unwrap();
-    let pid: i32 = String::from_utf8_lossy(&out.stdout).lines().next().expect("mount pid").trim().parse().unwrap();
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let start = std::time::Instant::now();
-    while !bucket.join("open.txt").exists() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(f);
-    assert_eq!(unpack(&bucket.join("open.txt")), b"still open at SIGTERM");
-    drop(m);
-}
-
-#[test]
 fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();

@@ -229,11 +229,14 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::from_i32(libc::EPERM));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.run("open", ino.0, self.fs.open(ino.0, write, truncate)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => {
+                self.fs.set_owner(fh, process_of(req.pid()));
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -252,7 +255,10 @@ impl Filesystem for FuseAdapter {
         let r =
             self.run("create", parent.0, async { self.fs.create(parent.0, name(n)?, mode & !umask, uid, gid).await });
         match r {
-            Ok((a, fh)) => reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Ok((a, fh)) => {
+                self.fs.set_owner(fh, process_of(req.pid()));
+                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -292,8 +298,9 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
-        Self::empty(reply, self.run("flush", ino.0, self.fs.flush(fh.0)));
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        let by = process_of(req.pid());
+        Self::empty(reply, self.run("flush", ino.0, self.fs.flush_by(fh.0, by, process_alive)));
     }
 
     fn release(
@@ -388,4 +395,20 @@ fn xattr_reply(reply: ReplyXattr, r: Result<Vec<u8>>, size: u32) {
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(&e)),
     }
+}
+
+/// The process (thread group) of the thread the kernel names in a request.
+fn process_of(tid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|st| st.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(tid)
+}
+
+/// Whether a process still runs (a zombie does not count).
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| st.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
 }

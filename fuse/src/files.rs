@@ -42,6 +42,8 @@ pub struct Handle {
     pub file: SharedFile,
     /// Where the last read ended, and how many frames to fetch ahead while reads stay sequential.
     pub readahead: (u64, usize),
+    /// The process that opened it, where the kernel said (see `flush_by`).
+    pub owner: Option<u32>,
 }
 
 /// One inode in the open-file table: its state and the handles counted on it.
@@ -146,7 +148,7 @@ impl Fs {
 
     fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let h = Handle { ino, write, file, readahead: (0, 0) };
+        let h = Handle { ino, write, file, readahead: (0, 0), owner: None };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
     }
@@ -466,6 +468,30 @@ impl Fs {
         let mut of = h.file.lock().await;
         let i = self.inode(h.ino)?;
         self.commit_locked(&i, &mut of).await
+    }
+
+    /// Records the process that opened handle `fh`.
+    pub fn set_owner(&self, fh: u64, process: u32) {
+        if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
+            h.owner = Some(process);
+        }
+    }
+
+    /// close() of one descriptor of handle `fh` by `process`. The kernel sends this for every copy
+    /// of a descriptor, including the close-on-exec in each child a writer forks: such a close
+    /// publishes nothing while the process that opened the file is still running (`alive`), or a
+    /// half-written file would appear whenever the writer starts a program. The opener's own close,
+    /// fsync and the last release still upload everything.
+    pub async fn flush_by(&self, fh: u64, process: u32, alive: impl Fn(u32) -> bool) -> Result<()> {
+        let h = self.handle(fh)?;
+        if let Some(owner) = h.owner
+            && owner != process
+            && alive(owner)
+        {
+            tracing::debug!(fh, owner, process, "close by another process: nothing published");
+            return Ok(());
+        }
+        self.flush(fh).await
     }
 
     /// fsync(): the same guarantee as a writer's flush.

@@ -224,20 +224,18 @@ async fn steps_on(
                 let (_, fh, ino, write) = m.handle(h).expect("checked");
                 let data = bytes(len, seed);
                 let at = u64::from(at);
-                match fs.write(fh, at, &data).await {
-                    Ok(n) => {
-                        if !write || n as usize != data.len() {
-                            return Err(fail(ctx("a write the model refuses succeeded")));
-                        }
-                        let o = m.open.get_mut(&ino).expect("open");
-                        let end = at as usize + data.len();
-                        if o.live.len() < end {
-                            o.live.resize(end, 0);
-                        }
-                        o.live[at as usize..end].copy_from_slice(&data);
-                        o.dirty = true;
+                // A failed write must leave the file as it was: the next read or close checks it.
+                if let Ok(n) = fs.write(fh, at, &data).await {
+                    if !write || n as usize != data.len() {
+                        return Err(fail(ctx("a write the model refuses succeeded")));
                     }
-                    Err(_) => {}
+                    let o = m.open.get_mut(&ino).expect("open");
+                    let end = at as usize + data.len();
+                    if o.live.len() < end {
+                        o.live.resize(end, 0);
+                    }
+                    o.live[at as usize..end].copy_from_slice(&data);
+                    o.dirty = true;
                 }
             }
             Step::Read { h, at, len } if m.handle(h).is_some() => {
@@ -333,7 +331,7 @@ async fn steps_on(
                     Err(_) => {
                         // Copy, then delete: any prefix of that may have happened.
                         let old = (m.durable.get(&f).cloned(), m.durable.get(&t).cloned());
-                        let now = (stored(&store, &f).await, stored(&store, &t).await);
+                        let now = (stored(store, &f).await, stored(store, &t).await);
                         let moved = now.1.as_ref() == Some(&src_bytes);
                         let src_ok = now.0 == old.0 || now.0.as_ref() == Some(&src_bytes) || now.0.is_none() && moved;
                         let dst_ok = now.1 == old.1 || moved;
