@@ -239,7 +239,13 @@ fn sealed_mounts_store_no_plaintext_and_need_the_key() {
     m.unmount();
     let raw = fs::read(bucket.join("secret.txt")).unwrap();
     assert!(!raw.windows(11).any(|w| w == b"launch code"));
-    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    // Without the key the mount is refused, before it could write unsealed files beside sealed ones.
+    let o = Command::new(common::bin()).args(["mount", bucket.to_str().unwrap(), mnt.to_str().unwrap()]).output();
+    let o = o.unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("pass --key-file"));
+    // Told to skip the check, it mounts, and serves nothing sealed.
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--skip-key-check"], &[]);
     let e = fs::read(mnt.join("secret.txt")).unwrap_err();
     assert_eq!(errno_of(&e), libc::EACCES, "{e}");
     m.unmount();
@@ -270,7 +276,7 @@ fn bad_sources_fail_before_mounting_with_one_line() {
     // Memory settings that cannot work are usage errors, named.
     let src = t.path().to_str().unwrap();
     for (args, says) in [
-        (vec!["--memory-limit", "1M"], "--memory-limit must be at least"),
+        (vec!["--memory-limit", "1M"], "'--memory-limit <MEMORY_LIMIT>': must be a size from 32M"),
         (vec!["--memory-limit", "64M", "--memory-cache-size", "40M"], "at most half of --memory-limit"),
     ] {
         let o = run(&[&["mount", src, mnt.to_str().unwrap()][..], &args].concat());
