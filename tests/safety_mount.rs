@@ -328,3 +328,30 @@ fn a_ten_second_outage_of_the_s3_server_during_a_300_mib_write_is_ridden_out() {
     assert!(fs::read(mnt.join("big")).unwrap() == data, "byte-identical after the outage");
     drop(m);
 }
+
+#[test]
+fn a_sequential_write_needs_no_staging_space_for_the_whole_file() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, staging) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("staging"));
+    fs::create_dir(&bucket).unwrap();
+    let Some(_staging_fs) = Tmpfs::new(&staging, "20m") else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let args = ["--codec", "none", "--staging-dir", staging.to_str().unwrap()];
+    let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
+    let data = noise(100 << 20, 7);
+    let src = t.path().join("src");
+    fs::write(&src, &data).unwrap();
+    let out = Command::new("dd")
+        .args([&format!("if={}", src.display()), &format!("of={}", mnt.join("big").display()), "bs=1M"])
+        .args(["conv=fsync"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "100 MiB through a 20 MiB staging disk: {}", String::from_utf8_lossy(&out.stderr));
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    assert!(fs::read(mnt.join("big")).unwrap() == data);
+    drop(m);
+}

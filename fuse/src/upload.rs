@@ -15,9 +15,8 @@
 //! holds room while it is uploaded (released when its upload task ends). Encoded frames waiting to
 //! be appended to the spill are bounded per file by the dispatcher's frames in flight.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -49,20 +48,25 @@ enum Spill {
 struct SpillBuf {
     spill: Spill,
     dir: std::path::PathBuf,
+    /// Bytes appended so far.
+    len: u64,
 }
 
 impl SpillBuf {
+    /// Appends `bytes` whole, or fails having appended none of them (a partial write past the end
+    /// is overwritten by the next append).
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match &mut self.spill {
             Spill::Memory(v) if v.len() + bytes.len() <= SPILL_IN_MEMORY => v.extend_from_slice(bytes),
             Spill::Memory(v) => {
-                let mut f = tempfile::tempfile_in(&self.dir)?;
-                f.write_all(v)?;
-                f.write_all(bytes)?;
+                let f = tempfile::tempfile_in(&self.dir)?;
+                f.write_all_at(v, 0)?;
+                f.write_all_at(bytes, v.len() as u64)?;
                 self.spill = Spill::File(f);
             }
-            Spill::File(f) => f.write_all(bytes)?,
+            Spill::File(f) => f.write_all_at(bytes, self.len)?,
         }
+        self.len += bytes.len() as u64;
         Ok(())
     }
 
@@ -77,6 +81,18 @@ impl SpillBuf {
             }
             Spill::File(f) => f.read_exact_at(buf, at),
         }
+    }
+
+    /// Gives the stored bytes `from..to` back to the staging disk (they read as zeros after).
+    fn punch(&self, from: u64, to: u64) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let Spill::File(f) = &self.spill else { return Ok(()) };
+        let (off, len) = (i64::try_from(from), i64::try_from(to.saturating_sub(from)));
+        let (Ok(off), Ok(len)) = (off, len) else { return Err(std::io::ErrorKind::InvalidInput.into()) };
+        // SAFETY: fallocate on a descriptor `f` owns; punching a hole changes no memory of ours.
+        let rc =
+            unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len) };
+        if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
     }
 }
 
@@ -139,8 +155,20 @@ pub struct Upload {
     /// Bytes of `spill` handed to parts of the current multipart upload.
     shipped: u64,
     multipart: Option<Box<dyn MultipartUpload>>,
-    parts: JoinSet<object_store::Result<()>>,
+    parts: JoinSet<PartDone>,
+    /// Spill ranges whose parts the store confirmed, not yet joined to `confirmed`.
+    done_ranges: BTreeMap<u64, u64>,
+    /// The store confirmed the spill from byte 0 up to here.
+    confirmed: u64,
+    /// Spill bytes given back to a full staging disk (0 unless it filled up). From then on the
+    /// upload cannot start again from byte 0, nor be recovered into a staging file.
+    released: u64,
+    /// A part failed after bytes were given back: this upload can only fail.
+    broken: bool,
 }
+
+/// What a part upload reports: the spill range it carried, and how it went.
+type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 
 impl std::fmt::Debug for Upload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -152,7 +180,7 @@ impl Upload {
     /// Starts writing `path`; stored bytes wait in memory, then in an unlinked file in `staging`,
     /// until they are uploaded.
     pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
-        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf() };
+        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf(), len: 0 };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
@@ -178,6 +206,10 @@ impl Upload {
             shipped: 0,
             multipart: None,
             parts: JoinSet::new(),
+            done_ranges: BTreeMap::new(),
+            confirmed: 0,
+            released: 0,
+            broken: false,
         })
     }
 
@@ -260,8 +292,11 @@ impl Upload {
             };
             // The frame is recorded only once its bytes are in the spill; a failed append keeps it.
             if let Err(e) = self.spill.append(&frame.bytes) {
-                self.pending.push_front(Pending::Ready(frame));
-                return Err(e.into());
+                let retried = staging_full(&e) && self.make_room().await && self.spill.append(&frame.bytes).is_ok();
+                if !retried {
+                    self.pending.push_front(Pending::Ready(frame));
+                    return Err(e.into());
+                }
             }
             self.stored += frame.bytes.len() as u64;
             self.writer.push(&frame);
@@ -274,7 +309,7 @@ impl Upload {
     /// the spill): the multipart upload is dropped and the next call, or `finish`, starts again
     /// from the first byte.
     async fn ship_full_parts(&mut self) {
-        while self.stored - self.shipped >= PART_SIZE as u64 {
+        while !self.broken && self.stored - self.shipped >= PART_SIZE as u64 {
             if let Err(e) = self.ship(PART_SIZE, None).await {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
                 self.reset_shipping().await;
@@ -304,30 +339,81 @@ impl Upload {
             self.sink.metrics.store_request("multipart_start");
             self.multipart = Some(self.sink.store.put_multipart(&self.path).await?);
         }
+        let start = self.shipped;
         let (payload, held) = self.unshipped(len, tail).await?;
+        let range = start..self.shipped;
         let part = self.multipart.as_mut().expect("started above").put_part(payload);
         self.sink.metrics.store_request("multipart_part");
         self.parts.spawn(async move {
             let done = part.await;
             drop(held);
-            done
+            (range, done)
         });
         while let Some(done) = self.parts.try_join_next() {
-            part_result(done)?;
+            self.settle(done)?;
         }
         while self.parts.len() > PARTS_IN_FLIGHT {
             if let Some(done) = self.parts.join_next().await {
-                part_result(done)?;
+                self.settle(done)?;
             }
         }
         Ok(())
     }
 
+    /// Records how a part upload ended.
+    fn settle(&mut self, done: std::result::Result<PartDone, tokio::task::JoinError>) -> Result<()> {
+        match done {
+            Ok((range, Ok(()))) => {
+                self.done_ranges.insert(range.start, range.end);
+                while let Some(end) = self.done_ranges.remove(&self.confirmed) {
+                    self.confirmed = end;
+                }
+                Ok(())
+            }
+            Ok((_, Err(e))) => Err(e.into()),
+            Err(e) => Err(Error::Invalid(format!("part upload stopped: {e}"))),
+        }
+    }
+
     /// Drops the multipart upload in progress (aborting it in the store); shipping starts again
-    /// from the first byte of the spill.
+    /// from the first byte of the spill — unless bytes were given back to a full staging disk.
     async fn reset_shipping(&mut self) {
         self.abort_parts().await;
-        self.shipped = 0;
+        self.done_ranges.clear();
+        self.confirmed = 0;
+        if self.released > 0 {
+            self.broken = true;
+        } else {
+            self.shipped = 0;
+        }
+    }
+
+    /// The staging disk is full: ships what can be shipped, waits for the parts in flight, and
+    /// gives the bytes the store confirmed back to the disk. Whether any room was made.
+    async fn make_room(&mut self) -> bool {
+        self.ship_full_parts().await;
+        while let Some(done) = self.parts.join_next().await {
+            if let Err(e) = self.settle(done) {
+                tracing::warn!(key = %self.path, error = %e, "part upload failed while the staging disk is full");
+                self.reset_shipping().await;
+                return false;
+            }
+        }
+        if self.broken || self.confirmed <= self.released {
+            return false;
+        }
+        if let Err(e) = self.spill.punch(self.released, self.confirmed) {
+            tracing::warn!(key = %self.path, error = %e, "cannot give spill space back");
+            return false;
+        }
+        if self.released == 0 {
+            tracing::warn!(
+                key = %self.path,
+                "staging disk full: uploaded bytes are dropped from the spill; this upload can no longer be retried from the start"
+            );
+        }
+        self.released = self.confirmed;
+        true
     }
 
     /// Encodes what is left, writes index and footer, and completes the object. On failure nothing
@@ -343,7 +429,7 @@ impl Upload {
         self.collect(true).await?;
         // Parts shipped while the file was written: one that failed means shipping again.
         while let Some(done) = self.parts.join_next().await {
-            if let Err(e) = part_result(done) {
+            if let Err(e) = self.settle(done) {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; uploading again from the start");
                 self.reset_shipping().await;
             }
@@ -356,6 +442,11 @@ impl Upload {
     }
 
     async fn complete(&mut self, meta: &FileMeta) -> Result<Written> {
+        if self.broken {
+            return Err(Error::Local(std::io::Error::other(
+                "a part upload failed after the staging disk filled up: the file cannot be uploaded again",
+            )));
+        }
         let raw = self.writer.raw_len();
         let tail = self.writer.finish_with(meta);
         let total = self.stored + tail.len() as u64;
@@ -369,7 +460,7 @@ impl Upload {
             }
             self.ship((self.stored - self.shipped) as usize, Some(&tail)).await?;
             while let Some(done) = self.parts.join_next().await {
-                part_result(done)?;
+                self.settle(done)?;
             }
             self.sink.metrics.store_request("multipart_complete");
             let mp = self.multipart.as_mut().expect("a part was shipped above");
@@ -399,6 +490,10 @@ impl Upload {
     /// The upload itself is left as it was: on failure (a full staging disk) it can still be
     /// finished; on success the caller aborts it.
     pub async fn recover_into(&mut self, out: &File) -> Result<u64> {
+        if self.released > 0 {
+            tracing::warn!(key = %self.path, "a rewrite needs the whole file, but a full staging disk took part of it");
+            return Err(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
         self.collect(true).await?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
@@ -445,9 +540,7 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
     res
 }
 
-fn part_result(done: std::result::Result<object_store::Result<()>, tokio::task::JoinError>) -> Result<()> {
-    match done {
-        Ok(r) => Ok(r?),
-        Err(e) => Err(Error::Invalid(format!("part upload stopped: {e}"))),
-    }
+/// Whether a local write failed for want of space.
+fn staging_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
