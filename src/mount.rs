@@ -211,7 +211,7 @@ fn serve(
         }
     }
     if !a.read_only {
-        match clean_leftovers(&bucket, CLEANUP_AT_MOUNT) {
+        match rt.block_on(clean_leftovers(&bucket, CLEANUP_AT_MOUNT)) {
             Ok(said) => tracing::info!("{said}"),
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "cleanup at mount failed"),
         }
@@ -294,10 +294,14 @@ fn serve(
 pub const CLEANUP_AT_MOUNT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Removes leftovers of interrupted writes older than `older_than` and says what went.
-pub fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Duration) -> anyhow::Result<String> {
+pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Duration) -> anyhow::Result<String> {
     let done = bucket.cleanup(older_than).with_context(|| format!("cleaning up {}", bucket.describe))?;
+    let aborted = bucket
+        .abort_stale_uploads(older_than)
+        .await
+        .with_context(|| format!("aborting interrupted uploads in {}", bucket.describe))?;
     Ok(format!(
-        "{}: removed {} leftover file(s) of interrupted writes, {}",
+        "{}: removed {} leftover file(s) of interrupted writes, {}; aborted {aborted} interrupted upload(s)",
         bucket.describe,
         done.files,
         crate::size::human(done.bytes)
@@ -308,13 +312,8 @@ pub fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Duration) 
 pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
     let bucket = store::open(&source, &a.s3.options()).map_err(|e| anyhow::anyhow!(e))?;
-    println!("{}", clean_leftovers(&bucket, a.older_than)?);
-    if matches!(source, Source::S3 { .. }) {
-        println!(
-            "S3 keeps unfinished multipart uploads until they are aborted: add a lifecycle rule \
-             (AbortIncompleteMultipartUpload) to the bucket; see docs/SEMANTICS.md"
-        );
-    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    println!("{}", rt.block_on(clean_leftovers(&bucket, a.older_than))?);
     Ok(())
 }
 

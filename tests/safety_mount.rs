@@ -355,3 +355,48 @@ fn a_sequential_write_needs_no_staging_space_for_the_whole_file() {
     assert!(fs::read(mnt.join("big")).unwrap() == data);
     drop(m);
 }
+
+#[test]
+fn kill_9_during_an_s3_write_leaves_a_marker_that_cleanup_aborts() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("s3");
+    fs::create_dir_all(root.join("bkt")).unwrap();
+    let Some(server) = s3_server(&root) else {
+        println!("SKIPPED: no rclone for a local S3 server");
+        return;
+    };
+    let (mnt, endpoint, env) = (t.path().join("mnt"), server.endpoint.clone(), server.env());
+    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint, "--codec", "none"], &env);
+    let old = text(1 << 20);
+    fs::write(mnt.join("f"), &old).unwrap();
+    let mut writer = Command::new("python3")
+        .arg("-c")
+        .arg("import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_TRUNC)\nb=os.urandom(1<<20)\nwhile True: os.write(fd,b)")
+        .arg(mnt.join("f"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let markers = root.join("bkt/.shrinkfs-tmp/uploads");
+    let start = Instant::now();
+    while fs::read_dir(&markers).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no multipart upload started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    m.crash();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    assert!(unpack(&root.join("bkt/f")) == old, "the key holds the previous object");
+    let out = Command::new(common::bin())
+        .args(["cleanup", "s3://bkt", "--older-than", "0", "--endpoint-url", &endpoint])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let said = ok(&out);
+    assert!(said.contains("aborted 1 interrupted upload"), "{said}");
+    assert_eq!(fs::read_dir(&markers).map(|d| d.count()).unwrap_or(0), 0, "no marker remains");
+    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint], &env);
+    assert!(fs::read(mnt.join("f")).unwrap() == old);
+    assert!(!fs::read_dir(&mnt).unwrap().any(|e| e.unwrap().file_name() == ".shrinkfs-tmp"), "markers are hidden");
+    drop(m);
+}

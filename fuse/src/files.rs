@@ -167,6 +167,7 @@ impl Fs {
             dispatcher: self.cfg.dispatcher.clone(),
             budget: self.budget.clone(),
             metrics: self.metrics.clone(),
+            tracked: self.bucket.multipart.clone().map(|mp| (mp, self.bucket.upload_markers())),
         }
     }
 

@@ -141,7 +141,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.len() > 255 {
         return Err(Error::BadName);
     }
-    if name == DIR_MARKER {
+    if name == DIR_MARKER || name == crate::localstore::TMP_DIR {
         return Err(Error::Invalid("reserved name".into()));
     }
     Ok(())

@@ -17,6 +17,7 @@ pub mod objects;
 pub mod session;
 pub mod store;
 pub mod upload;
+pub mod uploads;
 
 pub use error::{Error, Result};
 pub use fs::{DirEntry, FileAttrs, Fs, FsConfig};

@@ -41,7 +41,12 @@ pub(crate) struct Listing {
 
 /// A listed page as (name, kind, object) triples, marker objects left out.
 fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
-    let dirs = page.common_prefixes.iter().filter_map(|p| p.filename()).map(|n| (n.to_owned(), Kind::Dir, None));
+    let dirs = page
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename())
+        .filter(|n| *n != crate::localstore::TMP_DIR)
+        .map(|n| (n.to_owned(), Kind::Dir, None));
     let files = page
         .objects
         .into_iter()

@@ -143,6 +143,9 @@ pub struct Bucket {
     pub pages: Option<Arc<dyn PaginatedListStore>>,
     /// The local-directory store, when the bucket is one (for `cleanup`).
     pub local: Option<Arc<LocalStore>>,
+    /// The same store's multipart API, where unfinished uploads outlive a crash (S3): uploads are
+    /// then announced by markers in the bucket (`uploads`), so a cleanup can abort them.
+    pub multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -257,7 +260,14 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
             let describe = format!("s3://{bucket}/{prefix}");
             let store = Arc::new(store);
-            Ok(Bucket { store: store.clone(), prefix, describe, pages: Some(store), local: None })
+            Ok(Bucket {
+                store: store.clone(),
+                prefix,
+                describe,
+                pages: Some(store.clone()),
+                local: None,
+                multipart: Some(store),
+            })
         }
     }
 }
@@ -308,7 +318,7 @@ pub fn read_profile(creds: &std::path::Path, config: &std::path::Path, name: &st
 impl Bucket {
     /// A bucket over `store` whose keys all start with `prefix`, listed without pagination.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {
-        Bucket { store, prefix, describe: describe.to_owned(), pages: None, local: None }
+        Bucket { store, prefix, describe: describe.to_owned(), pages: None, local: None, multipart: None }
     }
 
     /// Lists one key under the prefix: fails clearly when the bucket is missing, the credentials
@@ -324,13 +334,29 @@ impl Bucket {
     }
 
     /// Removes what interrupted writes left behind (temporary files of a local-directory bucket
-    /// older than `older_than`, so another mount's writes in progress survive). S3 keeps
-    /// unfinished multipart uploads itself: a bucket lifecycle rule removes those (docs/SEMANTICS.md).
+    /// older than `older_than`, so another mount's writes in progress survive). On S3, see
+    /// `abort_stale_uploads`.
     pub fn cleanup(&self, older_than: std::time::Duration) -> std::io::Result<Cleanup> {
         match &self.local {
             Some(local) => local.cleanup(older_than),
             None => Ok(Cleanup::default()),
         }
+    }
+
+    /// Aborts the multipart uploads that crashed mounts left (their markers older than
+    /// `older_than`); returns how many.
+    pub async fn abort_stale_uploads(&self, older_than: std::time::Duration) -> object_store::Result<u64> {
+        match &self.multipart {
+            Some(mp) => {
+                crate::uploads::abort_stale(self.store.as_ref(), mp.as_ref(), &self.upload_markers(), older_than).await
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// Where this bucket's upload markers live.
+    pub fn upload_markers(&self) -> Path {
+        crate::uploads::marker_dir(&self.prefix)
     }
 
     /// The full key of a path relative to the prefix.

@@ -123,6 +123,9 @@ pub struct Sink {
     pub budget: Budget,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Multipart uploads announced by markers in this folder, through this API (S3); `None`:
+    /// the store's own `put_multipart`.
+    pub tracked: Option<(Arc<dyn object_store::multipart::MultipartStore>, Path)>,
 }
 
 /// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
@@ -337,7 +340,12 @@ impl Upload {
     async fn ship(&mut self, len: usize, tail: Option<&[u8]>) -> Result<()> {
         if self.multipart.is_none() {
             self.sink.metrics.store_request("multipart_start");
-            self.multipart = Some(self.sink.store.put_multipart(&self.path).await?);
+            self.multipart = Some(match &self.sink.tracked {
+                Some((mp, markers)) => {
+                    crate::uploads::start(self.sink.store.clone(), mp.clone(), markers, &self.path).await?
+                }
+                None => self.sink.store.put_multipart(&self.path).await?,
+            });
         }
         let start = self.shipped;
         let (payload, held) = self.unshipped(len, tail).await?;

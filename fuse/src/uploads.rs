@@ -1,0 +1,168 @@
+//! Multipart uploads the bucket itself remembers: on stores that keep unfinished uploads (S3), each
+//! one is announced by a small marker object under `.shrinkfs-tmp/uploads/` naming its key and
+//! upload id, removed when the upload completes or is aborted. A mount killed mid-write leaves its
+//! marker behind, so any later cleanup, on any host, can abort the upload (which S3 would otherwise
+//! keep, invisible and billed, forever).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::TryStreamExt;
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path;
+use object_store::{MultipartId, MultipartUpload, ObjectStore, PutPayload, PutResult, UploadPart};
+
+use crate::localstore::TMP_DIR;
+
+/// Where markers live, below the bucket's prefix.
+pub const MARKERS: &str = "uploads";
+
+/// The marker folder of a bucket whose keys start with `prefix`.
+pub fn marker_dir(prefix: &Path) -> Path {
+    prefix.child(TMP_DIR).child(MARKERS)
+}
+
+/// Starts a multipart upload of `path` and records it under `markers`.
+pub async fn start(
+    store: Arc<dyn ObjectStore>,
+    multipart: Arc<dyn MultipartStore>,
+    markers: &Path,
+    path: &Path,
+) -> object_store::Result<Box<dyn MultipartUpload>> {
+    let id = multipart.create_multipart(path).await?;
+    let marker = markers.child(format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()));
+    if let Err(e) = store.put(&marker, PutPayload::from(format!("{path}\n{id}\n"))).await {
+        let _ = multipart.abort_multipart(path, &id).await;
+        return Err(e);
+    }
+    Ok(Box::new(Tracked { store, multipart, path: path.clone(), id, marker, parts: Arc::default() }))
+}
+
+/// One multipart upload with its marker.
+struct Tracked {
+    store: Arc<dyn ObjectStore>,
+    multipart: Arc<dyn MultipartStore>,
+    path: Path,
+    id: MultipartId,
+    marker: Path,
+    /// Each part's id once the store took it, in part order.
+    parts: Arc<Mutex<Vec<Option<PartId>>>>,
+}
+
+impl std::fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tracked({}, {})", self.path, self.marker)
+    }
+}
+
+#[async_trait::async_trait]
+impl MultipartUpload for Tracked {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let idx = {
+            let mut parts = self.parts.lock().expect("parts lock");
+            parts.push(None);
+            parts.len() - 1
+        };
+        let (mp, path, id, parts) = (self.multipart.clone(), self.path.clone(), self.id.clone(), self.parts.clone());
+        Box::pin(async move {
+            let part = mp.put_part(&path, &id, idx, data).await?;
+            parts.lock().expect("parts lock")[idx] = Some(part);
+            Ok(())
+        })
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        let parts: Option<Vec<PartId>> = self.parts.lock().expect("parts lock").iter().cloned().collect();
+        let Some(parts) = parts else {
+            return Err(object_store::Error::Generic {
+                store: "shrinkfs",
+                source: format!("{}: a part is missing; the upload cannot complete", self.path).into(),
+            });
+        };
+        let done = self.multipart.complete_multipart(&self.path, &self.id, parts).await?;
+        let _ = self.store.delete(&self.marker).await;
+        Ok(done)
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.multipart.abort_multipart(&self.path, &self.id).await?;
+        let _ = self.store.delete(&self.marker).await;
+        Ok(())
+    }
+}
+
+/// Aborts the uploads whose markers under `markers` are older than `older_than`, and removes the
+/// markers; returns how many uploads were aborted.
+pub async fn abort_stale(
+    store: &dyn ObjectStore,
+    multipart: &dyn MultipartStore,
+    markers: &Path,
+    older_than: Duration,
+) -> object_store::Result<u64> {
+    let now = SystemTime::now();
+    let listed: Vec<_> = store.list(Some(markers)).try_collect().await?;
+    let mut aborted = 0;
+    for meta in listed {
+        let age = now.duration_since(meta.last_modified.into()).unwrap_or_default();
+        if age < older_than {
+            continue;
+        }
+        let body = store.get(&meta.location).await?.bytes().await?;
+        let text = String::from_utf8_lossy(&body);
+        let mut lines = text.lines();
+        if let (Some(key), Some(id)) = (lines.next(), lines.next()) {
+            match multipart.abort_multipart(&Path::from(key), &id.to_owned()).await {
+                Ok(()) => aborted += 1,
+                // Already completed or aborted, or a server that forgot it: nothing to do.
+                Err(e) => tracing::debug!(key, error = %e, "abort of a stale upload"),
+            }
+        }
+        store.delete(&meta.location).await?;
+    }
+    Ok(aborted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    #[tokio::test]
+    async fn markers_come_and_go_with_their_uploads_and_stale_ones_are_aborted() {
+        let mem = Arc::new(InMemory::new());
+        let markers = marker_dir(&Path::from("pre"));
+        let count = || async { mem.list(Some(&markers)).try_collect::<Vec<_>>().await.unwrap().len() };
+        // Completed: object there, marker gone.
+        let mut up = start(mem.clone(), mem.clone(), &markers, &Path::from("pre/a")).await.unwrap();
+        assert_eq!(count().await, 1);
+        up.put_part(PutPayload::from_static(b"hello ")).await.unwrap();
+        up.put_part(PutPayload::from_static(b"world")).await.unwrap();
+        up.complete().await.unwrap();
+        assert_eq!(count().await, 0);
+        let got = mem.get(&Path::from("pre/a")).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"hello world");
+        // Aborted: marker gone.
+        let mut up = start(mem.clone(), mem.clone(), &markers, &Path::from("pre/b")).await.unwrap();
+        up.abort().await.unwrap();
+        assert_eq!(count().await, 0);
+        // A crash: the marker stays until a cleanup old enough removes it.
+        let up = start(mem.clone(), mem.clone(), &markers, &Path::from("pre/c")).await.unwrap();
+        drop(up);
+        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_secs(3600)).await.unwrap(), 0);
+        assert_eq!(count().await, 1, "a young marker may be another mount's upload in progress");
+        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::ZERO).await.unwrap(), 1);
+        assert_eq!(count().await, 0);
+        assert!(mem.head(&Path::from("pre/c")).await.is_err(), "nothing published");
+    }
+
+    #[tokio::test]
+    async fn an_upload_with_a_missing_part_never_completes() {
+        let mem = Arc::new(InMemory::new());
+        let markers = marker_dir(&Path::default());
+        let mut up = start(mem.clone(), mem.clone(), &markers, &Path::from("x")).await.unwrap();
+        // A part whose upload never ran (its future dropped): complete refuses.
+        drop(up.put_part(PutPayload::from_static(b"aaa")));
+        assert!(up.complete().await.is_err());
+        assert!(mem.head(&Path::from("x")).await.is_err());
+    }
+}
