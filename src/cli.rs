@@ -232,6 +232,11 @@ pub struct MountArgs {
     /// objects and refuses a missing or different key.
     #[arg(long)]
     pub skip_key_check: bool,
+    /// With --key-file, also serve objects that are not sealed (plain files, unsealed shrinkfs
+    /// objects), e.g. while a bucket is being moved to a key. Off: anyone able to write to the
+    /// bucket could otherwise replace a sealed file with content of their choosing.
+    #[arg(long)]
+    pub allow_unsealed: bool,
 }
 
 /// `shrinkfs cleanup`.
@@ -509,6 +514,9 @@ pub struct PackArgs {
 pub struct UnpackArgs {
     #[command(flatten)]
     pub key: KeyArgs,
+    /// With --key-file, also decode input that is not sealed (refused by default, exit 4).
+    #[arg(long)]
+    pub allow_unsealed: bool,
     /// zstd dictionary the object was written with, if any.
     #[arg(long)]
     pub dict: Option<PathBuf>,

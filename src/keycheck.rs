@@ -82,7 +82,7 @@ pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Resu
     }
     if key.is_some() && check.sealed == 0 && check.unsealed > 0 {
         check.warning = Some(format!(
-            "--key-file given but the bucket's objects are not sealed (e.g. {}); new files will be sealed, old ones stay readable without a key",
+            "--key-file given but the bucket's objects are not sealed (e.g. {}); new files will be sealed; the unsealed ones are refused (EACCES) unless --allow-unsealed",
             first_unsealed.unwrap_or_default()
         ));
     }

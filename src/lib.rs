@@ -57,7 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let key = a.key.load()?;
             let dicts = cli::load_dict(&a.dict)?.into_iter().collect();
             transform(&a.input, &a.output, &a.s3, "unpack", |input, out, progress| {
-                pack::unpack_stream(input, out, key, dicts, progress)
+                pack::unpack_stream(input, out, key, dicts, a.allow_unsealed, progress)
             })
         }
         Command::Inspect(a) => {

@@ -63,6 +63,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     // The dispatcher (and its GPU thread) starts in `serve`, after a --daemon fork: threads and
     // CUDA contexts do not survive fork.
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
+    cfg.allow_unsealed = a.allow_unsealed;
     cfg.uid = a.uid.unwrap_or(cfg.uid);
     cfg.gid = a.gid.unwrap_or(cfg.gid);
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);

@@ -109,9 +109,10 @@ pub fn unpack_stream(
     output: &mut dyn Write,
     key: Option<MasterKey>,
     dicts: Vec<Arc<Dictionary>>,
+    allow_unsealed: bool,
     on_progress: &dyn Fn(u64),
 ) -> anyhow::Result<Totals> {
-    let mut dec = StreamDecoder::new(key, dicts);
+    let mut dec = StreamDecoder::new(key, dicts).allow_unsealed(allow_unsealed);
     let mut pool: OrderedPool<shrinkfs_codec::Result<Vec<u8>>> = OrderedPool::for_this_machine();
     let mut totals = Totals::default();
     let mut write_out = |bytes: &[u8], totals: &mut Totals| -> anyhow::Result<()> {

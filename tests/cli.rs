@@ -417,3 +417,46 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
     assert_usage_error(&["corpus", "nope", "1K", "/nonexistent/out"], "KIND");
     assert_usage_error(&["unmount", ""], "MOUNTPOINT");
 }
+
+#[test]
+fn a_damaged_header_and_footer_never_unpack_as_plain_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generate(CorpusKind::Csv, 300_000, 3);
+    let (_, packed) = roundtrip(dir.path(), &data, &["--frame-size", "64K"], None);
+    let object = std::fs::read(&packed).unwrap();
+    let (bad, out) = (dir.path().join("bad.skf"), dir.path().join("bad.out"));
+    // Header magic and one byte of the footer (before its final magic): the object still ends
+    // with the footer magic, so it is a damaged shrinkfs object, not plain data.
+    for footer_byte in [object.len() - 40, object.len() - 20, object.len() - 9] {
+        let mut b = object.clone();
+        b[0] ^= 0xff;
+        b[footer_byte] ^= 0x01;
+        std::fs::write(&bad, &b).unwrap();
+        let o = run(&["unpack", p(&bad), p(&out)]);
+        assert_fails_cleanly(&o, 4, &format!("header magic + footer byte {footer_byte}"));
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn with_a_key_unsealed_input_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, [5u8; 32]).unwrap();
+    let data = generate(CorpusKind::Csv, 200_000, 4);
+    let (_, unsealed) = roundtrip(dir.path(), &data, &[], None);
+    let plain = dir.path().join("plain.txt");
+    std::fs::write(&plain, &data).unwrap();
+    let out = dir.path().join("out");
+    let key_arg = format!("--key-file={}", p(&key));
+    for input in [&unsealed, &plain] {
+        let o = run(&["unpack", &key_arg, p(input), p(&out)]);
+        assert_fails_cleanly(&o, 4, "unsealed input with a key");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("not sealed"));
+        assert!(!out.exists());
+        let o = run(&["unpack", &key_arg, "--allow-unsealed", p(input), p(&out)]);
+        assert_ok(&o);
+        assert!(std::fs::read(&out).unwrap() == data);
+        std::fs::remove_file(&out).unwrap();
+    }
+}

@@ -80,6 +80,10 @@ pub enum Error {
     /// The key does not match the one the object was sealed with.
     #[error("wrong key: this object was sealed with a different key")]
     WrongKey,
+    /// A key was given, and the object is not sealed: anyone who can write to the bucket could
+    /// have put it there. Read only when unsealed objects are allowed explicitly.
+    #[error("object is not sealed, but a key was given (allow unsealed objects to read it)")]
+    NotSealed,
     /// The object is sealed and no key was given.
     #[error("object is encrypted; pass the key file it was written with")]
     KeyRequired,

@@ -53,6 +53,8 @@ pub struct StreamDecoder {
     raw: u64,
     /// Last bytes passed through as plain, to notice a shrinkfs footer behind a damaged header.
     plain_tail: Vec<u8>,
+    /// With a key: refuse input that is not a sealed object (see `allow_unsealed`).
+    require_sealed: bool,
 }
 
 impl StreamDecoder {
@@ -69,7 +71,20 @@ impl StreamDecoder {
             seen: Vec::new(),
             raw: 0,
             plain_tail: Vec::new(),
+            require_sealed: false,
         }
+    }
+
+    /// Whether input that is not a sealed object (plain bytes, an unsealed shrinkfs object) is
+    /// accepted although this decoder has a key. Refused by default: with a key, nothing unsealed
+    /// is served.
+    pub fn allow_unsealed(mut self, allow: bool) -> Self {
+        self.require_sealed = !allow;
+        self
+    }
+
+    fn check_sealed(&self, sealed: bool) -> Result<()> {
+        if self.master.is_some() && self.require_sealed && !sealed { Err(Error::NotSealed) } else { Ok(()) }
     }
 
     /// Adds input bytes.
@@ -118,10 +133,12 @@ impl StreamDecoder {
                     return Ok(None);
                 }
                 if !Header::has_magic(a) {
+                    self.check_sealed(false)?;
                     self.state = State::Plain;
                     return self.next_item();
                 }
                 let header = Header::parse(&a[..HEADER_LEN])?;
+                self.check_sealed(header.sealed())?;
                 let ctx = ObjectContext::for_reading(header, self.master.as_ref(), &self.dicts)?;
                 self.take(HEADER_LEN);
                 self.ctx = Some(Arc::new(ctx));
@@ -200,12 +217,16 @@ impl StreamDecoder {
         let left = self.avail().len();
         match self.state {
             State::Done if left > 0 => Err(Error::Inconsistent("bytes follow the footer".into())),
-            // A valid footer at the end of "plain" bytes means a shrinkfs object whose header is damaged.
-            State::Plain if crate::format::Footer::parse(&self.plain_tail, self.consumed).is_ok() => {
+            // Bytes that end with the footer magic are a shrinkfs object: behind a damaged header
+            // they are an error, never plain data (whether or not the footer itself verifies).
+            State::Plain if crate::format::Footer::has_magic(&self.plain_tail) => {
                 Err(Error::BadMagic { what: "header" })
             }
             State::Done | State::Plain => Ok(Vec::new()),
-            State::Header if left < crate::format::HEAD_MAGIC.len() => Ok(self.take(left)),
+            State::Header if left < crate::format::HEAD_MAGIC.len() => {
+                self.check_sealed(false)?;
+                Ok(self.take(left))
+            }
             State::Header => Err(Error::Truncated { what: "header", expected: HEADER_LEN as u64, actual: left as u64 }),
             State::Body => Err(Error::Truncated {
                 what: "object (it ends before its index and footer)",

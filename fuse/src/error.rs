@@ -84,7 +84,9 @@ impl Error {
             Error::Store(e) => crate::localstore::os_error(e)
                 .filter(|&n| matches!(n, libc::ENOSPC | libc::EDQUOT | libc::ENAMETOOLONG | libc::EROFS))
                 .unwrap_or(libc::EIO),
-            Error::Codec { source: CodecError::KeyRequired | CodecError::WrongKey, .. } => libc::EACCES,
+            Error::Codec { source: CodecError::KeyRequired | CodecError::WrongKey | CodecError::NotSealed, .. } => {
+                libc::EACCES
+            }
             Error::Codec { .. } => libc::EIO,
             Error::Local(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

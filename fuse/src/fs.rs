@@ -56,6 +56,8 @@ pub struct FsConfig {
     pub dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
     /// Keep stored frames on local disk too.
     pub disk_cache: Option<crate::diskcache::DiskCache>,
+    /// With a key, serve objects that are not sealed too (refused with EACCES otherwise).
+    pub allow_unsealed: bool,
 }
 
 impl Default for FsConfig {
@@ -76,6 +78,7 @@ impl Default for FsConfig {
             staging_dir: std::env::temp_dir(),
             dispatcher: Arc::new(shrinkfs_codec::dispatch::Dispatcher::cpu_only("CPU only")),
             disk_cache: None,
+            allow_unsealed: false,
         }
     }
 }
@@ -164,6 +167,7 @@ impl Fs {
             disk: cfg.disk_cache.clone(),
             inflight: Arc::default(),
             no_suffix: Arc::default(),
+            allow_unsealed: cfg.allow_unsealed,
         };
         Fs {
             bucket,
@@ -264,7 +268,11 @@ impl Fs {
             // Without the right key an object is not ours to show, whatever its state.
             Err(
                 e @ Error::Codec {
-                    source: shrinkfs_codec::Error::KeyRequired | shrinkfs_codec::Error::WrongKey, ..
+                    source:
+                        shrinkfs_codec::Error::KeyRequired
+                        | shrinkfs_codec::Error::WrongKey
+                        | shrinkfs_codec::Error::NotSealed,
+                    ..
                 },
             ) => Err(e),
             Err(Error::Codec { key: k, source }) => {

@@ -117,6 +117,8 @@ pub struct Reader {
     pub no_suffix: Arc<std::sync::atomic::AtomicBool>,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
+    /// With a key, objects that are not sealed are served too.
+    pub allow_unsealed: bool,
 }
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
@@ -209,6 +211,24 @@ impl Reader {
     }
 
     async fn parse(
+        &self,
+        path: &Path,
+        meta: &ObjectMeta,
+        id: &ObjectId,
+        range: Range<u64>,
+        tail: Bytes,
+    ) -> Result<Parsed> {
+        let parsed = self.parse_any(path, meta, id, range, tail).await?;
+        // With a key nothing unsealed is served: anyone able to write to the bucket could have
+        // put it there.
+        let sealed = matches!(&parsed, Parsed::Framed { layout, .. } if layout.header.sealed());
+        if self.key.is_some() && !self.allow_unsealed && !sealed {
+            return Err(codec_err(path, shrinkfs_codec::Error::NotSealed));
+        }
+        Ok(parsed)
+    }
+
+    async fn parse_any(
         &self,
         path: &Path,
         meta: &ObjectMeta,

@@ -306,3 +306,35 @@ async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
     fs.release(rh).await.unwrap();
     assert!(read_name(&remount(&store), "g").await == bytes);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
+    let store = Arc::new(InMemory::new());
+    // Someone with write access puts an unsealed object and a plain one into a sealed bucket.
+    let plain = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10));
+    for name in ["unsealed", "sealed"] {
+        let (_, fh) = plain.create(ROOT, name, 0o644, 0, 0).await.unwrap();
+        plain.write(fh, 0, b"attacker's bytes").await.unwrap();
+        plain.release(fh).await.unwrap();
+    }
+    store.put(&Path::from("pre/plain"), b"plain bytes".to_vec().into()).await.unwrap();
+    let keyed = |allow: bool| {
+        let mut cfg = config(64 << 10);
+        cfg.encode.key = Some(shrinkfs_codec::MasterKey::from_bytes(&[9; 32]).unwrap());
+        cfg.allow_unsealed = allow;
+        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg)
+    };
+    let strict = keyed(false);
+    for name in ["unsealed", "plain"] {
+        let e = strict.lookup(ROOT, name).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EACCES, "{name}: {e}");
+    }
+    // The mount's own files are sealed and read back.
+    let (_, fh) = strict.create(ROOT, "mine", 0o644, 0, 0).await.unwrap();
+    strict.write(fh, 0, b"sealed bytes").await.unwrap();
+    strict.release(fh).await.unwrap();
+    assert_eq!(read_name(&strict, "mine").await, b"sealed bytes");
+    let migrating = keyed(true);
+    assert_eq!(read_name(&migrating, "unsealed").await, b"attacker's bytes");
+    assert_eq!(read_name(&migrating, "plain").await, b"plain bytes");
+}
