@@ -71,6 +71,28 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A process rewriting `file` from its start with random bytes until killed. It closes nothing
+/// before it ends (dd would: it moves its descriptor onto stdout, and that close publishes the
+/// emptied file like any other close).
+fn endless_rewrite(file: &Path) -> std::process::Child {
+    Command::new("python3")
+        .arg("-c")
+        .arg("import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_TRUNC)\nb=os.urandom(1<<20)\nwhile True: os.write(fd,b)")
+        .arg(file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (at most a minute) until directory `dir` has an entry: an upload has started.
+fn wait_for_an_entry(dir: &Path) {
+    let start = Instant::now();
+    while fs::read_dir(dir).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no upload started in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn appending_one_line_per_open_from_a_shell_and_from_two_processes_loses_nothing() {
     require_fuse!();
@@ -257,21 +279,9 @@ fn kill_9_during_a_write_leaves_the_previous_object_and_cleanup_removes_the_left
     let old = text(1 << 20);
     fs::write(mnt.join("f"), &old).unwrap();
     // A rewrite in progress: parts of a multipart upload are already in the bucket's temp area.
-    // (A writer that closes nothing until it ends: dd would publish the emptied file when it
-    // moves its descriptor onto stdout, a close like any other.)
-    let mut writer = Command::new("python3")
-        .arg("-c")
-        .arg("import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_TRUNC)\nb=os.urandom(1<<20)\nwhile True: os.write(fd,b)")
-        .arg(mnt.join("f"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut writer = endless_rewrite(&mnt.join("f"));
     let tmp = bucket.join(".shrinkfs-tmp");
-    let start = Instant::now();
-    while fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0) == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no upload started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_an_entry(&tmp);
     m.crash();
     let _ = writer.kill();
     let _ = writer.wait();
@@ -370,19 +380,9 @@ fn kill_9_during_an_s3_write_leaves_a_marker_that_cleanup_aborts() {
     let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint, "--codec", "none"], &env);
     let old = text(1 << 20);
     fs::write(mnt.join("f"), &old).unwrap();
-    let mut writer = Command::new("python3")
-        .arg("-c")
-        .arg("import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_TRUNC)\nb=os.urandom(1<<20)\nwhile True: os.write(fd,b)")
-        .arg(mnt.join("f"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut writer = endless_rewrite(&mnt.join("f"));
     let markers = root.join("bkt/.shrinkfs-tmp/uploads");
-    let start = Instant::now();
-    while fs::read_dir(&markers).map(|d| d.count()).unwrap_or(0) == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no multipart upload started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_an_entry(&markers);
     m.crash();
     let _ = writer.kill();
     let _ = writer.wait();
