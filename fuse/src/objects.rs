@@ -189,11 +189,22 @@ impl Reader {
             Some(p) => p,
             None => {
                 let p = self.parse(path, &meta, &id, range, tail).await?;
+                self.check_sealed(path, &p)?;
                 self.layouts.insert(id.clone(), p.clone());
                 p
             }
         };
         Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
+    }
+
+    /// With a key nothing unsealed is served: anyone able to write to the bucket could have put
+    /// it there. Checked before a layout enters the cache, so `known` never serves one either.
+    fn check_sealed(&self, path: &Path, parsed: &Parsed) -> Result<()> {
+        let sealed = matches!(parsed, Parsed::Framed { layout, .. } if layout.header.sealed());
+        if self.key.is_some() && !self.allow_unsealed && !sealed {
+            return Err(codec_err(path, shrinkfs_codec::Error::NotSealed));
+        }
+        Ok(())
     }
 
     /// What the layout cache already knows of the object version a listing or HEAD describes:
@@ -211,24 +222,6 @@ impl Reader {
     }
 
     async fn parse(
-        &self,
-        path: &Path,
-        meta: &ObjectMeta,
-        id: &ObjectId,
-        range: Range<u64>,
-        tail: Bytes,
-    ) -> Result<Parsed> {
-        let parsed = self.parse_any(path, meta, id, range, tail).await?;
-        // With a key nothing unsealed is served: anyone able to write to the bucket could have
-        // put it there.
-        let sealed = matches!(&parsed, Parsed::Framed { layout, .. } if layout.header.sealed());
-        if self.key.is_some() && !self.allow_unsealed && !sealed {
-            return Err(codec_err(path, shrinkfs_codec::Error::NotSealed));
-        }
-        Ok(parsed)
-    }
-
-    async fn parse_any(
         &self,
         path: &Path,
         meta: &ObjectMeta,
