@@ -520,6 +520,10 @@ pub struct UnpackArgs {
     /// zstd dictionary the object was written with, if any.
     #[arg(long)]
     pub dict: Option<PathBuf>,
+    /// Only these logical bytes, `START:LEN` (sizes like 1M allowed), read from the object's tail
+    /// and the frames that hold them, as the mount reads (a file or s3:// input, not `-`).
+    #[arg(long, value_name = "START:LEN", value_parser = values::byte_range)]
+    pub range: Option<std::ops::Range<u64>>,
     #[command(flatten)]
     pub s3: S3Args,
     /// Input object: a file, s3://bucket/key, or `-` for stdin.

@@ -49,6 +49,16 @@ pub struct CodecUsage {
 
 /// Describes a local file or an `s3://bucket/key` object, reading only its tail (and head).
 pub fn inspect(path: &Path, s3: &crate::cli::S3Args) -> anyhow::Result<Report> {
+    with_ranges(path, s3, describe)
+}
+
+/// Calls `f` with the length of a local file or `s3://bucket/key` object and a function that
+/// reads a byte range of it (a ranged GET for objects): for readers that work from the tail.
+pub fn with_ranges<T>(
+    path: &Path,
+    s3: &crate::cli::S3Args,
+    f: impl FnOnce(u64, &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let text = path.to_string_lossy();
     if crate::remote::is_url(&text) {
         let r = crate::remote::open(&text, s3)?;
@@ -57,25 +67,25 @@ pub fn inspect(path: &Path, s3: &crate::cli::S3Args) -> anyhow::Result<Report> {
             let fut = shrinkfs_fuse::objects::get_range(r.store.as_ref(), &r.path, range, len, None);
             Ok(r.rt.block_on(fut).with_context(|| format!("cannot read {text}"))?.0.to_vec())
         };
-        return describe(len, read_at);
+        return f(len, &read_at);
     }
-    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let len = f.metadata().context("cannot stat input")?.len();
-    describe(len, |range| {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = file.metadata().context("cannot stat input")?.len();
+    f(len, &|range| {
         let mut b = vec![0; (range.end - range.start) as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, range.start).context("cannot read object")?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut b, range.start).context("cannot read object")?;
         Ok(b)
     })
 }
 
 /// The report for an object of `len` bytes whose bytes `read_at` returns.
-fn describe(len: u64, read_at: impl Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Report> {
+fn describe(len: u64, read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Report> {
     let tail = read_at(len.saturating_sub(SUGGESTED_TAIL)..len)?;
     match probe_tail(&tail, len)? {
         TailProbe::Plain => {
             let head = if len <= SUGGESTED_TAIL { tail } else { read_at(0..8)? };
             if Header::has_magic(&head) {
-                return Err(CodecError::BadMagic { what: "footer (the object looks truncated)" }.into());
+                return Err(CodecError::no_footer(len).into());
             }
             Ok(Report {
                 format: "plain",

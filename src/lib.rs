@@ -12,6 +12,7 @@ pub mod keycheck;
 pub mod logging;
 pub mod mount;
 pub mod pack;
+pub mod range;
 pub mod remote;
 pub mod size;
 pub mod values;
@@ -52,6 +53,25 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
                 pack::pack_stream(input, out, &config, &dispatcher, progress)
             })
+        }
+        Command::Unpack(a) if a.range.is_some() => {
+            let key = a.key.load()?;
+            let dicts: Vec<_> = cli::load_dict(&a.dict)?.into_iter().collect();
+            let want = range::RangeRead {
+                range: a.range.clone().expect("matched"),
+                key: key.as_ref(),
+                dicts: &dicts,
+                allow_unsealed: a.allow_unsealed,
+            };
+            let bytes = inspect::with_ranges(&a.input, &a.s3, |len, read_at| {
+                range::read_range(len, read_at, &want, &mut |frames, stored| {
+                    tracing::debug!(?frames, ?stored, "fetched frames");
+                })
+            })
+            .with_context(|| format!("cannot unpack {}", a.input.display()))?;
+            let mut out = Output::create(&a.output, &a.s3)?;
+            out.write_all(&bytes).context("cannot write output")?;
+            out.commit()
         }
         Command::Unpack(a) => {
             let key = a.key.load()?;

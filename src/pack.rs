@@ -102,6 +102,20 @@ pub fn pack_stream(
     })
 }
 
+/// The error a reader front to back meets first: a frame still decoding fails before the later
+/// structure that `later` is about (FORMAT.md: frames are checked in stored order).
+fn first_error(
+    pool: &mut OrderedPool<shrinkfs_codec::Result<Vec<u8>>>,
+    later: shrinkfs_codec::Error,
+) -> shrinkfs_codec::Error {
+    while let Some(done) = pool.wait_next() {
+        if let Err(e) = done {
+            return e;
+        }
+    }
+    later
+}
+
 /// Decodes the object `input` yields (or copies plain bytes) to `output`, checking everything.
 /// An error can come after some output was written; callers write to a temporary file.
 pub fn unpack_stream(
@@ -126,7 +140,7 @@ pub fn unpack_stream(
         totals.stored += n as u64;
         on_progress(n as u64);
         dec.feed(&chunk[..n]);
-        while let Some(item) = dec.next_item()? {
+        while let Some(item) = dec.next_item().map_err(|e| first_error(&mut pool, e))? {
             match item {
                 Item::Plain(bytes) => write_out(&bytes, &mut totals)?,
                 Item::Frame { frame, header, payload } => {
@@ -153,7 +167,7 @@ pub fn unpack_stream(
     while let Some(done) = pool.wait_next() {
         write_out(&done?, &mut totals)?;
     }
-    let rest = dec.finish()?;
+    let rest = dec.finish().map_err(|e| first_error(&mut pool, e))?;
     write_out(&rest, &mut totals)?;
     output.flush().context("cannot write output")?;
     Ok(totals)

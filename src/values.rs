@@ -36,6 +36,14 @@ where
     }
 }
 
+/// A byte range given as `START:LEN` (each a size, like `1M:64K`).
+pub fn byte_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (start, len) = s.split_once(':').ok_or("expected START:LEN, e.g. 1M:64K")?;
+    let size = size_in(0, u64::MAX / 2);
+    let (start, len) = (size(start)?, size(len)?);
+    Ok(start..start + len)
+}
+
 /// Any 64-bit whole number (a seed).
 pub fn any_u64(s: &str) -> Result<u64, String> {
     s.trim().parse().map_err(|_| format!("must be a whole number from 0 to {}", u64::MAX))

@@ -12,18 +12,31 @@ pub enum Error {
     /// The object's tail carries no shrinkfs footer: it is plain bytes written by another tool.
     #[error("not a shrinkfs object")]
     NotShrinkfs,
-    /// A structure did not start (or end) with its magic bytes.
-    #[error("bad magic in {what}")]
-    BadMagic {
-        /// The structure: "header", "index" or "footer".
-        what: &'static str,
+    /// The object breaks one of the format's rules (docs/FORMAT.md, "Conformance"): corrupt,
+    /// truncated, tampered with, or written by a broken encoder. The message names the rule.
+    #[error("{detail} [{rule}]")]
+    Malformed {
+        /// The rule broken.
+        rule: Rule,
+        /// What was found, in words.
+        detail: String,
     },
     /// The object was written by a newer format version than this build reads.
-    #[error("unsupported format version {0} (this build reads version {v})", v = crate::format::VERSION)]
-    UnsupportedVersion(u16),
+    #[error("unsupported format version {version} (this build reads version {v}) [{rule}]", v = crate::format::VERSION)]
+    UnsupportedVersion {
+        /// `HeaderVersion` or `FooterVersion`.
+        rule: Rule,
+        /// The version found.
+        version: u16,
+    },
     /// A codec id this build does not know.
-    #[error("unknown codec id {0} (written by a newer shrinkfs?)")]
-    UnknownCodec(u8),
+    #[error("unknown codec id {id} (written by a newer shrinkfs?) [{rule}]")]
+    UnknownCodec {
+        /// The id found.
+        id: u8,
+        /// `FrameCodec` or `EntryCodec`.
+        rule: Rule,
+    },
     /// A known codec that cannot run on this host (for example a GPU-only codec without a GPU).
     #[error("frame {frame} uses codec {codec}, which this host cannot decode: {why}")]
     CodecUnavailable {
@@ -34,32 +47,20 @@ pub enum Error {
         /// What is missing.
         why: &'static str,
     },
-    /// A fixed-size structure failed its CRC-32C.
-    #[error("{what} checksum mismatch")]
-    HeaderChecksum {
-        /// "header", "frame header", "index" or "footer".
-        what: &'static str,
-    },
-    /// A frame header failed its CRC-32C.
-    #[error("frame {frame}: header checksum mismatch")]
-    FrameHeaderChecksum {
-        /// Frame number.
-        frame: u64,
-    },
     /// The stored bytes of a frame do not match their CRC-32C.
-    #[error("frame {frame}: stored bytes checksum mismatch")]
+    #[error("frame {frame}: stored bytes checksum mismatch [frame-payload-crc]")]
     FrameChecksum {
         /// Frame number.
         frame: u64,
     },
     /// The decoded bytes of a frame do not match their CRC-32C.
-    #[error("frame {frame}: decoded bytes checksum mismatch")]
+    #[error("frame {frame}: decoded bytes checksum mismatch [frame-raw-crc]")]
     RawChecksum {
         /// Frame number.
         frame: u64,
     },
     /// Fewer bytes than a structure needs.
-    #[error("truncated {what}: expected {expected} bytes, got {actual}")]
+    #[error("truncated {what}: expected {expected} bytes, got {actual} [truncated]")]
     Truncated {
         /// What was being read.
         what: &'static str,
@@ -69,20 +70,20 @@ pub enum Error {
         actual: u64,
     },
     /// A sealed frame failed authentication.
-    #[error("frame {frame}: decryption failed (tampered, moved or corrupt frame)")]
+    #[error("frame {frame}: decryption failed (tampered, moved or corrupt frame) [frame-tag]")]
     Decrypt {
         /// Frame number.
         frame: u64,
     },
     /// The sealed index failed authentication.
-    #[error("index authentication failed (tampered or corrupt index)")]
+    #[error("index authentication failed (tampered or corrupt index) [index-tag]")]
     IndexAuth,
     /// The key does not match the one the object was sealed with.
-    #[error("wrong key: this object was sealed with a different key")]
+    #[error("wrong key: this object was sealed with a different key [key-check]")]
     WrongKey,
     /// A key was given, and the object is not sealed: anyone who can write to the bucket could
     /// have put it there. Read only when unsealed objects are allowed explicitly.
-    #[error("object is not sealed, but a key was given (allow unsealed objects to read it)")]
+    #[error("object is not sealed, but a key was given (allow unsealed objects to read it) [sealed-only]")]
     NotSealed,
     /// The object is sealed and no key was given.
     #[error("object is encrypted; pass the key file it was written with")]
@@ -91,7 +92,7 @@ pub enum Error {
     #[error("invalid key: {0}")]
     InvalidKey(String),
     /// The payload of a frame did not decode with its codec.
-    #[error("frame {frame}: corrupt {codec} data: {detail}")]
+    #[error("frame {frame}: corrupt {codec} data: {detail} [frame-decode]")]
     Corrupt {
         /// Frame number.
         frame: u64,
@@ -100,15 +101,219 @@ pub enum Error {
         /// The decoder's message.
         detail: String,
     },
-    /// Structures that each parse but disagree with one another (offsets, counts, sizes).
-    #[error("inconsistent object: {0}")]
-    Inconsistent(String),
     /// The object needs a zstd dictionary that was not supplied.
-    #[error("object needs zstd dictionary id {0}; pass the dictionary file it was written with")]
+    #[error("object needs zstd dictionary id {0}; pass the dictionary file it was written with [dictionary]")]
     DictionaryRequired(u32),
     /// An encoder option is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+}
+
+impl Error {
+    /// A `Malformed` error.
+    pub fn malformed(rule: Rule, detail: impl Into<String>) -> Self {
+        Error::Malformed { rule, detail: detail.into() }
+    }
+
+    /// An object of `len` bytes that starts with the header magic and has no footer.
+    pub fn no_footer(len: u64) -> Self {
+        Error::Truncated {
+            what: "object (it starts like a shrinkfs object and has no footer)",
+            expected: len + crate::format::FOOTER_LEN as u64,
+            actual: len,
+        }
+    }
+
+    /// The format rule this error reports broken, if it is about a malformed object.
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            Error::Malformed { rule, .. }
+            | Error::UnsupportedVersion { rule, .. }
+            | Error::UnknownCodec { rule, .. } => Some(*rule),
+            Error::FrameChecksum { .. } => Some(Rule::FramePayloadCrc),
+            Error::RawChecksum { .. } => Some(Rule::FrameRawCrc),
+            Error::Truncated { .. } => Some(Rule::Truncated),
+            Error::Decrypt { .. } => Some(Rule::FrameTag),
+            Error::IndexAuth => Some(Rule::IndexTag),
+            Error::WrongKey => Some(Rule::KeyCheck),
+            Error::NotSealed => Some(Rule::SealedOnly),
+            Error::Corrupt { .. } => Some(Rule::FrameDecode),
+            Error::DictionaryRequired(_) => Some(Rule::Dictionary),
+            Error::NotShrinkfs
+            | Error::CodecUnavailable { .. }
+            | Error::KeyRequired
+            | Error::InvalidKey(_)
+            | Error::InvalidOption(_) => None,
+        }
+    }
+}
+
+/// A rule of docs/FORMAT.md ("Conformance") that an object can break; shown by its name there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    ObjectKind,
+    ObjectLength,
+    Truncated,
+    FooterCrc,
+    FooterVersion,
+    FooterFlags,
+    FooterReserved,
+    FooterFit,
+    IndexCrc,
+    IndexMagic,
+    IndexCount,
+    HeaderMagic,
+    HeaderCrc,
+    HeaderVersion,
+    HeaderFlags,
+    HeaderReserved,
+    FlagsAgree,
+    MetaFlags,
+    MetaAbsent,
+    MetaNanos,
+    MetaReserved,
+    EntryCodec,
+    EntryFlags,
+    EntryReserved,
+    EntryLength,
+    EntrySealedCrc,
+    EntryTiling,
+    IndexEnd,
+    LogicalSize,
+    KeyCheck,
+    IndexTag,
+    SealedOnly,
+    Dictionary,
+    FrameCrc,
+    FrameReserved,
+    FrameFlags,
+    FrameCodec,
+    FrameLength,
+    FrameSealedCrc,
+    FrameEntry,
+    FramePayloadCrc,
+    FrameTag,
+    FrameDecode,
+    FrameRawCrc,
+    HeaderCopy,
+    StreamIndex,
+    TrailingBytes,
+}
+
+impl Rule {
+    /// Every rule, in the order of FORMAT.md's conformance table.
+    pub const ALL: [Rule; 47] = {
+        use Rule::*;
+        [
+            ObjectKind,
+            ObjectLength,
+            Truncated,
+            FooterCrc,
+            FooterVersion,
+            FooterFlags,
+            FooterReserved,
+            FooterFit,
+            IndexCrc,
+            IndexMagic,
+            IndexCount,
+            HeaderMagic,
+            HeaderCrc,
+            HeaderVersion,
+            HeaderFlags,
+            HeaderReserved,
+            FlagsAgree,
+            MetaFlags,
+            MetaAbsent,
+            MetaNanos,
+            MetaReserved,
+            EntryCodec,
+            EntryFlags,
+            EntryReserved,
+            EntryLength,
+            EntrySealedCrc,
+            EntryTiling,
+            IndexEnd,
+            LogicalSize,
+            KeyCheck,
+            IndexTag,
+            SealedOnly,
+            Dictionary,
+            FrameCrc,
+            FrameReserved,
+            FrameFlags,
+            FrameCodec,
+            FrameLength,
+            FrameSealedCrc,
+            FrameEntry,
+            FramePayloadCrc,
+            FrameTag,
+            FrameDecode,
+            FrameRawCrc,
+            HeaderCopy,
+            StreamIndex,
+            TrailingBytes,
+        ]
+    };
+
+    /// The rule's name in FORMAT.md, as errors show it (`footer-crc`).
+    pub fn name(self) -> &'static str {
+        use Rule::*;
+        match self {
+            ObjectKind => "object-kind",
+            ObjectLength => "object-length",
+            Truncated => "truncated",
+            FooterCrc => "footer-crc",
+            FooterVersion => "footer-version",
+            FooterFlags => "footer-flags",
+            FooterReserved => "footer-reserved",
+            FooterFit => "footer-fit",
+            IndexCrc => "index-crc",
+            IndexMagic => "index-magic",
+            IndexCount => "index-count",
+            HeaderMagic => "header-magic",
+            HeaderCrc => "header-crc",
+            HeaderVersion => "header-version",
+            HeaderFlags => "header-flags",
+            HeaderReserved => "header-reserved",
+            FlagsAgree => "flags-agree",
+            MetaFlags => "meta-flags",
+            MetaAbsent => "meta-absent",
+            MetaNanos => "meta-nanos",
+            MetaReserved => "meta-reserved",
+            EntryCodec => "entry-codec",
+            EntryFlags => "entry-flags",
+            EntryReserved => "entry-reserved",
+            EntryLength => "entry-length",
+            EntrySealedCrc => "entry-sealed-crc",
+            EntryTiling => "entry-tiling",
+            IndexEnd => "index-end",
+            LogicalSize => "logical-size",
+            KeyCheck => "key-check",
+            IndexTag => "index-tag",
+            SealedOnly => "sealed-only",
+            Dictionary => "dictionary",
+            FrameCrc => "frame-crc",
+            FrameReserved => "frame-reserved",
+            FrameFlags => "frame-flags",
+            FrameCodec => "frame-codec",
+            FrameLength => "frame-length",
+            FrameSealedCrc => "frame-sealed-crc",
+            FrameEntry => "frame-entry",
+            FramePayloadCrc => "frame-payload-crc",
+            FrameTag => "frame-tag",
+            FrameDecode => "frame-decode",
+            FrameRawCrc => "frame-raw-crc",
+            HeaderCopy => "header-copy",
+            StreamIndex => "stream-index",
+            TrailingBytes => "trailing-bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Result alias for the codec crate.

@@ -4,7 +4,7 @@
 //! entry count. Each structure carries a CRC-32C so a flipped byte is named, never decoded.
 
 use crate::codec::CodecId;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Rule};
 
 /// Format version written by this build, and the newest one it reads.
 pub const VERSION: u16 = 1;
@@ -40,6 +40,8 @@ pub const FRAME_FLAG_SEALED: u8 = 1;
 pub const MIN_FRAME_SIZE: u32 = 4 * 1024;
 /// Largest raw frame a reader accepts; bounds the memory one frame can make a reader allocate.
 pub const MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+/// Length of the smallest object (an empty file): header, index without entries, footer.
+pub const MIN_OBJECT_LEN: u64 = (HEADER_LEN + INDEX_FIXED_LEN + FOOTER_LEN) as u64;
 
 fn crc(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
@@ -104,28 +106,35 @@ impl Header {
         head.len() >= 8 && head[..8] == HEAD_MAGIC
     }
 
-    /// Parses and verifies a header.
+    /// Parses and verifies a header (at offset 0, or its copy in the index), in FORMAT.md's order.
     pub fn parse(b: &[u8]) -> Result<Self> {
         need("header", b, HEADER_LEN)?;
         if b[..8] != HEAD_MAGIC {
-            return Err(Error::BadMagic { what: "header" });
+            return Err(Error::malformed(Rule::HeaderMagic, "bad magic in header"));
         }
         if crc(&b[..60]) != u32_at(b, 60) {
-            return Err(Error::HeaderChecksum { what: "header" });
+            return Err(Error::malformed(Rule::HeaderCrc, "header checksum mismatch"));
         }
         let version = u16_at(b, 8);
         if version != VERSION {
-            return Err(Error::UnsupportedVersion(version));
+            return Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version });
         }
         let flags = u16_at(b, 10);
         if flags & !FLAG_SEALED != 0 {
-            return Err(Error::Inconsistent(format!("unknown header flags {flags:#x}")));
+            return Err(Error::malformed(Rule::HeaderFlags, format!("unknown header flags {flags:#x}")));
+        }
+        let key_check: [u8; 8] = b[32..40].try_into().expect("8 bytes");
+        if flags & FLAG_SEALED == 0 && key_check != [0; 8] {
+            return Err(Error::malformed(Rule::HeaderReserved, "key check set in an unsealed header"));
+        }
+        if b[44..60].iter().any(|x| *x != 0) {
+            return Err(Error::malformed(Rule::HeaderReserved, "reserved header bytes 44..60 are not zero"));
         }
         Ok(Header {
             flags,
             frame_size: u32_at(b, 12),
             object_id: b[16..32].try_into().expect("16 bytes"),
-            key_check: b[32..40].try_into().expect("8 bytes"),
+            key_check,
             dict_id: u32_at(b, 40),
         })
     }
@@ -168,37 +177,40 @@ impl FrameHeader {
         b
     }
 
-    /// Parses and verifies the header of frame number `frame`.
-    pub fn parse(b: &[u8], frame: u64) -> Result<Self> {
+    /// Parses and verifies the header of frame number `frame` of an object whose header says
+    /// `sealed`, in FORMAT.md's order (frame-crc, -reserved, -flags, -codec, -length, -sealed-crc).
+    pub fn parse(b: &[u8], frame: u64, sealed: bool) -> Result<Self> {
         need("frame header", b, FRAME_HEADER_LEN)?;
         if crc(&b[..20]) != u32_at(b, 20) {
-            return Err(Error::FrameHeaderChecksum { frame });
+            return Err(Error::malformed(Rule::FrameCrc, format!("frame {frame}: header checksum mismatch")));
+        }
+        if u16_at(b, 2) != 0 {
+            return Err(Error::malformed(Rule::FrameReserved, format!("frame {frame}: reserved bytes are not zero")));
         }
         let flags = b[1];
-        if flags & !FRAME_FLAG_SEALED != 0 || u16_at(b, 2) != 0 {
-            return Err(Error::Inconsistent(format!("frame {frame}: unknown flags {flags:#x}")));
+        if !flags_fit(flags, sealed) {
+            return Err(Error::malformed(
+                Rule::FrameFlags,
+                format!(
+                    "frame {frame}: flags {flags:#x} do not fit a{} object",
+                    if sealed { " sealed" } else { "n unsealed" }
+                ),
+            ));
         }
+        let codec = CodecId::from_u8(b[0]).ok_or(Error::UnknownCodec { id: b[0], rule: Rule::FrameCodec })?;
         let h = FrameHeader {
-            codec: CodecId::from_u8(b[0])?,
+            codec,
             flags,
             raw_len: u32_at(b, 4),
             stored_len: u32_at(b, 8),
             raw_crc: u32_at(b, 12),
             stored_crc: u32_at(b, 16),
         };
-        if h.raw_len > MAX_FRAME_SIZE {
-            return Err(Error::Inconsistent(format!(
-                "frame {frame}: raw length {} exceeds the {MAX_FRAME_SIZE}-byte limit",
-                h.raw_len
-            )));
+        if let Some(why) = lengths_wrong(h.raw_len, h.stored_len, sealed) {
+            return Err(Error::malformed(Rule::FrameLength, format!("frame {frame}: {why}")));
         }
-        let tag = if h.sealed() { TAG_LEN as u32 } else { 0 };
-        let max_stored = h.raw_len.saturating_add(tag);
-        if h.stored_len > max_stored || h.stored_len < tag {
-            return Err(Error::Inconsistent(format!(
-                "frame {frame}: stored length {} does not fit raw length {}",
-                h.stored_len, h.raw_len
-            )));
+        if sealed && h.raw_crc != 0 {
+            return Err(Error::malformed(Rule::FrameSealedCrc, format!("frame {frame}: sealed, yet raw checksum set")));
         }
         Ok(h)
     }
@@ -207,6 +219,21 @@ impl FrameHeader {
     pub fn aad_bytes(&self) -> [u8; 12] {
         self.to_bytes()[..12].try_into().expect("12 bytes")
     }
+}
+
+/// Whether frame flags (in a frame header or an index entry) fit an object that is `sealed`.
+fn flags_fit(flags: u8, sealed: bool) -> bool {
+    flags & !FRAME_FLAG_SEALED == 0 && (flags & FRAME_FLAG_SEALED != 0) == sealed
+}
+
+/// What is wrong with a frame's lengths (in its header or its entry), if anything.
+fn lengths_wrong(raw_len: u32, stored_len: u32, sealed: bool) -> Option<String> {
+    if raw_len == 0 || raw_len > MAX_FRAME_SIZE {
+        return Some(format!("raw length {raw_len} is outside 1..={MAX_FRAME_SIZE}"));
+    }
+    let tag = if sealed { TAG_LEN as u32 } else { 0 };
+    (stored_len > raw_len.saturating_add(tag) || stored_len < tag)
+        .then(|| format!("stored length {stored_len} does not fit raw length {raw_len}"))
 }
 
 /// One index entry: where a frame is stored and which logical bytes it holds.
@@ -240,16 +267,39 @@ impl IndexEntry {
         b[28..32].copy_from_slice(&self.raw_crc.to_le_bytes());
     }
 
-    fn read(b: &[u8]) -> Result<Self> {
-        Ok(IndexEntry {
+    /// Reads entry `i` of an object that is `sealed`, checking the entry rules that concern the
+    /// entry alone (codec, flags, reserved, lengths, sealed checksum); tiling is the caller's.
+    fn read(b: &[u8], i: usize, sealed: bool) -> Result<Self> {
+        let codec = CodecId::from_u8(b[24]).ok_or(Error::UnknownCodec { id: b[24], rule: Rule::EntryCodec })?;
+        let flags = b[25];
+        if !flags_fit(flags, sealed) {
+            return Err(Error::malformed(
+                Rule::EntryFlags,
+                format!("index entry {i}: flags {flags:#x} do not fit the object"),
+            ));
+        }
+        if u16_at(b, 26) != 0 {
+            return Err(Error::malformed(Rule::EntryReserved, format!("index entry {i}: reserved bytes are not zero")));
+        }
+        let e = IndexEntry {
             stored_offset: u64_at(b, 0),
             raw_offset: u64_at(b, 8),
             stored_len: u32_at(b, 16),
             raw_len: u32_at(b, 20),
-            codec: CodecId::from_u8(b[24])?,
-            flags: b[25],
+            codec,
+            flags,
             raw_crc: u32_at(b, 28),
-        })
+        };
+        if let Some(why) = lengths_wrong(e.raw_len, e.stored_len, sealed) {
+            return Err(Error::malformed(Rule::EntryLength, format!("index entry {i}: {why}")));
+        }
+        if sealed && e.raw_crc != 0 {
+            return Err(Error::malformed(
+                Rule::EntrySealedCrc,
+                format!("index entry {i}: sealed, yet raw checksum set"),
+            ));
+        }
+        Ok(e)
     }
 
     /// Whether this entry describes the same frame as a parsed frame header.
@@ -325,11 +375,21 @@ impl FileMeta {
     fn read(b: &[u8]) -> Result<Self> {
         let flags = u32_at(b, 12);
         if flags & !0xf != 0 {
-            return Err(Error::Inconsistent(format!("unknown file metadata flags {flags:#x}")));
+            return Err(Error::malformed(Rule::MetaFlags, format!("unknown file metadata flags {flags:#x}")));
+        }
+        let fields: [(u32, std::ops::Range<usize>, &str); 4] =
+            [(1, 0..4, "mode"), (2, 4..8, "uid"), (4, 8..12, "gid"), (8, 16..28, "mtime")];
+        for (bit, range, name) in fields {
+            if flags & bit == 0 && b[range].iter().any(|x| *x != 0) {
+                return Err(Error::malformed(Rule::MetaAbsent, format!("file metadata: absent {name} is not zero")));
+            }
         }
         let ns = u32_at(b, 24);
         if ns >= 1_000_000_000 {
-            return Err(Error::Inconsistent("file metadata nanoseconds out of range".into()));
+            return Err(Error::malformed(Rule::MetaNanos, "file metadata nanoseconds out of range"));
+        }
+        if u32_at(b, 28) != 0 {
+            return Err(Error::malformed(Rule::MetaReserved, "file metadata reserved bytes are not zero"));
         }
         Ok(FileMeta {
             mode: (flags & 1 != 0).then(|| u32_at(b, 0)),
@@ -374,42 +434,42 @@ impl IndexBody {
     /// Parses an index body of exactly `count` entries and checks that the entries tile the object:
     /// frames follow one another from the header to `data_end`, and their raw ranges follow one
     /// another from 0 to `logical_size`.
-    pub fn parse(b: &[u8], count: u32, data_end: u64, logical_size: u64) -> Result<Self> {
+    /// Parses an index body (tag excluded) against its footer and checks every index rule in
+    /// FORMAT.md's order: magic, count, the header copy, flags agreeing with the footer's,
+    /// metadata, each entry, then that the entries tile the object and the file.
+    pub fn parse(b: &[u8], footer: &Footer) -> Result<Self> {
         if b.len() < 8 || b[..4] != INDEX_MAGIC {
-            return Err(Error::BadMagic { what: "index" });
+            return Err(Error::malformed(Rule::IndexMagic, "bad magic in index"));
         }
+        let count = footer.frame_count;
         if u32_at(b, 4) != count {
-            return Err(Error::Inconsistent("index entry count differs from the footer's".into()));
+            return Err(Error::malformed(Rule::IndexCount, "index entry count differs from the footer's"));
         }
         let body_len = INDEX_FIXED_LEN + ENTRY_LEN * count as usize;
         need("index", b, body_len)?;
         let header = Header::parse(&b[8..8 + HEADER_LEN])?;
+        if header.flags != footer.flags {
+            return Err(Error::malformed(Rule::FlagsAgree, "footer and header flags differ"));
+        }
         let meta = FileMeta::read(&b[8 + HEADER_LEN..INDEX_FIXED_LEN])?;
         let mut entries = Vec::with_capacity(count as usize);
         let mut stored = HEADER_LEN as u64;
         let mut raw = 0u64;
         for i in 0..count as usize {
             let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
-            let e = IndexEntry::read(&b[at..at + ENTRY_LEN])?;
-            let sealed_ok = (e.flags & FRAME_FLAG_SEALED != 0) == header.sealed();
-            if e.stored_offset != stored
-                || e.raw_offset != raw
-                || e.raw_len == 0
-                || e.raw_len > MAX_FRAME_SIZE
-                || e.flags & !FRAME_FLAG_SEALED != 0
-                || !sealed_ok
-            {
-                return Err(Error::Inconsistent(format!("index entry {i} is out of place")));
+            let e = IndexEntry::read(&b[at..at + ENTRY_LEN], i, header.sealed())?;
+            if e.stored_offset != stored || e.raw_offset != raw {
+                return Err(Error::malformed(Rule::EntryTiling, format!("index entry {i} is out of place")));
             }
             stored = e.stored_range().end;
             raw += e.raw_len as u64;
             entries.push(e);
         }
-        if stored != data_end {
-            return Err(Error::Inconsistent("frames do not end where the index starts".into()));
+        if stored != footer.index_offset {
+            return Err(Error::malformed(Rule::IndexEnd, "frames do not end where the index starts"));
         }
-        if raw != logical_size {
-            return Err(Error::Inconsistent("frame sizes do not add up to the logical size".into()));
+        if raw != footer.logical_size {
+            return Err(Error::malformed(Rule::LogicalSize, "frame sizes do not add up to the logical size"));
         }
         Ok(IndexBody { header, meta, entries })
     }
@@ -461,14 +521,29 @@ impl Footer {
         if !Self::has_magic(tail) {
             return Err(Error::NotShrinkfs);
         }
+        if object_len < MIN_OBJECT_LEN {
+            return Err(Error::malformed(
+                Rule::ObjectLength,
+                format!(
+                    "object of {object_len} bytes ends with the footer magic; a shrinkfs object has at least {MIN_OBJECT_LEN}"
+                ),
+            ));
+        }
         need("footer", tail, FOOTER_LEN)?;
         let b = &tail[tail.len() - FOOTER_LEN..];
         if crc(&b[..36]) != u32_at(b, 36) {
-            return Err(Error::HeaderChecksum { what: "footer" });
+            return Err(Error::malformed(Rule::FooterCrc, "footer checksum mismatch"));
         }
         let version = u16_at(b, 28);
         if version != VERSION {
-            return Err(Error::UnsupportedVersion(version));
+            return Err(Error::UnsupportedVersion { rule: Rule::FooterVersion, version });
+        }
+        let flags = u16_at(b, 30);
+        if flags & !FLAG_SEALED != 0 {
+            return Err(Error::malformed(Rule::FooterFlags, format!("unknown footer flags {flags:#x}")));
+        }
+        if u32_at(b, 32) != 0 {
+            return Err(Error::malformed(Rule::FooterReserved, "reserved footer bytes are not zero"));
         }
         let f = Footer {
             index_offset: u64_at(b, 0),
@@ -483,7 +558,7 @@ impl Footer {
             && f.index_offset >= HEADER_LEN as u64
             && f.index_offset.checked_add(f.index_len as u64 + FOOTER_LEN as u64) == Some(object_len);
         if !fits {
-            return Err(Error::Inconsistent("footer does not fit the object's length".into()));
+            return Err(Error::malformed(Rule::FooterFit, "footer does not fit the object's length"));
         }
         Ok(f)
     }
@@ -537,7 +612,8 @@ mod tests {
         let b = f.to_bytes();
         let len = 64 + index_len(0, false) as u64 + FOOTER_LEN as u64;
         assert_eq!(Footer::parse(&b, len).unwrap(), f);
-        assert!(matches!(Footer::parse(&b, len + 1), Err(Error::Inconsistent(_))));
+        assert_eq!(Footer::parse(&b, len + 1).unwrap_err().rule(), Some(Rule::FooterFit));
+        assert_eq!(Footer::parse(&b, len - 1).unwrap_err().rule(), Some(Rule::ObjectLength));
     }
 
     #[test]
@@ -551,6 +627,6 @@ mod tests {
         b[8] = 9;
         let c = crc(&b[..60]);
         b[60..64].copy_from_slice(&c.to_le_bytes());
-        assert!(matches!(Header::parse(&b), Err(Error::UnsupportedVersion(9))));
+        assert!(matches!(Header::parse(&b), Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version: 9 })));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
 use crate::detect;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Rule};
 use crate::format::{FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, checksum};
 use crate::seal::{MasterKey, ObjectKey};
 
@@ -20,7 +20,8 @@ pub struct ObjectContext {
 
 impl ObjectContext {
     /// The context to read an object with this header. Checks the key against the header's key
-    /// check, and that the dictionary the object needs is among `dicts`.
+    /// check, and picks the dictionary the object names from `dicts` (needed only by zstd frames:
+    /// see `require_dict`).
     pub fn for_reading(header: Header, master: Option<&MasterKey>, dicts: &[Arc<Dictionary>]) -> Result<Self> {
         let key = if header.sealed() {
             let master = master.ok_or(Error::KeyRequired)?;
@@ -34,9 +35,18 @@ impl ObjectContext {
         };
         let dict = match header.dict_id {
             0 => None,
-            id => Some(dicts.iter().find(|d| d.id() == id).cloned().ok_or(Error::DictionaryRequired(id))?),
+            id => dicts.iter().find(|d| d.id() == id).cloned(),
         };
         Ok(ObjectContext { header, key, dict })
+    }
+
+    /// Whether frames of `codec` can be decoded: zstd frames of an object that names a
+    /// dictionary need it; every other codec never does.
+    pub fn require_dict(&self, codec: CodecId) -> Result<()> {
+        if codec == CodecId::Zstd && self.header.dict_id != 0 && self.dict.is_none() {
+            return Err(Error::DictionaryRequired(self.header.dict_id));
+        }
+        Ok(())
     }
 
     /// The context to write a new object: draws a fresh random object id.
@@ -150,7 +160,7 @@ pub fn decode_frame(
     expected: Option<&IndexEntry>,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let header = FrameHeader::parse(stored, frame)?;
+    let header = FrameHeader::parse(stored, frame, ctx.header.sealed())?;
     decode_payload(ctx, frame, &header, &stored[FRAME_HEADER_LEN..], expected, out)
 }
 
@@ -164,6 +174,7 @@ pub fn decode_payload(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     let compressed = open_payload(ctx, frame, header, payload, expected)?;
+    ctx.require_dict(header.codec)?;
     decompress_cpu(header.codec, &compressed, header.raw_len as usize, ctx.dict.as_deref(), out).map_err(
         |f| match f {
             DecodeFailure::Unavailable(why) => Error::CodecUnavailable { frame, codec: header.codec, why },
@@ -186,10 +197,7 @@ pub fn open_payload<'a>(
     if let Some(e) = expected
         && !e.matches(header)
     {
-        return Err(Error::Inconsistent(format!("frame {frame}: header disagrees with the index")));
-    }
-    if header.sealed() != ctx.header.sealed() {
-        return Err(Error::Inconsistent(format!("frame {frame}: sealed flag disagrees with the object")));
+        return Err(Error::malformed(Rule::FrameEntry, format!("frame {frame}: header disagrees with the index")));
     }
     if payload.len() != header.stored_len as usize {
         return Err(Error::Truncated {

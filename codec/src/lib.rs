@@ -34,18 +34,14 @@ pub use writer::{DEFAULT_FRAME_SIZE, EncodeConfig, FrameCutter, ObjectWriter, en
 pub fn decode_all(object: &[u8], master: Option<&MasterKey>, dicts: &[std::sync::Arc<Dictionary>]) -> Result<Vec<u8>> {
     let len = object.len() as u64;
     match probe_tail(object, len)? {
-        TailProbe::Plain if format::Header::has_magic(object) => Err(Error::Truncated {
-            what: "object (header present, footer missing)",
-            expected: len + format::FOOTER_LEN as u64,
-            actual: len,
-        }),
+        TailProbe::Plain if format::Header::has_magic(object) => Err(Error::no_footer(len)),
         TailProbe::Plain => Ok(object.to_vec()),
         TailProbe::Shrinkfs { .. } => {
             let layout = Layout::parse(object, len)?;
             let ctx = layout.open(master, dicts)?;
-            let head = format::Header::parse(object)?;
-            if head != layout.header {
-                return Err(Error::Inconsistent("index header copy differs from the object header".into()));
+            let copy = layout.footer.index_offset as usize + 8;
+            if object[..format::HEADER_LEN] != object[copy..copy + format::HEADER_LEN] {
+                return Err(Error::malformed(error::Rule::HeaderCopy, "header differs from its copy in the index"));
             }
             let mut out = Vec::with_capacity(layout.logical_size() as usize);
             let mut buf = Vec::new();

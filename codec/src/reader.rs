@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::codec::{CodecId, Dictionary};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Rule};
 use crate::format::{FOOTER_LEN, FileMeta, Footer, Header, IndexBody, IndexEntry, TAG_LEN, checksum};
 use crate::frame::ObjectContext;
 use crate::seal::MasterKey;
@@ -79,13 +79,10 @@ impl Layout {
         }
         let index = &tail[tail.len() - need..tail.len() - FOOTER_LEN];
         if checksum(index) != footer.index_crc {
-            return Err(Error::HeaderChecksum { what: "index" });
+            return Err(Error::malformed(Rule::IndexCrc, "index checksum mismatch"));
         }
         let body_len = index.len() - if footer.sealed() { TAG_LEN } else { 0 };
-        let body = IndexBody::parse(&index[..body_len], footer.frame_count, footer.index_offset, footer.logical_size)?;
-        if body.header.flags != footer.flags {
-            return Err(Error::Inconsistent("footer and header flags differ".into()));
-        }
+        let body = IndexBody::parse(&index[..body_len], &footer)?;
         let sealed_index = footer.sealed().then(|| {
             let tag: [u8; TAG_LEN] = index[body_len..].try_into().expect("tag length");
             (index[..body_len].to_vec(), tag)
@@ -98,6 +95,9 @@ impl Layout {
         let ctx = ObjectContext::for_reading(self.header, master, dicts)?;
         if let (Some(key), Some((body, tag))) = (ctx.key(), &self.sealed_index) {
             key.verify_index(body, tag)?;
+        }
+        if self.entries.iter().any(|e| e.codec == CodecId::Zstd) {
+            ctx.require_dict(CodecId::Zstd)?;
         }
         Ok(ctx)
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::codec::Dictionary;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Rule};
 use crate::format::{
     FOOTER_LEN, FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, Header, INDEX_FIXED_LEN, INDEX_MAGIC, IndexEntry, index_len,
 };
@@ -55,6 +55,8 @@ pub struct StreamDecoder {
     plain_tail: Vec<u8>,
     /// With a key: refuse input that is not a sealed object (see `allow_unsealed`).
     require_sealed: bool,
+    /// The header at offset 0, to compare with its copy in the index.
+    head: Vec<u8>,
 }
 
 impl StreamDecoder {
@@ -72,6 +74,7 @@ impl StreamDecoder {
             raw: 0,
             plain_tail: Vec::new(),
             require_sealed: false,
+            head: Vec::new(),
         }
     }
 
@@ -140,7 +143,7 @@ impl StreamDecoder {
                 let header = Header::parse(&a[..HEADER_LEN])?;
                 self.check_sealed(header.sealed())?;
                 let ctx = ObjectContext::for_reading(header, self.master.as_ref(), &self.dicts)?;
-                self.take(HEADER_LEN);
+                self.head = self.take(HEADER_LEN);
                 self.ctx = Some(Arc::new(ctx));
                 self.state = State::Body;
                 self.next_item()
@@ -155,12 +158,9 @@ impl StreamDecoder {
             return Ok(None);
         }
         if a[..4] == INDEX_MAGIC {
-            if a.len() < 8 {
-                return Ok(None);
-            }
-            let count = u32::from_le_bytes(a[4..8].try_into().expect("4 bytes")) as usize;
+            // Index and footer are as long as the frames read make them, if the object is whole.
             let sealed = self.ctx.as_ref().expect("header read").header.sealed();
-            let need = index_len(count, sealed) + FOOTER_LEN;
+            let need = index_len(self.seen.len(), sealed) + FOOTER_LEN;
             if a.len() < need {
                 return Ok(None);
             }
@@ -172,7 +172,8 @@ impl StreamDecoder {
             return Ok(None);
         }
         let frame = self.seen.len() as u64;
-        let header = FrameHeader::parse(&a[..FRAME_HEADER_LEN], frame)?;
+        let sealed = self.ctx.as_ref().expect("header read").header.sealed();
+        let header = FrameHeader::parse(&a[..FRAME_HEADER_LEN], frame, sealed)?;
         let total = FRAME_HEADER_LEN + header.stored_len as usize;
         if a.len() < total {
             return Ok(None);
@@ -195,17 +196,19 @@ impl StreamDecoder {
 
     fn finish_index(&mut self, tail: &[u8], index_offset: u64) -> Result<()> {
         let object_len = index_offset + tail.len() as u64;
+        if !crate::format::Footer::has_magic(tail) {
+            return Err(Error::malformed(Rule::StreamIndex, "index and footer do not fit the frames read"));
+        }
         let layout = Layout::parse(tail, object_len)?;
-        let ctx = self.ctx.as_ref().expect("header read");
-        if layout.header != ctx.header {
-            return Err(Error::Inconsistent("index header copy differs from the object header".into()));
+        if tail[8..8 + HEADER_LEN] != self.head {
+            return Err(Error::malformed(Rule::HeaderCopy, "header differs from its copy in the index"));
         }
         layout.open(self.master.as_ref(), &self.dicts)?;
         if layout.entries != self.seen {
-            return Err(Error::Inconsistent("frames read differ from the frames the index lists".into()));
+            return Err(Error::malformed(Rule::StreamIndex, "frames read differ from the frames the index lists"));
         }
         if !self.avail().is_empty() {
-            return Err(Error::Inconsistent("bytes follow the footer".into()));
+            return Err(Error::malformed(Rule::TrailingBytes, "bytes follow the footer"));
         }
         self.state = State::Done;
         Ok(())
@@ -216,12 +219,13 @@ impl StreamDecoder {
     pub fn finish(&mut self) -> Result<Vec<u8>> {
         let left = self.avail().len();
         match self.state {
-            State::Done if left > 0 => Err(Error::Inconsistent("bytes follow the footer".into())),
+            State::Done if left > 0 => Err(Error::malformed(Rule::TrailingBytes, "bytes follow the footer")),
             // Bytes that end with the footer magic are a shrinkfs object: behind a damaged header
             // they are an error, never plain data (whether or not the footer itself verifies).
-            State::Plain if crate::format::Footer::has_magic(&self.plain_tail) => {
-                Err(Error::BadMagic { what: "header" })
-            }
+            State::Plain if crate::format::Footer::has_magic(&self.plain_tail) => Err(Error::malformed(
+                Rule::ObjectKind,
+                "input ends with the shrinkfs footer magic but does not start with the header magic",
+            )),
             State::Done | State::Plain => Ok(Vec::new()),
             State::Header if left < crate::format::HEAD_MAGIC.len() => {
                 self.check_sealed(false)?;

@@ -37,7 +37,7 @@ fn frames_encode_whatever_happens_to_the_gpu() {
     got.sort_by_key(|g| g.0);
     assert_eq!(got.len(), 50);
     for (i, f) in got {
-        let h = FrameHeader::parse(&f.bytes, i as u64).unwrap();
+        let h = FrameHeader::parse(&f.bytes, i as u64, false).unwrap();
         assert_eq!(h.codec, CodecId::Zstd);
         let mut out = Vec::new();
         decode_payload(&ctx, i as u64, &h, &f.bytes[24..], None, &mut out).unwrap();

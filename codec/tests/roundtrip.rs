@@ -217,3 +217,23 @@ fn a_dictionary_is_required_and_used() {
     assert!(matches!(decode_all(&object, None, &[]), Err(Error::DictionaryRequired(id)) if id == dict.id()));
     assert_eq!(decode_all(&object, None, &[dict]).unwrap(), data);
 }
+
+#[test]
+fn a_dictionary_is_needed_only_by_zstd_frames() {
+    let samples: Vec<Vec<u8>> = (0..500).map(|i| format!("{{\"id\":{i},\"ok\":true}}").into_bytes()).collect();
+    let dict = Arc::new(shrinkfs_codec::Dictionary::new(zstd::dict::from_samples(&samples, 4096).unwrap()).unwrap());
+    // Noise does not compress: every frame is stored as `none`, though the header names the dictionary.
+    let mut noise = vec![0u8; 64 * 1024];
+    rand::fill(&mut noise[..]);
+    let cfg = EncodeConfig {
+        params: CodecParams { codec: CodecId::Zstd, level: 3, dict: Some(dict.clone()) },
+        frame_size: 4096,
+        key: None,
+    };
+    let object = encode_all(&cfg, &noise).unwrap();
+    let layout = shrinkfs_codec::Layout::parse(&object, object.len() as u64).unwrap();
+    assert_eq!(layout.header.dict_id, dict.id());
+    assert!(layout.entries.iter().all(|e| e.codec == CodecId::None));
+    assert_eq!(decode_all(&object, None, &[]).unwrap(), noise);
+    assert_eq!(stream_decode(&object, None, 1000).unwrap(), noise);
+}

@@ -20,8 +20,9 @@ use crate::metrics::Metrics;
 
 /// Cheap checks of a stored frame from the disk cache before it is decoded: its header parses,
 /// agrees with the index, and its payload matches its checksum.
-fn stored_frame_ok(b: &[u8], frame: usize, entry: &shrinkfs_codec::format::IndexEntry) -> bool {
-    match FrameHeader::parse(b, frame as u64) {
+fn stored_frame_ok(b: &[u8], frame: usize, layout: &Layout) -> bool {
+    let entry = &layout.entries[frame];
+    match FrameHeader::parse(b, frame as u64, layout.header.sealed()) {
         Ok(h) => {
             entry.matches(&h)
                 && b.len() == FRAME_HEADER_LEN + h.stored_len as usize
@@ -239,10 +240,7 @@ impl Reader {
                     Header::has_magic(&head)
                 };
                 if head_magic {
-                    return Err(codec_err(
-                        path,
-                        shrinkfs_codec::Error::BadMagic { what: "footer (the object looks truncated)" },
-                    ));
+                    return Err(codec_err(path, shrinkfs_codec::Error::no_footer(len)));
                 }
                 Ok(Parsed::Plain)
             }
@@ -318,7 +316,7 @@ impl Reader {
         let mut missing = Vec::with_capacity(frames.len());
         for &f in frames {
             match self.disk.as_ref().and_then(|d| d.get(&info.id, f as u32)) {
-                Some(b) if stored_frame_ok(&b, f, &layout.entries[f]) => slices.push((f, b)),
+                Some(b) if stored_frame_ok(&b, f, layout) => slices.push((f, b)),
                 Some(_) => {
                     // A damaged or foreign entry: drop it and fetch the frame again.
                     self.metrics.store_request("disk_cache_bad_entry");
@@ -426,7 +424,7 @@ impl Reader {
             let mut heads = Vec::with_capacity(slices.len());
             let mut payloads = Vec::with_capacity(slices.len());
             for (f, blob) in &slices {
-                let h = FrameHeader::parse(blob, *f as u64).map_err(err)?;
+                let h = FrameHeader::parse(blob, *f as u64, ctx.header.sealed()).map_err(err)?;
                 let p = open_payload(&ctx, *f as u64, &h, &blob[FRAME_HEADER_LEN..], Some(&layout.entries[*f]))
                     .map_err(err)?;
                 heads.push(h);
