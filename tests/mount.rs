@@ -398,6 +398,10 @@ fn prometheus_metrics_count_what_the_mount_did() {
     let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
     fs::write(mnt.join("f.log"), text(3 << 20)).unwrap();
     assert!(fs::read(mnt.join("f.log")).unwrap() == text(3 << 20));
+    // 20 MiB that do not compress: written once, in place in the local bucket, in no parts.
+    let noise = shrinkfs::corpus::generate(shrinkfs::corpus::CorpusKind::Random, 20 << 20, 3);
+    fs::write(mnt.join("noise"), &noise).unwrap();
+    assert!(fs::read(bucket.join("noise")).unwrap().len() > 20 << 20);
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut body = String::new();
@@ -406,9 +410,11 @@ fn prometheus_metrics_count_what_the_mount_did() {
         body.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
     };
     assert!(value("shrinkfs_fuse_ops_total{kind=\"write\"}") >= 1.0, "{body}");
-    assert_eq!(value("shrinkfs_logical_written_bytes_total"), (3 << 20) as f64, "{body}");
-    assert!(value("shrinkfs_store_written_bytes_total") < (1 << 20) as f64, "{body}");
+    assert_eq!(value("shrinkfs_logical_written_bytes_total"), (23 << 20) as f64, "{body}");
+    assert!(value("shrinkfs_store_written_bytes_total") < (22 << 20) as f64, "{body}");
     assert!(value("shrinkfs_dispatch_cpu_frames_total") >= 3.0, "{body}");
+    assert!(value("shrinkfs_store_requests_total{kind=\"put_in_place\"}") >= 1.0, "{body}");
+    assert_eq!(value("shrinkfs_store_requests_total{kind=\"multipart_part\"}"), 0.0, "{body}");
     m.unmount();
 }
 

@@ -168,6 +168,7 @@ impl Fs {
             budget: self.budget.clone(),
             metrics: self.metrics.clone(),
             tracked: self.bucket.multipart.clone().map(|mp| (mp, self.bucket.upload_markers())),
+            local: self.bucket.local.clone(),
         }
     }
 

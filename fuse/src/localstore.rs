@@ -186,12 +186,61 @@ impl LocalStore {
         Ok(())
     }
 
+    /// Starts an object written in place: a staged file the caller writes at any offsets, which
+    /// becomes the object at `location` when published — its bytes written once, with no parts.
+    pub fn write_in_place(&self, location: &Path) -> Result<InPlace> {
+        let target = self.writable(location)?;
+        let (file, temp) = self.dirs.temp_file("ip-")?;
+        Ok(InPlace { file, temp: Some(temp), target, dirs: self.dirs.clone() })
+    }
+
     async fn copy_to(&self, from: &Path, to: &Path, noclobber: bool) -> Result<()> {
         self.readable(from)?;
         let src = self.inner.path_to_filesystem(from)?;
         let dst = self.writable(to)?;
         let dirs = self.dirs.clone();
         blocking(move || dirs.place(dirs.copy_of(&src)?, &dst, noclobber)).await
+    }
+}
+
+/// An object being written in place (`LocalStore::write_in_place`). Dropped unpublished, it
+/// leaves nothing behind.
+#[derive(Debug)]
+pub struct InPlace {
+    file: File,
+    /// The staged file; `None` once published.
+    temp: Option<TempPath>,
+    target: PathBuf,
+    dirs: Arc<Dirs>,
+}
+
+impl InPlace {
+    /// The staged file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// fsyncs the staged file and moves it to its key: the object appears whole, replacing any
+    /// object there. On failure the staged file stays, and publishing can be tried again.
+    pub fn publish(&mut self) -> Result<PutResult> {
+        let temp = self.temp.take().ok_or_else(|| {
+            let reason = "already published".to_owned();
+            generic(LocalError::Incomplete { path: self.target.clone(), reason })
+        })?;
+        let e_tag = match sync_and_etag(&self.file, &temp) {
+            Ok(e_tag) => e_tag,
+            Err(e) => {
+                self.temp = Some(temp);
+                return Err(e);
+            }
+        };
+        match self.dirs.place_or_keep(temp, &self.target, false) {
+            Ok(()) => Ok(PutResult { e_tag: Some(e_tag), version: None }),
+            Err((e, temp)) => {
+                self.temp = temp;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -238,10 +287,23 @@ impl Dirs {
     /// Moves a staged file to `target` (refusing to replace an existing one if `noclobber`) and
     /// fsyncs the target's directory. Creates missing parent directories; on failure the staged
     /// file is removed.
-    fn place(&self, mut temp: TempPath, target: &std::path::Path, noclobber: bool) -> Result<()> {
+    fn place(&self, temp: TempPath, target: &std::path::Path, noclobber: bool) -> Result<()> {
+        self.place_or_keep(temp, target, noclobber).map_err(|(e, _)| e)
+    }
+
+    /// `place`, handing the staged file back when it could not be moved (`None` once it was
+    /// moved and only the directory fsync failed).
+    fn place_or_keep(
+        &self,
+        mut temp: TempPath,
+        target: &std::path::Path,
+        noclobber: bool,
+    ) -> std::result::Result<(), (object_store::Error, Option<TempPath>)> {
         let mut tries = 0;
         loop {
-            self.create_parents(target)?;
+            if let Err(e) = self.create_parents(target) {
+                return Err((e, Some(temp)));
+            }
             let placed = if noclobber { temp.persist_noclobber(target) } else { temp.persist(target) };
             match placed {
                 Ok(()) => break,
@@ -253,13 +315,13 @@ impl Dirs {
                 Err(e) if noclobber && e.error.kind() == ErrorKind::AlreadyExists => {
                     let path = target.display().to_string();
                     let source = Box::new(LocalError::Io { what: "create", path: target.into(), source: e.error });
-                    return Err(object_store::Error::AlreadyExists { path, source });
+                    return Err((object_store::Error::AlreadyExists { path, source }, Some(e.path)));
                 }
-                Err(e) => return Err(io_error("move staged file to", target, e.error)),
+                Err(e) => return Err((io_error("move staged file to", target, e.error), Some(e.path))),
             }
         }
         match target.parent() {
-            Some(parent) => sync_dir(parent),
+            Some(parent) => sync_dir(parent).map_err(|e| (e, None)),
             None => Ok(()),
         }
     }
@@ -760,6 +822,34 @@ mod tests {
         drop(up);
         assert_eq!(staged(&store), 0);
         assert!(is_not_found(store.head(&key).await));
+    }
+
+    #[tokio::test]
+    async fn an_object_written_in_place_appears_whole_only_when_published() {
+        let (dir, store) = store();
+        let key = Path::from("d/k");
+        let mut obj = store.write_in_place(&key).unwrap();
+        obj.file().write_all_at(b"world", 6).unwrap();
+        obj.file().write_all_at(b"hello ", 0).unwrap();
+        assert_eq!(staged(&store), 1);
+        assert!(is_not_found(store.head(&key).await));
+        // The target cannot be placed (a directory is in the way): the staged bytes stay for a retry.
+        std::fs::create_dir_all(dir.path().join("d/k/x")).unwrap();
+        assert!(obj.publish().is_err());
+        assert_eq!(staged(&store), 1);
+        std::fs::remove_dir_all(dir.path().join("d/k")).unwrap();
+        let put = obj.publish().unwrap();
+        assert_eq!(read(&store, &key).await, b"hello world");
+        assert_eq!(put.e_tag, store.head(&key).await.unwrap().e_tag);
+        assert_eq!(staged(&store), 0);
+        assert!(obj.publish().is_err(), "published twice");
+        // Dropped unpublished: nothing appears and nothing stays behind.
+        let obj = store.write_in_place(&Path::from("gone")).unwrap();
+        obj.file().write_all_at(b"x", 0).unwrap();
+        drop(obj);
+        assert_eq!(staged(&store), 0);
+        assert!(is_not_found(store.head(&Path::from("gone")).await));
+        assert!(store.write_in_place(&Path::from(TMP_DIR).child("x")).is_err(), "staging keys are reserved");
     }
 
     #[tokio::test]

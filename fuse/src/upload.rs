@@ -32,6 +32,7 @@ use tokio::task::JoinSet;
 
 use crate::budget::Budget;
 use crate::error::{Error, Result};
+use crate::localstore::{InPlace, LocalStore};
 use crate::metrics::Metrics;
 
 /// Stored bytes an upload keeps in memory before it moves them to a spill file: small files never
@@ -39,17 +40,31 @@ use crate::metrics::Metrics;
 pub const SPILL_IN_MEMORY: usize = 128 << 10;
 
 /// Where an upload's stored bytes wait until shipped: in memory while small, then in an unlinked
-/// file in the staging directory.
+/// file in the staging directory — or, for a local-directory bucket, in the object's own staged
+/// file in the bucket, which becomes the object when published: its bytes are written once.
 enum Spill {
     Memory(Vec<u8>),
     File(File),
+    InPlace(InPlace),
 }
 
 struct SpillBuf {
     spill: Spill,
     dir: std::path::PathBuf,
+    /// Write in place into this local bucket (under `key`) once the bytes outgrow memory.
+    in_place: Option<(Arc<LocalStore>, Path)>,
     /// Bytes appended so far.
     len: u64,
+}
+
+impl Spill {
+    fn file(&self) -> Option<&File> {
+        match self {
+            Spill::Memory(_) => None,
+            Spill::File(f) => Some(f),
+            Spill::InPlace(p) => Some(p.file()),
+        }
+    }
 }
 
 impl SpillBuf {
@@ -59,12 +74,21 @@ impl SpillBuf {
         match &mut self.spill {
             Spill::Memory(v) if v.len() + bytes.len() <= SPILL_IN_MEMORY => v.extend_from_slice(bytes),
             Spill::Memory(v) => {
-                let f = tempfile::tempfile_in(&self.dir)?;
+                let spill = match &self.in_place {
+                    Some((local, key)) => Spill::InPlace(local.write_in_place(key).map_err(|e| {
+                        crate::localstore::os_error(&e)
+                            .map_or_else(|| std::io::Error::other(e), std::io::Error::from_raw_os_error)
+                    })?),
+                    None => Spill::File(tempfile::tempfile_in(&self.dir)?),
+                };
+                let f = spill.file().expect("a file");
                 f.write_all_at(v, 0)?;
                 f.write_all_at(bytes, v.len() as u64)?;
-                self.spill = Spill::File(f);
+                self.spill = spill;
             }
-            Spill::File(f) => f.write_all_at(bytes, self.len)?,
+            Spill::File(_) | Spill::InPlace(_) => {
+                self.spill.file().expect("a file").write_all_at(bytes, self.len)?;
+            }
         }
         self.len += bytes.len() as u64;
         Ok(())
@@ -79,13 +103,19 @@ impl SpillBuf {
                 buf.copy_from_slice(src);
                 Ok(())
             }
-            Spill::File(f) => f.read_exact_at(buf, at),
+            Spill::File(_) | Spill::InPlace(_) => self.spill.file().expect("a file").read_exact_at(buf, at),
         }
+    }
+
+    /// Whether the stored bytes are the object's own staged file (nothing to ship in parts).
+    fn in_place(&self) -> bool {
+        matches!(self.spill, Spill::InPlace(_))
     }
 
     /// Gives the stored bytes `from..to` back to the staging disk (they read as zeros after).
     fn punch(&self, from: u64, to: u64) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
+        // (An in-place file is the object itself: nothing of it is ever given back.)
         let Spill::File(f) = &self.spill else { return Ok(()) };
         let (off, len) = (i64::try_from(from), i64::try_from(to.saturating_sub(from)));
         let (Ok(off), Ok(len)) = (off, len) else { return Err(std::io::ErrorKind::InvalidInput.into()) };
@@ -126,6 +156,9 @@ pub struct Sink {
     /// Multipart uploads announced by markers in this folder, through this API (S3); `None`:
     /// the store's own `put_multipart`.
     pub tracked: Option<(Arc<dyn object_store::multipart::MultipartStore>, Path)>,
+    /// The bucket is this local directory (and `store` is it): objects larger than the in-memory
+    /// spill are written in place, once, instead of spilled and shipped in parts.
+    pub local: Option<Arc<LocalStore>>,
 }
 
 /// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
@@ -183,7 +216,8 @@ impl Upload {
     /// Starts writing `path`; stored bytes wait in memory, then in an unlinked file in `staging`,
     /// until they are uploaded.
     pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
-        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf(), len: 0 };
+        let in_place = sink.local.clone().map(|l| (l, path.clone()));
+        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf(), in_place, len: 0 };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
@@ -237,20 +271,29 @@ impl Upload {
     }
 
     /// Appends bytes. Waits (backpressure) for room in the memory budget and when too many frames
-    /// or parts are in flight. An error means the bytes may or may not have been taken (only a
-    /// local failure — a full staging disk — gets here); store failures wait for `finish`.
+    /// or parts are in flight. An error (only a local failure — a full staging disk or local
+    /// bucket — gets here) means none of the bytes were taken; store failures wait for `finish`.
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
         if self.sealed {
             return Err(Error::Invalid("upload already finished".into()));
         }
+        // Frames not stored yet (the disk was full) are stored before more bytes are taken, so a
+        // write that fails has taken none of its bytes.
+        self.collect(false).await?;
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
         self.raw_in += data.len() as u64;
+        // From here the bytes are taken: a frame that cannot be stored now waits in `pending`
+        // (at most one request's worth), and the next write or `finish` reports why.
         for f in full {
             self.submit(f).await;
-            self.collect(false).await?;
+            if let Err(e) = self.collect(false).await {
+                tracing::debug!(key = %self.path, error = %e, "frame kept until it can be stored");
+            }
         }
-        self.collect(false).await?;
+        if let Err(e) = self.collect(false).await {
+            tracing::debug!(key = %self.path, error = %e, "frame kept until it can be stored");
+        }
         self.ship_full_parts().await;
         Ok(())
     }
@@ -312,7 +355,7 @@ impl Upload {
     /// the spill): the multipart upload is dropped and the next call, or `finish`, starts again
     /// from the first byte.
     async fn ship_full_parts(&mut self) {
-        while !self.broken && self.stored - self.shipped >= PART_SIZE as u64 {
+        while !self.broken && !self.spill.in_place() && self.stored - self.shipped >= PART_SIZE as u64 {
             if let Err(e) = self.ship(PART_SIZE, None).await {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
                 self.reset_shipping().await;
@@ -458,7 +501,12 @@ impl Upload {
         let raw = self.writer.raw_len();
         let tail = self.writer.finish_with(meta);
         let total = self.stored + tail.len() as u64;
-        let put = if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
+        let put = if let Spill::InPlace(object) = &mut self.spill.spill {
+            // The tail goes after the last frame (again, if an earlier try failed after it).
+            object.file().write_all_at(&tail, self.stored)?;
+            self.sink.metrics.store_request("put_in_place");
+            object.publish()?
+        } else if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
             self.sink.metrics.store_request("put");
             self.sink.store.put(&self.path, payload).await?
