@@ -240,6 +240,9 @@ fn serve(
     let session = mount(fs.clone(), rt.handle().clone(), &a.mountpoint, &opts)
         .with_context(|| format!("cannot mount {describe} at {}", a.mountpoint.display()))?;
     tracing::info!(source = %describe, mountpoint = %a.mountpoint.display(), "mounted");
+    if let Err(e) = shrinkfs_fuse::session::set_readahead(&a.mountpoint, shrinkfs_fuse::session::READAHEAD_KIB) {
+        tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
+    }
     if let Some(fd) = notify.take() {
         // Closing the pipe after "ok" lets the waiting parent exit.
         let mut w = std::fs::File::from(fd);

@@ -535,3 +535,24 @@ fn a_daemon_mount_logs_to_its_log_file() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("cannot open log file"), "{err}");
 }
+
+#[test]
+fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--gpu", "off"], &[]);
+    let escaped = fs::canonicalize(&mnt).unwrap().to_str().unwrap().replace(' ', "\\040");
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[4] == escaped)
+        .map(|f| f[2].to_owned())
+        .last()
+        .expect("the mount is listed");
+    let kib = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+    assert_eq!(kib.trim(), shrinkfs_fuse::session::READAHEAD_KIB.to_string(), "read_ahead_kb of {dev}");
+    m.unmount();
+}

@@ -50,6 +50,8 @@ enum Spill {
 
 struct SpillBuf {
     spill: Spill,
+    /// A second handle on the in-place file, for appends off the writer's thread.
+    in_place_writer: Option<Arc<File>>,
     dir: std::path::PathBuf,
     /// Write in place into this local bucket (under `key`) once the bytes outgrow memory.
     in_place: Option<(Arc<LocalStore>, Path)>,
@@ -84,6 +86,9 @@ impl SpillBuf {
                 let f = spill.file().expect("a file");
                 f.write_all_at(v, 0)?;
                 f.write_all_at(bytes, v.len() as u64)?;
+                if matches!(spill, Spill::InPlace(_)) {
+                    self.in_place_writer = Some(Arc::new(f.try_clone()?));
+                }
                 self.spill = spill;
             }
             Spill::File(_) | Spill::InPlace(_) => {
@@ -199,12 +204,22 @@ pub struct Upload {
     /// Spill bytes given back to a full staging disk (0 unless it filled up). From then on the
     /// upload cannot start again from byte 0, nor be recovered into a staging file.
     released: u64,
-    /// A part failed after bytes were given back: this upload can only fail.
+    /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
+    /// Appends to the in-place file in flight.
+    appends: JoinSet<Appended>,
+    /// Appends that failed (a full disk), with their offsets: written again before anything else.
+    unstored: Vec<(u64, Vec<u8>)>,
 }
 
 /// What a part upload reports: the spill range it carried, and how it went.
 type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
+
+/// What an append to the in-place file reports: where, the bytes (kept only if it failed), how.
+type Appended = (u64, Vec<u8>, std::io::Result<()>);
+
+/// Frames being appended to an in-place file at once, off the writer's thread.
+const APPENDS_IN_FLIGHT: usize = 4;
 
 impl std::fmt::Debug for Upload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -217,7 +232,13 @@ impl Upload {
     /// until they are uploaded.
     pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
         let in_place = sink.local.clone().map(|l| (l, path.clone()));
-        let mut spill = SpillBuf { spill: Spill::Memory(Vec::new()), dir: staging.to_path_buf(), in_place, len: 0 };
+        let mut spill = SpillBuf {
+            spill: Spill::Memory(Vec::new()),
+            in_place_writer: None,
+            dir: staging.to_path_buf(),
+            in_place,
+            len: 0,
+        };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
@@ -247,6 +268,8 @@ impl Upload {
             confirmed: 0,
             released: 0,
             broken: false,
+            appends: JoinSet::new(),
+            unstored: Vec::new(),
         })
     }
 
@@ -279,6 +302,9 @@ impl Upload {
         }
         // Frames not stored yet (the disk was full) are stored before more bytes are taken, so a
         // write that fails has taken none of its bytes.
+        if !self.unstored.is_empty() {
+            self.store_unstored().await?;
+        }
         self.collect(false).await?;
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
@@ -336,6 +362,27 @@ impl Upload {
                     }
                 }
             };
+            // In place: the frame's offset is decided now, and a blocking thread writes it there.
+            if let Some(file) = self.spill.in_place_writer.clone() {
+                let at = self.stored;
+                self.spill.len += frame.bytes.len() as u64;
+                self.stored += frame.bytes.len() as u64;
+                self.writer.push(&frame);
+                self.sink.metrics.frame_encoded(frame.header.codec.name());
+                let bytes = frame.bytes;
+                self.appends.spawn_blocking(move || {
+                    let res = file.write_all_at(&bytes, at);
+                    (at, if res.is_ok() { Vec::new() } else { bytes }, res)
+                });
+                while self.appends.len() > APPENDS_IN_FLIGHT {
+                    let done = self.appends.join_next().await.expect("appends in flight");
+                    self.settle_append(done);
+                }
+                while let Some(done) = self.appends.try_join_next() {
+                    self.settle_append(done);
+                }
+                continue;
+            }
             // The frame is recorded only once its bytes are in the spill; a failed append keeps it.
             if let Err(e) = self.spill.append(&frame.bytes) {
                 let retried = staging_full(&e) && self.make_room().await && self.spill.append(&frame.bytes).is_ok();
@@ -347,6 +394,39 @@ impl Upload {
             self.stored += frame.bytes.len() as u64;
             self.writer.push(&frame);
             self.sink.metrics.frame_encoded(frame.header.codec.name());
+        }
+        Ok(())
+    }
+
+    /// Records how an append to the in-place file ended: a failed one is kept to be written again.
+    fn settle_append(&mut self, done: std::result::Result<Appended, tokio::task::JoinError>) {
+        match done {
+            Ok((_, _, Ok(()))) => {}
+            Ok((at, bytes, Err(e))) => {
+                tracing::debug!(key = %self.path, error = %e, "append failed; kept until it can be stored");
+                self.unstored.push((at, bytes));
+            }
+            Err(e) => {
+                tracing::error!(key = %self.path, error = %e, "an append was lost: this file cannot be stored");
+                self.broken = true;
+            }
+        }
+    }
+
+    /// Waits for every append to the in-place file and writes the failed ones again: `Ok` once
+    /// every frame so far is in the file.
+    async fn store_unstored(&mut self) -> Result<()> {
+        while let Some(done) = self.appends.join_next().await {
+            self.settle_append(done);
+        }
+        if self.broken {
+            return Err(Error::Local(std::io::Error::other("an append was lost: the file cannot be stored")));
+        }
+        let Some(file) = self.spill.in_place_writer.clone() else { return Ok(()) };
+        self.unstored.sort_by_key(|u| u.0);
+        while let Some((at, bytes)) = self.unstored.first() {
+            file.write_all_at(bytes, *at)?;
+            self.unstored.remove(0);
         }
         Ok(())
     }
@@ -478,6 +558,7 @@ impl Upload {
             self.sealed = true;
         }
         self.collect(true).await?;
+        self.store_unstored().await?;
         // Parts shipped while the file was written: one that failed means shipping again.
         while let Some(done) = self.parts.join_next().await {
             if let Err(e) = self.settle(done) {
@@ -551,6 +632,7 @@ impl Upload {
             return Err(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)));
         }
         self.collect(true).await?;
+        self.store_unstored().await?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
