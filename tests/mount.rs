@@ -547,10 +547,10 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let dev = info
         .lines()
+        .rev()
         .map(|l| l.split(' ').collect::<Vec<_>>())
-        .filter(|f| f[4] == escaped)
+        .find(|f| f[4] == escaped)
         .map(|f| f[2].to_owned())
-        .last()
         .expect("the mount is listed");
     let kib = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
     assert_eq!(kib.trim(), shrinkfs_fuse::session::READAHEAD_KIB.to_string(), "read_ahead_kb of {dev}");

@@ -65,11 +65,11 @@ pub fn set_readahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     // The last entry for the path is the mount on top (the one just made).
     let dev = info
         .lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             (f.get(4) == Some(&escaped.as_str())).then(|| f.get(2).map(|d| d.to_string())).flatten()
         })
-        .last()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "mount not in /proc/self/mountinfo"))?;
     std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kib.to_string())
 }
