@@ -97,6 +97,10 @@ pub struct BenchFsArgs {
     /// What the files contain.
     #[arg(long, value_enum, default_value = "logs")]
     pub data: CorpusKind,
+    /// Real content instead: the files are cut from this file (any file, e.g. a tar of /usr; its
+    /// first --size bytes, at least 1 MiB, cycled if shorter).
+    #[arg(long, value_name = "FILE", conflicts_with = "data")]
+    pub data_file: Option<PathBuf>,
     /// Number of small files (created, stat'ed, read, listed with `ls -l`, deleted).
     #[arg(long, default_value_t = 10_000, value_parser = values::int_in::<usize>(1, 10_000_000))]
     pub files: usize,

@@ -239,6 +239,23 @@ fn bench_fs_measures_a_directory_and_writes_json_and_html() {
     // Bad input is a usage error.
     let o = bin().args(["bench", "fs", "--target", "/nonexistent/dir"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // Real content: the files are cut from any file (here this test's own executable).
+    let exe = std::env::current_exe().unwrap();
+    let o = bin()
+        .args(["bench", "fs", "--target", &format!("plain={}", dir.display()), "--workloads", "seq-write"])
+        .args(["--size", "2M", "--data-file", exe.to_str().unwrap(), "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["data"], exe.to_str().unwrap());
+    let small = t.path().join("small");
+    std::fs::write(&small, b"too short").unwrap();
+    let o = bin()
+        .args(["bench", "fs", "--target", &format!("plain={}", dir.display()), "--data-file", small.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

@@ -269,7 +269,10 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         }
     }
     let biggest = a.size.iter().copied().max().unwrap_or(256 << 20);
-    let data = crate::corpus::generate(a.data, (biggest as usize).clamp(4 << 20, 64 << 20), 1);
+    let data = match &a.data_file {
+        Some(path) => read_data_file(path, biggest, (workloads::IO_SIZE as u64).max(a.file_size))?,
+        None => crate::corpus::generate(a.data, (biggest as usize).clamp(4 << 20, 64 << 20), 1),
+    };
     let has = |w: Workload| a.workloads.contains(&w);
     let mut steps = 0u64;
     steps += if has(Workload::SeqWrite) { a.size.len() as u64 } else { 0 };
@@ -426,7 +429,7 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
         date: report::now_utc(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         host: host(),
-        data: a.data.name().into(),
+        data: a.data_file.as_ref().map_or_else(|| a.data.name().into(), |p| p.display().to_string()),
         targets,
         notes,
         rows,
@@ -442,6 +445,25 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
 /// Whether a program is on the PATH.
 pub fn which(name: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| is_executable(&d.join(name))))
+}
+
+/// The first `want` bytes of `path` (all of it if shorter, but at least `least`), as the content
+/// of every file written.
+fn read_data_file(path: &std::path::Path, want: u64, least: u64) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open --data-file {}", path.display()))?;
+    let mut data = Vec::new();
+    file.take(want.max(least))
+        .read_to_end(&mut data)
+        .with_context(|| format!("cannot read --data-file {}", path.display()))?;
+    if (data.len() as u64) < least {
+        anyhow::bail!(crate::exit::UsageError(format!(
+            "--data-file {} holds {} bytes; it needs at least {least}",
+            path.display(),
+            data.len()
+        )));
+    }
+    Ok(data)
 }
 
 fn is_executable(p: &Path) -> bool {
