@@ -244,6 +244,7 @@ fn bench_fs_measures_a_directory_and_writes_json_and_html() {
     let o = bin()
         .args(["bench", "fs", "--target", &format!("plain={}", dir.display()), "--workloads", "seq-write"])
         .args(["--size", "2M", "--data-file", exe.to_str().unwrap(), "--json", json.to_str().unwrap()])
+        .args(["--html", html.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
