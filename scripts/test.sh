@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need, then runs the whole test suite (lint, unit, property,
-# CLI and real-mount tests). GPU tests skip with a printed reason on hosts without a GPU.
+# CLI and real-mount tests). GPU tests are ignored (shown as skipped) on hosts without a GPU; on the GPU
+# host run them with `cargo nextest run --run-ignored all` (or a test binary with --include-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test

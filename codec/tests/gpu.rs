@@ -1,5 +1,6 @@
 //! GPU codecs on a real GPU: the conformance checks every codec runs, plus cross-decoding with
-//! the CPU (standard formats both ways). Skips with a printed reason where there is no GPU.
+//! the CPU (standard formats both ways). Ignored by default (CI has no GPU, so they show as skipped);
+//! run them on the GPU host with `--include-ignored`, where a missing GPU fails them.
 //! With SHRINKFS_VECTORS_OUT=DIR it also writes the GPU's output for `vectors.rs` to check in CI.
 
 #![cfg(feature = "gpu")]
@@ -12,14 +13,9 @@ use shrinkfs_codec::dispatch::cpu_equivalent;
 use shrinkfs_codec::gpu::Gpu;
 
 #[test]
+#[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
-    let gpu = match Gpu::probe() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIPPED: no GPU here: {why}");
-            return;
-        }
-    };
+    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
     println!("GPU: {}", gpu.describe);
     let out_dir = std::env::var_os("SHRINKFS_VECTORS_OUT").map(std::path::PathBuf::from);
     for codec in gpu.codecs() {
@@ -61,14 +57,9 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn large_batches_copied_in_parts_roundtrip() {
-    let gpu = match Gpu::probe() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIPPED: no GPU here: {why}");
-            return;
-        }
-    };
+    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
     // 48 MiB in 1 MiB frames: text, numbers, and frames with a piece that cannot shrink, so
     // stored LZ4 blocks and CPU-written zstd pieces sit inside GPU batches.
     let frames: Vec<Vec<u8>> = (0..48)
