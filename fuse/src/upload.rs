@@ -1,8 +1,10 @@
 //! Writing one object while its bytes arrive: frames are cut, encoded on the dispatcher (a bounded
 //! number in flight), appended to an unlinked spill file, and shipped to the store from there — one
 //! PUT for small objects, multipart parts for large ones — so memory stays within the mount's
-//! budget whatever the file size. The object appears under its key only when `finish` completes;
-//! an aborted upload leaves nothing visible.
+//! budget whatever the file size. On a local-directory bucket the spill is the object's own staged
+//! file in the bucket (appended off the writer's thread), published by fsync and rename: its bytes
+//! are written once and never shipped. The object appears under its key only when `finish`
+//! completes; an aborted upload leaves nothing visible.
 //!
 //! Failure never loses bytes: the spill keeps every stored byte until the upload is finished or
 //! dropped, so a failed part (or a failed `finish`) only starts shipping again from the first byte
