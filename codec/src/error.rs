@@ -148,166 +148,80 @@ impl Error {
     }
 }
 
-/// A rule of docs/FORMAT.md ("Conformance") that an object can break; shown by its name there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    ObjectKind,
-    ObjectLength,
-    Truncated,
-    FooterCrc,
-    FooterVersion,
-    FooterFlags,
-    FooterReserved,
-    FooterFit,
-    IndexCrc,
-    IndexMagic,
-    IndexCount,
-    HeaderMagic,
-    HeaderCrc,
-    HeaderVersion,
-    HeaderFlags,
-    HeaderReserved,
-    FlagsAgree,
-    MetaFlags,
-    MetaAbsent,
-    MetaNanos,
-    MetaReserved,
-    EntryCodec,
-    EntryFlags,
-    EntryReserved,
-    EntryLength,
-    EntrySealedCrc,
-    EntryTiling,
-    IndexEnd,
-    LogicalSize,
-    KeyCheck,
-    IndexTag,
-    SealedOnly,
-    Dictionary,
-    FrameCrc,
-    FrameReserved,
-    FrameFlags,
-    FrameCodec,
-    FrameLength,
-    FrameSealedCrc,
-    FrameEntry,
-    FramePayloadCrc,
-    FrameTag,
-    FrameDecode,
-    FrameRawCrc,
-    HeaderCopy,
-    StreamIndex,
-    TrailingBytes,
+/// Declares `Rule`: each variant with the name FORMAT.md gives it, in its table's order.
+macro_rules! rules {
+    ($($variant:ident => $name:literal,)*) => {
+        /// A rule of docs/FORMAT.md ("Conformance") that an object can break; shown by its name there.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Rule {
+            $(
+                #[doc = $name]
+                $variant,
+            )*
+        }
+
+        impl Rule {
+            /// Every rule, in the order of FORMAT.md's conformance table.
+            pub const ALL: &[Rule] = &[$(Rule::$variant),*];
+
+            /// The rule's name in FORMAT.md, as errors show it (`footer-crc`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Rule::$variant => $name,)*
+                }
+            }
+        }
+    };
 }
 
-impl Rule {
-    /// Every rule, in the order of FORMAT.md's conformance table.
-    pub const ALL: [Rule; 47] = {
-        use Rule::*;
-        [
-            ObjectKind,
-            ObjectLength,
-            Truncated,
-            FooterCrc,
-            FooterVersion,
-            FooterFlags,
-            FooterReserved,
-            FooterFit,
-            IndexCrc,
-            IndexMagic,
-            IndexCount,
-            HeaderMagic,
-            HeaderCrc,
-            HeaderVersion,
-            HeaderFlags,
-            HeaderReserved,
-            FlagsAgree,
-            MetaFlags,
-            MetaAbsent,
-            MetaNanos,
-            MetaReserved,
-            EntryCodec,
-            EntryFlags,
-            EntryReserved,
-            EntryLength,
-            EntrySealedCrc,
-            EntryTiling,
-            IndexEnd,
-            LogicalSize,
-            KeyCheck,
-            IndexTag,
-            SealedOnly,
-            Dictionary,
-            FrameCrc,
-            FrameReserved,
-            FrameFlags,
-            FrameCodec,
-            FrameLength,
-            FrameSealedCrc,
-            FrameEntry,
-            FramePayloadCrc,
-            FrameTag,
-            FrameDecode,
-            FrameRawCrc,
-            HeaderCopy,
-            StreamIndex,
-            TrailingBytes,
-        ]
-    };
-
-    /// The rule's name in FORMAT.md, as errors show it (`footer-crc`).
-    pub fn name(self) -> &'static str {
-        use Rule::*;
-        match self {
-            ObjectKind => "object-kind",
-            ObjectLength => "object-length",
-            Truncated => "truncated",
-            FooterCrc => "footer-crc",
-            FooterVersion => "footer-version",
-            FooterFlags => "footer-flags",
-            FooterReserved => "footer-reserved",
-            FooterFit => "footer-fit",
-            IndexCrc => "index-crc",
-            IndexMagic => "index-magic",
-            IndexCount => "index-count",
-            HeaderMagic => "header-magic",
-            HeaderCrc => "header-crc",
-            HeaderVersion => "header-version",
-            HeaderFlags => "header-flags",
-            HeaderReserved => "header-reserved",
-            FlagsAgree => "flags-agree",
-            MetaFlags => "meta-flags",
-            MetaAbsent => "meta-absent",
-            MetaNanos => "meta-nanos",
-            MetaReserved => "meta-reserved",
-            EntryCodec => "entry-codec",
-            EntryFlags => "entry-flags",
-            EntryReserved => "entry-reserved",
-            EntryLength => "entry-length",
-            EntrySealedCrc => "entry-sealed-crc",
-            EntryTiling => "entry-tiling",
-            IndexEnd => "index-end",
-            LogicalSize => "logical-size",
-            KeyCheck => "key-check",
-            IndexTag => "index-tag",
-            SealedOnly => "sealed-only",
-            Dictionary => "dictionary",
-            FrameCrc => "frame-crc",
-            FrameReserved => "frame-reserved",
-            FrameFlags => "frame-flags",
-            FrameCodec => "frame-codec",
-            FrameLength => "frame-length",
-            FrameSealedCrc => "frame-sealed-crc",
-            FrameEntry => "frame-entry",
-            FramePayloadCrc => "frame-payload-crc",
-            FrameTag => "frame-tag",
-            FrameDecode => "frame-decode",
-            FrameRawCrc => "frame-raw-crc",
-            HeaderCopy => "header-copy",
-            StreamIndex => "stream-index",
-            TrailingBytes => "trailing-bytes",
-        }
-    }
+rules! {
+    ObjectKind => "object-kind",
+    ObjectLength => "object-length",
+    Truncated => "truncated",
+    FooterCrc => "footer-crc",
+    FooterVersion => "footer-version",
+    FooterFlags => "footer-flags",
+    FooterReserved => "footer-reserved",
+    FooterFit => "footer-fit",
+    IndexCrc => "index-crc",
+    IndexMagic => "index-magic",
+    IndexCount => "index-count",
+    HeaderMagic => "header-magic",
+    HeaderCrc => "header-crc",
+    HeaderVersion => "header-version",
+    HeaderFlags => "header-flags",
+    HeaderReserved => "header-reserved",
+    FlagsAgree => "flags-agree",
+    MetaFlags => "meta-flags",
+    MetaAbsent => "meta-absent",
+    MetaNanos => "meta-nanos",
+    MetaReserved => "meta-reserved",
+    EntryCodec => "entry-codec",
+    EntryFlags => "entry-flags",
+    EntryReserved => "entry-reserved",
+    EntryLength => "entry-length",
+    EntrySealedCrc => "entry-sealed-crc",
+    EntryTiling => "entry-tiling",
+    IndexEnd => "index-end",
+    LogicalSize => "logical-size",
+    KeyCheck => "key-check",
+    IndexTag => "index-tag",
+    SealedOnly => "sealed-only",
+    Dictionary => "dictionary",
+    FrameCrc => "frame-crc",
+    FrameReserved => "frame-reserved",
+    FrameFlags => "frame-flags",
+    FrameCodec => "frame-codec",
+    FrameLength => "frame-length",
+    FrameSealedCrc => "frame-sealed-crc",
+    FrameEntry => "frame-entry",
+    FramePayloadCrc => "frame-payload-crc",
+    FrameTag => "frame-tag",
+    FrameDecode => "frame-decode",
+    FrameRawCrc => "frame-raw-crc",
+    HeaderCopy => "header-copy",
+    StreamIndex => "stream-index",
+    TrailingBytes => "trailing-bytes",
 }
 
 impl std::fmt::Display for Rule {
