@@ -78,8 +78,13 @@ pub fn with_ranges<T>(
     })
 }
 
-/// The report for an object of `len` bytes whose bytes `read_at` returns.
-fn describe(len: u64, read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Report> {
+/// The layout of an object of `len` bytes read from its tail (`None`: plain bytes), the way the
+/// mount reads it: the last 64 KiB, more if the index is longer, and the first 8 bytes of an
+/// object without a footer (a head that says shrinkfs makes it a truncated object, an error).
+pub fn read_layout(
+    len: u64,
+    read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>,
+) -> anyhow::Result<Option<Layout>> {
     let tail = read_at(len.saturating_sub(SUGGESTED_TAIL)..len)?;
     match probe_tail(&tail, len)? {
         TailProbe::Plain => {
@@ -87,22 +92,30 @@ fn describe(len: u64, read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<V
             if Header::has_magic(&head) {
                 return Err(CodecError::no_footer(len).into());
             }
-            Ok(Report {
-                format: "plain",
-                version: None,
-                stored_size: len,
-                logical_size: len,
-                frames: 0,
-                frame_size: None,
-                sealed: false,
-                dict_id: None,
-                codecs: vec![],
-            })
+            Ok(None)
         }
         TailProbe::Shrinkfs { tail_len, .. } => {
             let tail = if tail_len > tail.len() as u64 { read_at(len - tail_len..len)? } else { tail };
-            Ok(report_for(&Layout::parse(&tail, len)?))
+            Ok(Some(Layout::parse(&tail, len)?))
         }
+    }
+}
+
+/// The report for an object of `len` bytes whose bytes `read_at` returns.
+fn describe(len: u64, read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Report> {
+    match read_layout(len, read_at)? {
+        None => Ok(Report {
+            format: "plain",
+            version: None,
+            stored_size: len,
+            logical_size: len,
+            frames: 0,
+            frame_size: None,
+            sealed: false,
+            dict_id: None,
+            codecs: vec![],
+        }),
+        Some(layout) => Ok(report_for(&layout)),
     }
 }
 

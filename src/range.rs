@@ -4,9 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use shrinkfs_codec::format::Header;
-use shrinkfs_codec::reader::SUGGESTED_TAIL;
-use shrinkfs_codec::{Dictionary, Error as CodecError, Layout, MasterKey, TailProbe, decode_frame, probe_tail};
+use shrinkfs_codec::{Dictionary, Error as CodecError, MasterKey, decode_frame};
 
 /// Largest single read of frames.
 const MAX_FETCH: u64 = 8 << 20;
@@ -32,23 +30,13 @@ pub fn read_range(
     on_fetch: &mut dyn FnMut(Range<usize>, Range<u64>),
 ) -> anyhow::Result<Vec<u8>> {
     let refuse_unsealed = want.key.is_some() && !want.allow_unsealed;
-    let tail = read_at(len.saturating_sub(SUGGESTED_TAIL)..len)?;
-    let tail_len = match probe_tail(&tail, len)? {
-        TailProbe::Plain => {
-            let head = if len <= SUGGESTED_TAIL { tail } else { read_at(0..8.min(len))? };
-            if Header::has_magic(&head) {
-                return Err(CodecError::no_footer(len).into());
-            }
-            if refuse_unsealed {
-                return Err(CodecError::NotSealed.into());
-            }
-            let end = want.range.end.min(len);
-            return if want.range.start >= end { Ok(Vec::new()) } else { read_at(want.range.start..end) };
+    let Some(layout) = crate::inspect::read_layout(len, read_at)? else {
+        if refuse_unsealed {
+            return Err(CodecError::NotSealed.into());
         }
-        TailProbe::Shrinkfs { tail_len, .. } => tail_len,
+        let end = want.range.end.min(len);
+        return if want.range.start >= end { Ok(Vec::new()) } else { read_at(want.range.start..end) };
     };
-    let tail = if tail_len > tail.len() as u64 { read_at(len - tail_len..len)? } else { tail };
-    let layout = Layout::parse(&tail, len)?;
     if refuse_unsealed && !layout.header.sealed() {
         return Err(CodecError::NotSealed.into());
     }

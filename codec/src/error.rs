@@ -48,19 +48,19 @@ pub enum Error {
         why: &'static str,
     },
     /// The stored bytes of a frame do not match their CRC-32C.
-    #[error("frame {frame}: stored bytes checksum mismatch [frame-payload-crc]")]
+    #[error("frame {frame}: stored bytes checksum mismatch [{}]", Rule::FramePayloadCrc)]
     FrameChecksum {
         /// Frame number.
         frame: u64,
     },
     /// The decoded bytes of a frame do not match their CRC-32C.
-    #[error("frame {frame}: decoded bytes checksum mismatch [frame-raw-crc]")]
+    #[error("frame {frame}: decoded bytes checksum mismatch [{}]", Rule::FrameRawCrc)]
     RawChecksum {
         /// Frame number.
         frame: u64,
     },
     /// Fewer bytes than a structure needs.
-    #[error("truncated {what}: expected {expected} bytes, got {actual} [truncated]")]
+    #[error("truncated {what}: expected {expected} bytes, got {actual} [{}]", Rule::Truncated)]
     Truncated {
         /// What was being read.
         what: &'static str,
@@ -70,20 +70,20 @@ pub enum Error {
         actual: u64,
     },
     /// A sealed frame failed authentication.
-    #[error("frame {frame}: decryption failed (tampered, moved or corrupt frame) [frame-tag]")]
+    #[error("frame {frame}: decryption failed (tampered, moved or corrupt frame) [{}]", Rule::FrameTag)]
     Decrypt {
         /// Frame number.
         frame: u64,
     },
     /// The sealed index failed authentication.
-    #[error("index authentication failed (tampered or corrupt index) [index-tag]")]
+    #[error("index authentication failed (tampered or corrupt index) [{}]", Rule::IndexTag)]
     IndexAuth,
     /// The key does not match the one the object was sealed with.
-    #[error("wrong key: this object was sealed with a different key [key-check]")]
+    #[error("wrong key: this object was sealed with a different key [{}]", Rule::KeyCheck)]
     WrongKey,
     /// A key was given, and the object is not sealed: anyone who can write to the bucket could
     /// have put it there. Read only when unsealed objects are allowed explicitly.
-    #[error("object is not sealed, but a key was given (allow unsealed objects to read it) [sealed-only]")]
+    #[error("object is not sealed, but a key was given (allow unsealed objects to read it) [{}]", Rule::SealedOnly)]
     NotSealed,
     /// The object is sealed and no key was given.
     #[error("object is encrypted; pass the key file it was written with")]
@@ -92,7 +92,7 @@ pub enum Error {
     #[error("invalid key: {0}")]
     InvalidKey(String),
     /// The payload of a frame did not decode with its codec.
-    #[error("frame {frame}: corrupt {codec} data: {detail} [frame-decode]")]
+    #[error("frame {frame}: corrupt {codec} data: {detail} [{}]", Rule::FrameDecode)]
     Corrupt {
         /// Frame number.
         frame: u64,
@@ -102,7 +102,7 @@ pub enum Error {
         detail: String,
     },
     /// The object needs a zstd dictionary that was not supplied.
-    #[error("object needs zstd dictionary id {0}; pass the dictionary file it was written with [dictionary]")]
+    #[error("object needs zstd dictionary id {0}; pass the dictionary file it was written with [{rule}]", rule = Rule::Dictionary)]
     DictionaryRequired(u32),
     /// An encoder option is out of range.
     #[error("invalid option: {0}")]

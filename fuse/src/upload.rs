@@ -114,6 +114,15 @@ impl SpillBuf {
         }
     }
 
+    /// Once the bytes are written in place: the next `n` bytes' offset, and the handle to write
+    /// them through off this thread (the caller writes them; `None` for other spills).
+    fn reserve_in_place(&mut self, n: usize) -> Option<(Arc<File>, u64)> {
+        let file = self.in_place_writer.clone()?;
+        let at = self.len;
+        self.len += n as u64;
+        Some((file, at))
+    }
+
     /// Whether the stored bytes are the object's own staged file (nothing to ship in parts).
     fn in_place(&self) -> bool {
         matches!(self.spill, Spill::InPlace(_))
@@ -365,24 +374,9 @@ impl Upload {
                 }
             };
             // In place: the frame's offset is decided now, and a blocking thread writes it there.
-            if let Some(file) = self.spill.in_place_writer.clone() {
-                let at = self.stored;
-                self.spill.len += frame.bytes.len() as u64;
-                self.stored += frame.bytes.len() as u64;
-                self.writer.push(&frame);
-                self.sink.metrics.frame_encoded(frame.header.codec.name());
-                let bytes = frame.bytes;
-                self.appends.spawn_blocking(move || {
-                    let res = file.write_all_at(&bytes, at);
-                    (at, if res.is_ok() { Vec::new() } else { bytes }, res)
-                });
-                while self.appends.len() > APPENDS_IN_FLIGHT {
-                    let done = self.appends.join_next().await.expect("appends in flight");
-                    self.settle_append(done);
-                }
-                while let Some(done) = self.appends.try_join_next() {
-                    self.settle_append(done);
-                }
+            if let Some((file, at)) = self.spill.reserve_in_place(frame.bytes.len()) {
+                self.record(&frame);
+                self.append_in_place(file, at, frame.bytes).await;
                 continue;
             }
             // The frame is recorded only once its bytes are in the spill; a failed append keeps it.
@@ -393,11 +387,31 @@ impl Upload {
                     return Err(e.into());
                 }
             }
-            self.stored += frame.bytes.len() as u64;
-            self.writer.push(&frame);
-            self.sink.metrics.frame_encoded(frame.header.codec.name());
+            self.record(&frame);
         }
         Ok(())
+    }
+
+    /// Counts a frame whose bytes have their place in the spill, and lists it in the index.
+    fn record(&mut self, frame: &EncodedFrame) {
+        self.stored += frame.bytes.len() as u64;
+        self.writer.push(frame);
+        self.sink.metrics.frame_encoded(frame.header.codec.name());
+    }
+
+    /// Writes `bytes` at `at` of the in-place file on a blocking thread, a bounded number at once.
+    async fn append_in_place(&mut self, file: Arc<File>, at: u64, bytes: Vec<u8>) {
+        self.appends.spawn_blocking(move || {
+            let res = file.write_all_at(&bytes, at);
+            (at, if res.is_ok() { Vec::new() } else { bytes }, res)
+        });
+        while self.appends.len() > APPENDS_IN_FLIGHT {
+            let done = self.appends.join_next().await.expect("appends in flight");
+            self.settle_append(done);
+        }
+        while let Some(done) = self.appends.try_join_next() {
+            self.settle_append(done);
+        }
     }
 
     /// Records how an append to the in-place file ended: a failed one is kept to be written again.
