@@ -11,6 +11,9 @@ if [ "${1:-}" = "--test" ]; then
   command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
   command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
   python3 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+  # The unit files are checked with systemd-analyze verify; fstab tests run mount(8).
+  command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+  command -v mount >/dev/null 2>&1 || need_apt+=(mount)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -196,10 +196,16 @@ pub struct MountArgs {
     /// Permissions of directories, octal (default 755).
     #[arg(long, value_parser = crate::mount::mode_arg)]
     pub dir_mode: Option<u16>,
-    /// Detach once the mount is ready.
+    /// Generic mount options for the kernel, comma-separated as in fstab: ro, rw, noexec, exec,
+    /// nosuid, suid, nodev, dev, noatime, relatime, strictatime, nodiratime, sync, dirsync.
+    /// Default: rw,nosuid,nodev,relatime.
+    #[arg(short = 'o', long = "options", value_name = "OPTS", value_delimiter = ',')]
+    pub options: Vec<String>,
+    /// Detach once the mount is ready (without --log-file, the log then goes to the systemd
+    /// journal where there is one).
     #[arg(long)]
     pub daemon: bool,
-    /// Append the log here (with --daemon the log is otherwise discarded).
+    /// Append the log here; SIGHUP reopens it (for logrotate).
     #[arg(long)]
     pub log_file: Option<PathBuf>,
     /// Memory the mount may use for data: write buffers, uploads, fetches, read-ahead and the frame

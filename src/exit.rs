@@ -1,6 +1,7 @@
 //! Exit codes: which kind of failure a whole error chain is, decided in one place.
 
 use shrinkfs_codec::Error as CodecError;
+use shrinkfs_fuse::connection::{MountpointError, UnmountError};
 
 /// Success.
 pub const OK: i32 = 0;
@@ -36,6 +37,21 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         }
         if cause.is::<crate::keycheck::KeyMismatch>() {
             return CORRUPT;
+        }
+        if cause.is::<crate::mount::Unavailable>() {
+            return IO;
+        }
+        if let Some(m) = cause.downcast_ref::<MountpointError>() {
+            return match m {
+                MountpointError::Busy { .. } | MountpointError::NotDir(_) => USAGE,
+                MountpointError::Io { .. } => IO,
+            };
+        }
+        if let Some(u) = cause.downcast_ref::<UnmountError>() {
+            return match u {
+                UnmountError::NotMounted(_) | UnmountError::NotShrinkfs { .. } => USAGE,
+                UnmountError::Busy(_) | UnmountError::Io { .. } => IO,
+            };
         }
         if let Some(c) = cause.downcast_ref::<CodecError>() {
             return match c {

@@ -5,8 +5,10 @@ pub mod bench;
 pub mod benchfs;
 pub mod cli;
 pub mod corpus;
+pub mod daemon;
 pub mod exit;
 pub mod fileio;
+pub mod fstab;
 pub mod inspect;
 pub mod keycheck;
 pub mod logging;
@@ -14,6 +16,7 @@ pub mod mount;
 pub mod pack;
 pub mod range;
 pub mod remote;
+pub mod signals;
 pub mod size;
 pub mod values;
 

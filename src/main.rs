@@ -3,7 +3,20 @@
 use clap::Parser;
 
 fn main() {
-    let cli = match shrinkfs::cli::Cli::try_parse() {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.first().is_some_and(|a| shrinkfs::fstab::is_helper(a)) {
+        // Run by mount(8) as mount.shrinkfs: its arguments become a `shrinkfs mount` command.
+        let rest: Vec<String> = args[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        match shrinkfs::fstab::run(&rest) {
+            Ok(Some(argv)) => args = argv,
+            Ok(None) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("{}: error: {e:#}", shrinkfs::fstab::HELPER);
+                std::process::exit(shrinkfs::exit::code_for(&e));
+            }
+        }
+    }
+    let cli = match shrinkfs::cli::Cli::try_parse_from(args) {
         Ok(cli) => cli,
         // --help, --version, and a bare `shrinkfs` or `shrinkfs bench`: clap prints the help.
         Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {

@@ -1,16 +1,17 @@
-//! `shrinkfs mount` and `shrinkfs unmount`: check everything before mounting, optionally detach
-//! once the mount is ready, upload what is dirty and unmount cleanly on SIGINT/SIGTERM.
+//! `shrinkfs mount` and `shrinkfs unmount`: check everything before mounting, mount, say when the
+//! mount answers, serve until unmounted (by a signal, see `signals`, or from outside), store
+//! what is pending and exit.
 
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use shrinkfs_fuse::session::{MountOptions, mount, unmount};
+use shrinkfs_fuse::connection::{self, Atime, KernelOptions};
+use shrinkfs_fuse::session;
 use shrinkfs_fuse::store::{self, Source};
 use shrinkfs_fuse::{Fs, FsConfig};
 
 use crate::cli::{MountArgs, UnmountArgs};
+use crate::daemon::Readiness;
 use crate::exit::UsageError;
 
 fn parse_mode(s: &str) -> Result<u16, String> {
@@ -92,62 +93,93 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     Ok(cfg)
 }
 
-/// Detaches into the background; the parent exits once the child reports the mount ready (0) or
-/// failed (its message, exit 1). Must run before any thread is started.
-fn daemonize() -> anyhow::Result<OwnedFd> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid array of two ints.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("cannot create a pipe");
-    }
-    // SAFETY: no threads exist yet, so the child may continue running Rust code.
-    match unsafe { libc::fork() } {
-        -1 => Err(std::io::Error::last_os_error()).context("cannot fork"),
-        0 => {
-            // SAFETY: fds[0] is ours to close; setsid detaches from the terminal.
-            unsafe {
-                libc::close(fds[0]);
-                libc::setsid();
-            }
-            // SAFETY: fds[1] is an open descriptor owned from here on.
-            Ok(unsafe { OwnedFd::from_raw_fd(fds[1]) })
-        }
-        _ => {
-            // SAFETY: fds[1] is the child's; fds[0] is ours.
-            unsafe { libc::close(fds[1]) };
-            let mut r = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-            let mut msg = String::new();
-            let _ = r.read_to_string(&mut msg);
-            if msg == "ok" {
-                std::process::exit(0);
-            }
-            if msg.is_empty() {
-                msg = "the background process exited before the mount was ready".into();
-            }
-            // The child sends "CODE:message" so the exit code is the one it would have had.
-            let (code, msg) = match msg.split_once(':') {
-                Some((c, m)) if c.parse::<i32>().is_ok() => (c.parse().unwrap_or(crate::exit::IO), m),
-                _ => (crate::exit::IO, msg.as_str()),
-            };
-            eprintln!("shrinkfs: error: {msg}");
-            std::process::exit(code);
+/// The kernel's view of the mount: `-o` words over the safe defaults.
+pub fn kernel_options(
+    words: &[String],
+    fs_name: &str,
+    read_only: bool,
+    allow_other: bool,
+) -> anyhow::Result<KernelOptions> {
+    let mut k = KernelOptions::new(fs_name);
+    k.read_only = read_only;
+    k.allow_other = allow_other;
+    for w in words.iter().map(|w| w.trim()).filter(|w| !w.is_empty()) {
+        match w {
+            "ro" => k.read_only = true,
+            "rw" => k.read_only = read_only,
+            "noexec" => k.noexec = true,
+            "exec" => k.noexec = false,
+            "nosuid" => k.nosuid = true,
+            "suid" => k.nosuid = false,
+            "nodev" => k.nodev = true,
+            "dev" => k.nodev = false,
+            "noatime" => k.atime = Atime::Noatime,
+            "relatime" | "atime" => k.atime = Atime::Relatime,
+            "strictatime" => k.atime = Atime::Strictatime,
+            "nodiratime" => k.nodiratime = true,
+            "diratime" => k.nodiratime = false,
+            "sync" => k.sync = true,
+            "async" => k.sync = false,
+            "dirsync" => k.dirsync = true,
+            other => bail!(UsageError(format!(
+                "-o {other}: not a generic mount option (ro, rw, noexec, exec, nosuid, suid, nodev, dev, noatime, \
+                 relatime, strictatime, nodiratime, sync, async, dirsync); shrinkfs settings are flags, e.g. --{}",
+                other.split('=').next().unwrap_or(other).replace('_', "-")
+            ))),
         }
     }
+    Ok(k)
 }
 
-/// Detaches the standard descriptors from the terminal: stdin and stdout to /dev/null, stderr
-/// (where the log goes) to `log` when given, else to /dev/null.
-fn silence_stdio(log: Option<&std::fs::File>) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        use std::os::fd::AsRawFd;
-        let err = log.map_or(null.as_raw_fd(), |f| f.as_raw_fd());
-        // SAFETY: dup2 onto the standard descriptors with valid open files.
-        unsafe {
-            libc::dup2(null.as_raw_fd(), 0);
-            libc::dup2(null.as_raw_fd(), 1);
-            libc::dup2(err, 2);
-        }
+/// Makes the paths of `a` absolute: a `--daemon` works in `/`.
+fn absolute_paths(a: &mut MountArgs) -> anyhow::Result<()> {
+    let abs = |p: &mut std::path::PathBuf| -> anyhow::Result<()> {
+        *p = std::path::absolute(&*p).with_context(|| format!("path {}", p.display()))?;
+        Ok(())
+    };
+    for p in [&mut a.log_file, &mut a.cache_dir, &mut a.staging_dir].into_iter().flatten() {
+        abs(p)?;
     }
+    if !a.source.contains("://") {
+        let mut p = std::path::PathBuf::from(&a.source);
+        abs(&mut p)?;
+        a.source = p.to_string_lossy().into_owned();
+    }
+    Ok(())
+}
+
+/// Runs `shrinkfs mount` until unmounted.
+pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
+    if a.daemon {
+        // Before this process opens anything: what the caller had open is not the daemon's.
+        crate::daemon::close_inherited();
+    }
+    absolute_paths(&mut a)?;
+    let source = Source::parse(&a.source).map_err(UsageError)?;
+    // Option values first: a bad one is a usage error whatever the mount point.
+    let cfg = fs_config(&a)?;
+    let kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
+    let mountpoint = connection::prepare(&a.mountpoint)?;
+    let log = open_log(&a.log_file)?;
+    let mut ready = if a.daemon { crate::daemon::daemonize()? } else { Readiness::default() };
+    if let Some(f) = &log {
+        use std::os::fd::AsRawFd;
+        // From here (in the background process, with --daemon) the log goes to the file; a
+        // failure before the mount is ready still reaches the waiting parent through its pipe.
+        // SAFETY: dup2 of a valid open file onto stderr.
+        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    }
+    let result = serve(a, source, cfg, kernel, mountpoint, &mut ready, log.as_ref());
+    if let Err(e) = &result
+        && ready.failed(e)
+    {
+        // The waiting parent prints it; here it goes only to the log file, if any.
+        if log.is_some() {
+            tracing::error!("{e:#}");
+        }
+        std::process::exit(crate::exit::code_for(e));
+    }
+    result
 }
 
 /// Opens `--log-file` for appending (before any fork, so a bad path fails in the foreground).
@@ -163,44 +195,20 @@ fn open_log(path: &Option<std::path::PathBuf>) -> anyhow::Result<Option<std::fs:
         .transpose()
 }
 
-/// Runs `shrinkfs mount` until unmounted.
-pub fn run_mount(a: MountArgs) -> anyhow::Result<()> {
-    let source = Source::parse(&a.source).map_err(UsageError)?;
-    // Option values first: a bad one is a usage error whatever the mount point.
-    let cfg = fs_config(&a)?;
-    let meta = std::fs::metadata(&a.mountpoint).with_context(|| format!("mount point {}", a.mountpoint.display()))?;
-    if !meta.is_dir() {
-        bail!(UsageError(format!("mount point {} is not a directory", a.mountpoint.display())));
-    }
-    let log = open_log(&a.log_file)?;
-    let mut notify = if a.daemon { Some(daemonize()?) } else { None };
-    if let Some(f) = &log {
-        use std::os::fd::AsRawFd;
-        // From here (in the background process, with --daemon) the log goes to the file; a
-        // failure before the mount is ready still reaches the waiting parent through its pipe.
-        // SAFETY: dup2 of a valid open file onto stderr.
-        unsafe { libc::dup2(f.as_raw_fd(), 2) };
-    }
-    let result = serve(a, source, cfg, &mut notify, log.as_ref());
-    if let (Some(fd), Err(e)) = (notify, &result) {
-        let mut w = std::fs::File::from(fd);
-        let _ = write!(w, "{}:{e:#}", crate::exit::code_for(e));
-    }
-    result
-}
-
 fn serve(
     a: MountArgs,
     source: Source,
     mut cfg: FsConfig,
-    notify: &mut Option<OwnedFd>,
+    mut kernel: KernelOptions,
+    mountpoint: std::path::PathBuf,
+    ready: &mut Readiness,
     log: Option<&std::fs::File>,
 ) -> anyhow::Result<()> {
     cfg.dispatcher = Arc::new(a.codec.dispatcher()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let s3 = a.s3.options();
-    let bucket = store::open(&source, &s3).map_err(|e| anyhow::anyhow!(e))?;
-    rt.block_on(bucket.check_reachable()).map_err(|e| anyhow::anyhow!(e))?;
+    let bucket = store::open(&source, &s3).map_err(Unavailable)?;
+    rt.block_on(bucket.check_reachable()).map_err(Unavailable)?;
     if a.skip_key_check {
         tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
     } else {
@@ -211,13 +219,14 @@ fn serve(
             tracing::warn!("{w}");
         }
     }
-    if !a.read_only {
+    if !kernel.read_only {
         match rt.block_on(clean_leftovers(&bucket, CLEANUP_AT_MOUNT)) {
             Ok(said) => tracing::info!("{said}"),
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "cleanup at mount failed"),
         }
     }
     let describe = bucket.describe.clone();
+    cfg.read_only = kernel.read_only;
     let fs = Arc::new(Fs::new(bucket, cfg));
     if let Some(addr) = a.metrics_addr {
         let listener =
@@ -231,67 +240,42 @@ fn serve(
             }
         });
     }
-    let opts = MountOptions {
-        fs_name: describe.clone(),
-        read_only: a.read_only,
-        allow_other: a.allow_other,
-        threads: a.threads,
-    };
-    let session = mount(fs.clone(), rt.handle().clone(), &a.mountpoint, &opts)
-        .with_context(|| format!("cannot mount {describe} at {}", a.mountpoint.display()))?;
-    tracing::info!(source = %describe, mountpoint = %a.mountpoint.display(), "mounted");
-    if let Err(e) = shrinkfs_fuse::session::set_readahead(&a.mountpoint, shrinkfs_fuse::session::READAHEAD_KIB) {
+    kernel.fs_name = describe.clone();
+    let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
+        .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
+    let serving = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || session.run())
+        .context("cannot start the FUSE session")?;
+    // Ready only once the mount answers a request (a stat of its root, served by the session).
+    std::fs::metadata(&mountpoint).with_context(|| format!("the mount at {} does not answer", mountpoint.display()))?;
+    tracing::info!(source = %describe, mountpoint = %mountpoint.display(), "mounted");
+    if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
         tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
     }
-    if let Some(fd) = notify.take() {
-        // Closing the pipe after "ok" lets the waiting parent exit.
-        let mut w = std::fs::File::from(fd);
-        let _ = w.write_all(b"ok");
-        drop(w);
-        silence_stdio(log);
+    ready.ready(log, &mountpoint);
+    let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone()));
+    let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
+    watcher.abort();
+    if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
     }
-    let mountpoint = a.mountpoint.clone();
-    let fs_sig = fs.clone();
-    rt.spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("signal received: unmounting");
-        // A file still open for writing is never published half-written: the unmount waits for
-        // its writer's close (which uploads it), trying again every second.
-        let mut told = false;
-        loop {
-            if let Err(e) = fs_sig.flush_all().await {
-                tracing::error!(error = %e, "some closed files could not be uploaded");
-            }
-            match unmount(&mountpoint) {
-                Err(e) if e.contains(" is busy") => {
-                    if !told {
-                        tracing::warn!("mount busy: unmounting as soon as the last open file is closed");
-                        told = true;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "unmount failed");
-                    break;
-                }
-                Ok(()) => break,
-            }
-        }
-    });
-    session.run().context("the FUSE session ended with an error")?;
+    crate::daemon::stopping("unmounted");
+    ended.context("the FUSE session ended with an error")?;
     let flushed = rt.block_on(fs.flush_all());
     let abandoned = rt.block_on(fs.abandon_open());
     if abandoned > 0 {
         tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
     }
     flushed.context("uploading pending files at unmount")?;
+    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     Ok(())
 }
+
+/// The bucket cannot be opened or reached (exit code 3, like any I/O failure).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
 
 /// How old an interrupted write's leftovers must be before a mount removes them at start (younger
 /// ones may belong to another mount of the same bucket still writing).
@@ -315,7 +299,7 @@ pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Dura
 /// Runs `shrinkfs cleanup`.
 pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
-    let bucket = store::open(&source, &a.s3.options()).map_err(|e| anyhow::anyhow!(e))?;
+    let bucket = store::open(&source, &a.s3.options()).map_err(Unavailable)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     println!("{}", rt.block_on(clean_leftovers(&bucket, a.older_than))?);
     Ok(())
@@ -341,7 +325,7 @@ async fn serve_metrics(listener: tokio::net::TcpListener, fs: Arc<Fs>) {
 
 /// Runs `shrinkfs unmount`.
 pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
-    unmount(&a.mountpoint).map_err(|e| anyhow::anyhow!(e)).context("cannot unmount")
+    Ok(connection::unmount_shrinkfs(&a.mountpoint)?)
 }
 
 #[cfg(test)]

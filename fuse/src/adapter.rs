@@ -78,7 +78,7 @@ impl FuseAdapter {
         let res = self.rt.block_on(f.instrument(span));
         self.fs.metrics().op(op, res.is_err());
         if let Err(e) = &res {
-            e.log(op);
+            self.fs.log_error(e, op, ino);
         }
         res
     }
@@ -116,9 +116,26 @@ impl Filesystem for FuseAdapter {
 
     fn destroy(&mut self) {
         let fs = self.fs.clone();
-        if let Err(e) = self.rt.block_on(async move { fs.flush_all().await }) {
-            e.log("destroy");
+        if let Err(e) = self.rt.block_on(async { fs.flush_all().await }) {
+            fs.log_error(&e, "destroy", 1);
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctl is supported; programs probe some on every file (Python's open() asks whether
+        // it is a terminal), so the answer "not a terminal/unsupported" is an expected one.
+        tracing::debug!(ino = ino.0, cmd, "ioctl not supported");
+        reply.error(Errno::ENOTTY);
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {

@@ -51,6 +51,11 @@ impl Budget {
         self.units as u64 * UNIT
     }
 
+    /// Bytes held now.
+    pub fn in_use(&self) -> u64 {
+        (self.units as u64).saturating_sub(self.sem.available_permits() as u64) * UNIT
+    }
+
     /// Units for `bytes`; a request larger than the whole budget takes all of it rather than
     /// waiting forever.
     fn units_for(&self, bytes: u64) -> u32 {

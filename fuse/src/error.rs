@@ -93,16 +93,16 @@ impl Error {
     }
 
     /// Logs the error at the level it deserves: expected outcomes at debug, failures at warn,
-    /// corruption at error.
-    pub fn log(&self, op: &'static str) {
+    /// corruption at error; `path` names the file (from the mount root) and `key` its object.
+    pub fn log(&self, op: &'static str, path: &str, key: &str) {
         match self {
             Error::NotFound | Error::Exists | Error::NotEmpty | Error::NoXattr | Error::Range => {
-                tracing::debug!(op, error = %self, "operation failed")
+                tracing::debug!(op, path, key, error = %self, "operation failed")
             }
             Error::Codec { .. } => {
-                tracing::error!(op, error = %self, "corrupt or unreadable object")
+                tracing::error!(op, path, key, error = %self, "corrupt or unreadable object")
             }
-            _ => tracing::warn!(op, error = %self, "operation failed"),
+            _ => tracing::warn!(op, path, key, error = %self, "operation failed"),
         }
     }
 }

@@ -642,7 +642,9 @@ impl Fs {
         let mut first_err = None;
         for (ino, file, writers) in open {
             if writers > 0 {
-                tracing::warn!(ino, "still open for writing at unmount: not uploaded until its writer closes it");
+                let path =
+                    self.inodes.lock().expect("inodes lock").get(ino).map(|i| i.path.clone()).unwrap_or_default();
+                tracing::warn!(path = %format!("/{path}"), "still open for writing at unmount: stored when its writer closes it");
                 continue;
             }
             let mut of = file.lock().await;
@@ -651,7 +653,7 @@ impl Fs {
                 Err(_) => Ok(()),
             };
             if let Err(e) = res {
-                e.log("flush_all");
+                self.log_error(&e, "flush_all", ino);
                 first_err.get_or_insert(e);
             }
         }
@@ -667,7 +669,9 @@ impl Fs {
         for (ino, file) in open {
             let mut of = file.lock().await;
             if of.dirty && !of.unlinked {
-                tracing::warn!(ino, "unmounted while open for writing: unsaved changes discarded");
+                let path =
+                    self.inodes.lock().expect("inodes lock").get(ino).map(|i| i.path.clone()).unwrap_or_default();
+                tracing::warn!(path = %format!("/{path}"), "unmounted while open for writing: unsaved changes discarded, the previous version stays");
                 n += 1;
             }
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {

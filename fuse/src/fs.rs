@@ -184,6 +184,30 @@ impl Fs {
         }
     }
 
+    /// Logs `e` from operation `op` on inode `ino`, naming its path and object key.
+    pub fn log_error(&self, e: &Error, op: &'static str, ino: u64) {
+        let path = self.inodes.lock().expect("inodes lock").get(ino).map(|i| i.path.clone()).unwrap_or_default();
+        e.log(op, &format!("/{path}"), self.key(&path).as_ref());
+    }
+
+    /// The mount's state now, on one line (what SIGUSR1 logs).
+    pub fn state_line(&self) -> String {
+        let (files, writers) = {
+            let open = self.open.lock().expect("open lock");
+            (open.len(), open.values().filter(|e| e.writers > 0).count())
+        };
+        let handles = self.handles.lock().expect("handles lock").len();
+        let inodes = self.inodes.lock().expect("inodes lock").len();
+        format!(
+            "bucket {}: {files} open file(s), {writers} open for writing, {handles} handle(s), {inodes} inode(s) known, \
+             {} of {} in-flight budget in use, frame cache {} bytes",
+            self.bucket.describe,
+            self.budget.in_use(),
+            self.budget.bytes(),
+            self.reader.chunks.weighted_size(),
+        )
+    }
+
     /// The mount's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -651,7 +675,7 @@ impl Fs {
         match self.reader.stat(&self.key(&i.path)).await {
             Ok(Some(info)) => of.base = Some(info),
             Ok(None) => tracing::warn!(ino, path = i.path, "renamed open file not found under its new name"),
-            Err(e) => e.log("rename"),
+            Err(e) => self.log_error(&e, "rename", ino),
         }
     }
 

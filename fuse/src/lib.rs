@@ -4,6 +4,7 @@
 pub mod adapter;
 pub mod budget;
 pub mod cache;
+pub mod connection;
 pub mod diskcache;
 pub mod error;
 pub mod faults;
