@@ -364,3 +364,41 @@ fn the_shipped_units_pass_systemd_analyze_verify() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
 }
+
+#[test]
+fn a_daemon_works_in_the_root_directory_and_keeps_no_descriptor_of_its_caller() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    // A descriptor the caller lets its children inherit (no close-on-exec), e.g. a lock file.
+    let inherited = t.path().join("caller-lock");
+    let f = fs::File::create(&inherited).unwrap();
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    let mut cmd = Command::new(bin());
+    // A relative bucket path: resolved before the daemon leaves the caller's directory.
+    cmd.current_dir(t.path()).args(["mount", "bucket"]).arg(&mnt).arg("--daemon");
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only fcntl between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pid = server_pid(&mnt).expect("the daemon");
+    assert_eq!(fs::read_link(format!("/proc/{pid}/cwd")).unwrap(), Path::new("/"));
+    let fds: Vec<PathBuf> =
+        fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten().filter_map(|e| fs::read_link(e.path()).ok()).collect();
+    assert!(!fds.contains(&inherited), "the caller's descriptor was closed: {fds:?}");
+    fs::write(mnt.join("x"), b"1").unwrap();
+    assert!(bucket.join("x").exists(), "the relative bucket path was resolved before detaching");
+    let (code, err) = run(&["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    wait_for("the daemon exits", 20, || !alive(pid));
+    drop(f);
+}
