@@ -392,8 +392,11 @@ fn a_daemon_works_in_the_root_directory_and_keeps_no_descriptor_of_its_caller() 
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pid = server_pid(&mnt).expect("the daemon");
     assert_eq!(fs::read_link(format!("/proc/{pid}/cwd")).unwrap(), Path::new("/"));
-    let fds: Vec<PathBuf> =
-        fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten().filter_map(|e| fs::read_link(e.path()).ok()).collect();
+    let fds: Vec<PathBuf> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .collect();
     assert!(!fds.contains(&inherited), "the caller's descriptor was closed: {fds:?}");
     fs::write(mnt.join("x"), b"1").unwrap();
     assert!(bucket.join("x").exists(), "the relative bucket path was resolved before detaching");
@@ -401,4 +404,30 @@ fn a_daemon_works_in_the_root_directory_and_keeps_no_descriptor_of_its_caller() 
     assert_eq!(code, Some(0), "{err}");
     wait_for("the daemon exits", 20, || !alive(pid));
     drop(f);
+}
+
+#[test]
+fn a_failed_operation_is_logged_on_one_line_naming_the_file_and_its_key() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, log) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("mount.log"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--log-file", log.to_str().unwrap()], &[]);
+    fs::create_dir(mnt.join("dir")).unwrap();
+    fs::write(mnt.join("dir/good"), common::text(3 << 20)).unwrap();
+    m.unmount();
+    // Damage the stored object: a frame's bytes change, its checksum no longer matches.
+    let mut stored = fs::read(bucket.join("dir/good")).unwrap();
+    stored[100] ^= 0xff;
+    fs::write(bucket.join("dir/bad"), &stored).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--log-file", log.to_str().unwrap()], &[]);
+    let e = fs::read(mnt.join("dir/bad")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    // A lookup of a missing name is expected: not logged at the default level.
+    assert!(fs::metadata(mnt.join("dir/missing")).is_err());
+    m.unmount();
+    let said = fs::read_to_string(&log).unwrap();
+    let line = said.lines().find(|l| l.contains("corrupt")).unwrap_or_else(|| panic!("{said}"));
+    assert!(line.contains("path=/dir/bad") && line.contains("key=dir/bad") && line.contains("op=\"read\""), "{line}");
+    assert!(!said.contains("missing"), "{said}");
 }

@@ -72,13 +72,26 @@ impl FuseAdapter {
         FuseAdapter { fs, rt, ttl }
     }
 
-    /// Runs one operation of the core inside a span, counting it and logging its failure.
+    /// Runs one operation of the core on inode `ino` inside a span, counting it and logging its
+    /// failure (naming the file).
     fn run<T>(&self, op: &'static str, ino: u64, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.run_at(op, ino, None, f)
+    }
+
+    /// Like [`Self::run`] for an operation on the entry `name` of directory `ino`: a failure names
+    /// the entry.
+    fn run_at<T>(
+        &self,
+        op: &'static str,
+        ino: u64,
+        name: Option<&OsStr>,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         let span = tracing::debug_span!("fuse", op, ino);
         let res = self.rt.block_on(f.instrument(span));
         self.fs.metrics().op(op, res.is_err());
         if let Err(e) = &res {
-            self.fs.log_error(e, op, ino);
+            self.fs.log_error(e, op, ino, name.map(|n| n.to_string_lossy()).as_deref());
         }
         res
     }
@@ -117,7 +130,7 @@ impl Filesystem for FuseAdapter {
     fn destroy(&mut self) {
         let fs = self.fs.clone();
         if let Err(e) = self.rt.block_on(async { fs.flush_all().await }) {
-            fs.log_error(&e, "destroy", 1);
+            fs.log_error(&e, "destroy", 1, None);
         }
     }
 
@@ -139,7 +152,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let r = self.run("lookup", parent.0, async { self.fs.lookup(parent.0, name(n)?).await });
+        let r = self.run_at("lookup", parent.0, Some(n), async { self.fs.lookup(parent.0, name(n)?).await });
         self.entry(reply, r);
     }
 
@@ -186,21 +199,25 @@ impl Filesystem for FuseAdapter {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let r = self.run("mkdir", parent.0, async { self.fs.mkdir(parent.0, name(n)?, mode & !umask).await });
+        let r =
+            self.run_at("mkdir", parent.0, Some(n), async { self.fs.mkdir(parent.0, name(n)?, mode & !umask).await });
         self.entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.run("unlink", parent.0, async { self.fs.unlink(parent.0, name(n)?).await }));
+        Self::empty(
+            reply,
+            self.run_at("unlink", parent.0, Some(n), async { self.fs.unlink(parent.0, name(n)?).await }),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.run("rmdir", parent.0, async { self.fs.rmdir(parent.0, name(n)?).await }));
+        Self::empty(reply, self.run_at("rmdir", parent.0, Some(n), async { self.fs.rmdir(parent.0, name(n)?).await }));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
         let (uid, gid) = (req.uid(), req.gid());
-        let r = self.run("symlink", parent.0, async {
+        let r = self.run_at("symlink", parent.0, Some(n), async {
             let target = target.to_str().ok_or_else(|| Error::Invalid("link targets must be UTF-8".into()))?;
             self.fs.symlink(parent.0, name(n)?, target, uid, gid).await
         });
@@ -217,7 +234,7 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.run("rename", parent.0, async {
+        let r = self.run_at("rename", parent.0, Some(n), async {
             if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Error::Unsupported("rename exchange/whiteout"));
             }
@@ -269,8 +286,9 @@ impl Filesystem for FuseAdapter {
         reply: ReplyCreate,
     ) {
         let (uid, gid) = (req.uid(), req.gid());
-        let r =
-            self.run("create", parent.0, async { self.fs.create(parent.0, name(n)?, mode & !umask, uid, gid).await });
+        let r = self.run_at("create", parent.0, Some(n), async {
+            self.fs.create(parent.0, name(n)?, mode & !umask, uid, gid).await
+        });
         match r {
             Ok((a, fh)) => {
                 self.fs.set_owner(fh, process_of(req.pid()));

@@ -97,12 +97,12 @@ impl Error {
     pub fn log(&self, op: &'static str, path: &str, key: &str) {
         match self {
             Error::NotFound | Error::Exists | Error::NotEmpty | Error::NoXattr | Error::Range => {
-                tracing::debug!(op, path, key, error = %self, "operation failed")
+                tracing::debug!(op, path = %path, key = %key, error = %self, "operation failed")
             }
             Error::Codec { .. } => {
-                tracing::error!(op, path, key, error = %self, "corrupt or unreadable object")
+                tracing::error!(op, path = %path, key = %key, error = %self, "corrupt or unreadable object")
             }
-            _ => tracing::warn!(op, path, key, error = %self, "operation failed"),
+            _ => tracing::warn!(op, path = %path, key = %key, error = %self, "operation failed"),
         }
     }
 }

@@ -653,7 +653,7 @@ impl Fs {
                 Err(_) => Ok(()),
             };
             if let Err(e) = res {
-                self.log_error(&e, "flush_all", ino);
+                self.log_error(&e, "flush_all", ino, None);
                 first_err.get_or_insert(e);
             }
         }

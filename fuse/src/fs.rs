@@ -184,9 +184,14 @@ impl Fs {
         }
     }
 
-    /// Logs `e` from operation `op` on inode `ino`, naming its path and object key.
-    pub fn log_error(&self, e: &Error, op: &'static str, ino: u64) {
-        let path = self.inodes.lock().expect("inodes lock").get(ino).map(|i| i.path.clone()).unwrap_or_default();
+    /// Logs `e` from operation `op` on inode `ino` (or on its entry `name`), naming the path
+    /// from the mount root and the object key.
+    pub fn log_error(&self, e: &Error, op: &'static str, ino: u64, name: Option<&str>) {
+        let dir = self.inodes.lock().expect("inodes lock").get(ino).map(|i| i.path.clone()).unwrap_or_default();
+        let path = match name {
+            Some(n) => join(&dir, n),
+            None => dir,
+        };
         e.log(op, &format!("/{path}"), self.key(&path).as_ref());
     }
 
@@ -675,7 +680,7 @@ impl Fs {
         match self.reader.stat(&self.key(&i.path)).await {
             Ok(Some(info)) => of.base = Some(info),
             Ok(None) => tracing::warn!(ino, path = i.path, "renamed open file not found under its new name"),
-            Err(e) => self.log_error(&e, "rename", ino),
+            Err(e) => self.log_error(&e, "rename", ino, None),
         }
     }
 
