@@ -159,7 +159,6 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     // Option values first: a bad one is a usage error whatever the mount point.
     let cfg = fs_config(&a)?;
     let kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
-    let mountpoint = connection::prepare(&a.mountpoint)?;
     let log = open_log(&a.log_file)?;
     let mut ready = if a.daemon { crate::daemon::daemonize()? } else { Readiness::default() };
     if let Some(f) = &log {
@@ -169,7 +168,10 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
         // SAFETY: dup2 of a valid open file onto stderr.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }
-    let result = serve(a, source, cfg, kernel, mountpoint, &mut ready, log.as_ref());
+    // After the log is in place: clearing a dead mount there is logged.
+    let result = connection::prepare(&a.mountpoint)
+        .map_err(anyhow::Error::from)
+        .and_then(|mountpoint| serve(a, source, cfg, kernel, mountpoint, &mut ready, log.as_ref()));
     if let Err(e) = &result
         && ready.failed(e)
     {

@@ -431,3 +431,41 @@ fn a_failed_operation_is_logged_on_one_line_naming_the_file_and_its_key() {
     assert!(line.contains("path=/dir/bad") && line.contains("key=dir/bad") && line.contains("op=\"read\""), "{line}");
     assert!(!said.contains("missing"), "{said}");
 }
+
+#[test]
+fn a_mount_after_a_crash_clears_the_dead_mount_and_serves_again() {
+    require_root!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let mut m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    fs::write(mnt.join("kept"), b"closed before the crash").unwrap();
+    // SIGKILL: the kernel keeps a dead mount ("Transport endpoint is not connected").
+    signal(m.pid(), libc::SIGKILL);
+    assert!(m.wait_exit(10));
+    let e = fs::metadata(&mnt).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
+    // What systemd's Restart= does: mount again at the same place (mkdir -p fails there, so
+    // the unit ignores it; the mount itself must cope).
+    assert!(fs::create_dir_all(&mnt).is_err());
+    let log = t.path().join("again.log");
+    let (code, err) = run(&[
+        "mount",
+        bucket.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+        "--daemon",
+        "--log-file",
+        log.to_str().unwrap(),
+        "-v",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(fs::read(mnt.join("kept")).unwrap(), b"closed before the crash");
+    let lines = fs::read_to_string("/proc/mounts").unwrap();
+    assert_eq!(lines.lines().filter(|l| l.split(' ').nth(1) == mnt.to_str()).count(), 1, "the dead mount is gone");
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(said.contains("clearing a dead FUSE mount"), "{said}");
+    let pid = server_pid(&mnt).unwrap();
+    let (code, err) = run(&["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    wait_for("the mount process exits", 20, || !alive(pid));
+}
