@@ -9,6 +9,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, MasterKey};
 
+use shrinkfs_fuse::credentials::{AwsEnv, CredentialsConfig};
+use shrinkfs_fuse::store::{CustomerKey, Encryption, S3Options};
+
 use crate::corpus::CorpusKind;
 use crate::exit::UsageError;
 use crate::values;
@@ -461,26 +464,66 @@ impl CodecArgs {
     }
 }
 
-/// How to reach an S3-compatible store (for s3:// sources and object URLs).
+/// How to reach an S3-compatible store (for s3:// sources and object URLs). Every setting is a
+/// long flag (`--name VALUE`, or `--name` for a switch), so `mount -o name=value` reaches it.
 #[derive(Debug, Clone, Args)]
 pub struct S3Args {
     /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style addressing).
     #[arg(long, value_name = "URL", value_parser = values::endpoint_url)]
     pub endpoint_url: Option<String>,
-    /// S3 region (default: AWS_REGION / profile, then us-east-1).
+    /// S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, then us-east-1).
     #[arg(long, value_parser = values::region)]
     pub region: Option<String>,
+    /// AWS profile for credentials and region (default: AWS_PROFILE, AWS_DEFAULT_PROFILE, then
+    /// "default"); given here, it wins over keys in the environment, as with the AWS CLI.
+    #[arg(long, value_name = "NAME", value_parser = values::profile_name)]
+    pub profile: Option<String>,
+    /// AWS shared credentials file (default: AWS_SHARED_CREDENTIALS_FILE, then ~/.aws/credentials,
+    /// where ~ is HOME or, without it, the user's home in the user database).
+    #[arg(long, value_name = "PATH", value_parser = values::existing_file)]
+    pub credentials_file: Option<PathBuf>,
+    /// AWS shared config file, with profiles' region, role_arn, credential_process, sso_*
+    /// (default: AWS_CONFIG_FILE, then ~/.aws/config).
+    #[arg(long, value_name = "PATH", value_parser = values::existing_file)]
+    pub aws_config_file: Option<PathBuf>,
     /// Allow plain http to the endpoint.
     #[arg(long)]
     pub allow_http: bool,
-    /// Use path-style S3 addressing.
+    /// Use path-style S3 addressing (https://HOST/BUCKET/KEY; the default with --endpoint-url).
     #[arg(long)]
     pub path_style: bool,
+    /// Use virtual-hosted-style S3 addressing (https://BUCKET.HOST/KEY); with --endpoint-url, the
+    /// URL is then the bucket's own host.
+    #[arg(long, conflicts_with = "path_style")]
+    pub virtual_hosted_style: bool,
+    /// Storage class of every object written (mount and pack): STANDARD, STANDARD_IA, ONEZONE_IA,
+    /// INTELLIGENT_TIERING, GLACIER_IR, ... (default: the bucket's, STANDARD on AWS).
+    #[arg(long, value_name = "CLASS", value_parser = values::storage_class)]
+    pub storage_class: Option<String>,
+    /// Server-side encryption of objects written: AES256 (SSE-S3), aws:kms (SSE-KMS) or
+    /// aws:kms:dsse (DSSE-KMS) (default: the bucket's own setting).
+    #[arg(long, value_name = "TYPE", ignore_case = true, value_parser = ["AES256", "aws:kms", "aws:kms:dsse"])]
+    pub sse: Option<String>,
+    /// KMS key (id, alias or ARN) for --sse aws:kms or aws:kms:dsse; alone it means aws:kms
+    /// (default: the account's aws/s3 key).
+    #[arg(long, value_name = "ID", value_parser = values::kms_key_id)]
+    pub sse_kms_key_id: Option<String>,
+    /// SSE-C: a file holding a base64 256-bit key (`head -c 32 /dev/urandom | base64 > F`); S3
+    /// encrypts with it and every read must send it too.
+    #[arg(long, value_name = "PATH", value_parser = values::existing_file, conflicts_with_all = ["sse", "sse_kms_key_id"])]
+    pub sse_c_key_file: Option<PathBuf>,
+    /// Pay for the requests to a requester-pays bucket.
+    #[arg(long)]
+    pub requester_pays: bool,
     /// Seconds a failed S3 request is retried for (connection refused or reset, 5xx, 429, and
     /// timeouts of requests that are safe to repeat), backing off up to 5 s between tries;
     /// 0 = no retries (0 to 600).
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = values::seconds_in(0.0, 600.0))]
     pub retry_timeout: Duration,
+    /// Most retries of one failed S3 request, within --retry-timeout (0 to 1000; default: as many
+    /// as fit in --retry-timeout).
+    #[arg(long, value_name = "N", value_parser = values::int_in::<usize>(0, 1000))]
+    pub retries: Option<usize>,
     /// Seconds one S3 request may take, body included: a 8 MiB part needs 300 s at 28 KB/s
     /// (1 to 3600).
     #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = values::seconds_in(1.0, 3600.0))]
@@ -497,12 +540,78 @@ impl Default for S3Args {
         S3Args {
             endpoint_url: None,
             region: None,
+            profile: None,
+            credentials_file: None,
+            aws_config_file: None,
             allow_http: false,
             path_style: false,
+            virtual_hosted_style: false,
+            storage_class: None,
+            sse: None,
+            sse_kms_key_id: None,
+            sse_c_key_file: None,
+            requester_pays: false,
             retry_timeout: o.retry_timeout,
+            retries: None,
             request_timeout: o.request_timeout,
             connect_timeout: o.connect_timeout,
         }
+    }
+}
+
+impl S3Args {
+    /// The connection options, with the process environment (read here, at the edge) for the
+    /// credentials and the `AWS_*` settings. Reads the --sse-c-key-file.
+    pub fn options(&self) -> anyhow::Result<S3Options> {
+        let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        self.options_with(AwsEnv::new(env))
+    }
+
+    /// The connection options with the environment `env`.
+    pub fn options_with(&self, env: AwsEnv) -> anyhow::Result<S3Options> {
+        let encryption = match (self.sse.as_deref().map(str::to_ascii_lowercase).as_deref(), &self.sse_kms_key_id) {
+            _ if self.sse_c_key_file.is_some() => Encryption::Customer(self.customer_key()?),
+            (None, None) => Encryption::BucketDefault,
+            (Some("aes256"), None) => Encryption::S3,
+            (Some("aes256"), Some(_)) => {
+                return Err(
+                    UsageError("--sse-kms-key-id needs --sse aws:kms or aws:kms:dsse, not AES256".into()).into()
+                );
+            }
+            (Some("aws:kms:dsse"), key) => Encryption::DsseKms(key.clone()),
+            (_, key) => Encryption::Kms(key.clone()),
+        };
+        let credentials = CredentialsConfig {
+            profile: self.profile.clone(),
+            credentials_file: self.credentials_file.clone(),
+            config_file: self.aws_config_file.clone(),
+            home: shrinkfs_fuse::credentials::home_dir(&env),
+            env,
+        };
+        Ok(S3Options {
+            endpoint_url: self.endpoint_url.clone(),
+            region: self.region.clone(),
+            allow_http: self.allow_http,
+            path_style: self.path_style,
+            virtual_hosted_style: self.virtual_hosted_style,
+            retry_timeout: self.retry_timeout,
+            max_retries: self.retries,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+            storage_class: self.storage_class.clone(),
+            encryption,
+            requester_pays: self.requester_pays,
+            credentials,
+        })
+    }
+
+    /// The SSE-C key of --sse-c-key-file.
+    fn customer_key(&self) -> anyhow::Result<CustomerKey> {
+        let Some(path) = &self.sse_c_key_file else { anyhow::bail!("no --sse-c-key-file") };
+        let bad = |why: String| UsageError(format!("--sse-c-key-file {}: {why}", path.display()));
+        let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let text = String::from_utf8(text).map_err(|_| bad("is not base64 text".into()))?;
+        CustomerKey::from_base64(&text).map_err(|e| bad(e).into())
     }
 }
 

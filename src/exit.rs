@@ -7,7 +7,7 @@ use shrinkfs_fuse::connection::{MountpointError, UnmountError};
 pub const OK: i32 = 0;
 /// Anything not classified below.
 pub const OTHER: i32 = 1;
-/// Bad command line or option value (clap also exits with 2).
+/// Bad command line or option value (clap also exits with 2), or no usable AWS credentials.
 pub const USAGE: i32 = 2;
 /// Reading or writing a file or object failed.
 pub const IO: i32 = 3;
@@ -37,6 +37,9 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         }
         if cause.is::<crate::keycheck::KeyMismatch>() {
             return CORRUPT;
+        }
+        if cause.is::<shrinkfs_fuse::credentials::CredentialsError>() {
+            return USAGE;
         }
         if cause.is::<crate::mount::Unavailable>() {
             return IO;

@@ -24,6 +24,30 @@ static FILTER: OnceLock<(reload::Handle<EnvFilter, Registry>, String)> = OnceLoc
 /// operation, a failed unmount of what is unmounted already): expected, so kept out of the log.
 const QUIET: &str = "fuser=error";
 
+/// The AWS SDK's crates log the credentials they load (the key id; the secret redacted) at info
+/// and below, and a failed source at warn: whatever `RUST_LOG` says, they log errors only, so no
+/// key reaches the log and a failure is told once. shrinkfs itself says at info which source gave
+/// the credentials, and names every source it tried when none did.
+const AWS_QUIET: &[&str] = &[
+    "aws_config=error",
+    "aws_runtime=error",
+    "aws_credential_types=error",
+    "aws_smithy_runtime=error",
+    "aws_smithy_runtime_api=error",
+    "aws_sdk_sts=error",
+    "aws_sdk_sso=error",
+    "aws_sdk_ssooidc=error",
+];
+
+/// The filter `spec` describes, with the AWS crates held at error ([`AWS_QUIET`]).
+fn filter(spec: &str) -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
+    let mut f = EnvFilter::try_new(spec)?;
+    for d in AWS_QUIET {
+        f = f.add_directive(d.parse()?);
+    }
+    Ok(f)
+}
+
 /// Logs to stderr at warn (or more with `-v`), overridable with `RUST_LOG`.
 pub fn init(verbose: u8) {
     let level = match verbose {
@@ -33,7 +57,8 @@ pub fn init(verbose: u8) {
         _ => "trace",
     };
     let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| format!("{level},{QUIET}"));
-    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("{level},{QUIET}")));
+    let filter =
+        filter(&spec).or_else(|_| filter(&format!("{level},{QUIET}"))).unwrap_or_else(|_| EnvFilter::new(level));
     let (filter, handle) = reload::Layer::new(filter);
     JOURNAL.store(stderr_is_journal(), Ordering::Relaxed);
     let fmt = tracing_subscriber::fmt::layer()
@@ -91,7 +116,7 @@ pub fn toggle_debug() -> bool {
     let on = !DEBUG.fetch_xor(true, Ordering::Relaxed);
     if let Some((handle, spec)) = FILTER.get() {
         let spec = if on { format!("debug,{QUIET}") } else { spec.clone() };
-        if let Ok(f) = EnvFilter::try_new(spec) {
+        if let Ok(f) = filter(&spec) {
             let _ = handle.reload(f);
         }
     }

@@ -28,6 +28,7 @@ fn main() {
         }
     };
     tune_allocator(matches!(cli.command, shrinkfs::cli::Command::Mount(_)));
+    home_from_user_database();
     shrinkfs::logging::init(cli.verbose);
     match shrinkfs::run(cli) {
         Ok(()) => {}
@@ -36,6 +37,18 @@ fn main() {
             std::process::exit(shrinkfs::exit::code_for(&e));
         }
     }
+}
+
+/// A mount started by mount(8) or systemd has no `HOME`: the AWS shared files, the SSO token
+/// cache and the program of a `credential_process` (the AWS CLI, say) all look for it, so it is
+/// set from the user database, as a login would.
+fn home_from_user_database() {
+    if std::env::var_os("HOME").is_some() {
+        return;
+    }
+    let Some(home) = shrinkfs_fuse::credentials::home_dir(&Default::default()) else { return };
+    // SAFETY: no thread has been started yet, so nothing reads the environment meanwhile.
+    unsafe { std::env::set_var("HOME", home) };
 }
 
 /// Frames are megabyte buffers allocated and freed at a high rate. By default glibc maps each one

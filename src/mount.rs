@@ -137,7 +137,9 @@ fn absolute_paths(a: &mut MountArgs) -> anyhow::Result<()> {
         *p = std::path::absolute(&*p).with_context(|| format!("path {}", p.display()))?;
         Ok(())
     };
-    for p in [&mut a.log_file, &mut a.cache_dir, &mut a.staging_dir].into_iter().flatten() {
+    let s3 = &mut a.s3;
+    let s3_files = [&mut s3.credentials_file, &mut s3.aws_config_file, &mut s3.sse_c_key_file];
+    for p in [&mut a.log_file, &mut a.cache_dir, &mut a.staging_dir].into_iter().chain(s3_files).flatten() {
         abs(p)?;
     }
     if !a.source.contains("://") {
@@ -158,6 +160,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
     // Option values first: a bad one is a usage error whatever the mount point.
     let cfg = fs_config(&a)?;
+    let s3 = s3_options(&a)?;
     let kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
     let log = open_log(&a.log_file)?;
     let mut ready = if a.daemon { crate::daemon::daemonize()? } else { Readiness::default() };
@@ -171,7 +174,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     // After the log is in place: clearing a dead mount there is logged.
     let result = connection::prepare(&a.mountpoint)
         .map_err(anyhow::Error::from)
-        .and_then(|mountpoint| serve(a, source, cfg, kernel, mountpoint, &mut ready, log.as_ref()));
+        .and_then(|mountpoint| serve(a, source, cfg, s3, kernel, mountpoint, &mut ready, log.as_ref()));
     if let Err(e) = &result
         && ready.failed(e)
     {
@@ -197,10 +200,24 @@ fn open_log(path: &Option<std::path::PathBuf>) -> anyhow::Result<Option<std::fs:
         .transpose()
 }
 
+/// The S3 options of a mount, checked: a storage class whose objects cannot be read without a
+/// restore is refused (the mount reads what it writes).
+fn s3_options(a: &MountArgs) -> anyhow::Result<store::S3Options> {
+    let s3 = a.s3.options()?;
+    if let Some(class @ ("GLACIER" | "DEEP_ARCHIVE")) = s3.storage_class.as_deref() {
+        bail!(UsageError(format!(
+            "--storage-class {class}: objects in it cannot be read without a restore, and a mount reads what it writes (pack can write it)"
+        )));
+    }
+    Ok(s3)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serve(
     a: MountArgs,
     source: Source,
     mut cfg: FsConfig,
+    s3: store::S3Options,
     mut kernel: KernelOptions,
     mountpoint: std::path::PathBuf,
     ready: &mut Readiness,
@@ -208,8 +225,7 @@ fn serve(
 ) -> anyhow::Result<()> {
     cfg.dispatcher = Arc::new(a.codec.dispatcher()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    let s3 = a.s3.options();
-    let bucket = store::open(&source, &s3).map_err(Unavailable)?;
+    let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
     rt.block_on(bucket.check_reachable()).map_err(Unavailable)?;
     if a.skip_key_check {
         tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
@@ -301,8 +317,9 @@ pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Dura
 /// Runs `shrinkfs cleanup`.
 pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
     let source = Source::parse(&a.source).map_err(UsageError)?;
-    let bucket = store::open(&source, &a.s3.options()).map_err(Unavailable)?;
+    let s3 = a.s3.options()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
     println!("{}", rt.block_on(clean_leftovers(&bucket, a.older_than))?);
     Ok(())
 }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{ObjectStore, WriteMultipart};
-use shrinkfs_fuse::store::{self, Bucket, S3Options, Source};
+use shrinkfs_fuse::store::{self, Bucket, OpenError, Source};
 
 use crate::cli::S3Args;
 
@@ -31,22 +31,16 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("s3://")
 }
 
-impl S3Args {
-    /// The connection options.
-    pub fn options(&self) -> S3Options {
-        S3Options {
-            endpoint_url: self.endpoint_url.clone(),
-            region: self.region.clone(),
-            allow_http: self.allow_http,
-            path_style: self.path_style,
-            retry_timeout: self.retry_timeout,
-            request_timeout: self.request_timeout,
-            connect_timeout: self.connect_timeout,
-        }
+/// Why a bucket could not be opened, as the error its exit code is decided by: no usable
+/// credentials is a usage error (2), anything else the bucket being unavailable (3).
+pub fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Credentials(c) => c.into(),
+        other => crate::mount::Unavailable(other.to_string()).into(),
     }
 }
 
-/// Opens the store of `s3://bucket/key`.
+/// Opens the store of `s3://bucket/key` (finding the credentials on the way).
 pub fn open(url: &str, s3: &S3Args) -> anyhow::Result<Remote> {
     let source = Source::parse(url).map_err(|e| anyhow::anyhow!(e))?;
     let key = match &source {
@@ -57,8 +51,9 @@ pub fn open(url: &str, s3: &S3Args) -> anyhow::Result<Remote> {
         Source::S3 { bucket, .. } => Source::S3 { bucket: bucket.clone(), prefix: String::new() },
         other => other.clone(),
     };
-    let Bucket { store, .. } = store::open(&bucket_only, &s3.options()).map_err(|e| anyhow::anyhow!(e))?;
+    let options = s3.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let Bucket { store, .. } = rt.block_on(store::open(&bucket_only, &options)).map_err(open_error)?;
     let path = Path::parse(&key).with_context(|| format!("bad key {key:?}"))?;
     Ok(Remote { rt, store, path, url: url.to_owned() })
 }

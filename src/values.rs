@@ -95,6 +95,48 @@ pub fn region(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// An AWS profile name: no spaces or brackets (it names a `[profile NAME]` section).
+pub fn profile_name(s: &str) -> Result<String, String> {
+    let ok = (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic() && c != '[' && c != ']');
+    if !ok {
+        return Err("must be a profile name like prod (no spaces or brackets)".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// A file that exists (credentials, config and key files named on the command line).
+pub fn existing_file(s: &str) -> Result<std::path::PathBuf, String> {
+    if s.is_empty() {
+        return Err("must be the path of a file".into());
+    }
+    match std::fs::metadata(s) {
+        Ok(m) if m.is_file() => Ok(s.into()),
+        Ok(_) => Err("is not a regular file".into()),
+        Err(e) => Err(format!("cannot be read: {e}")),
+    }
+}
+
+/// An S3 storage class: uppercase letters, digits and underscores (`STANDARD_IA`,
+/// `INTELLIGENT_TIERING`; S3-compatible servers may name their own).
+pub fn storage_class(s: &str) -> Result<String, String> {
+    let ok = (1..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        return Err(
+            "must be a storage class like STANDARD_IA or INTELLIGENT_TIERING (uppercase letters, digits, underscores)"
+                .into(),
+        );
+    }
+    Ok(s.to_owned())
+}
+
+/// A KMS key id, alias or ARN: no spaces, at most 2048 characters.
+pub fn kms_key_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 2048 || !s.chars().all(|c| c.is_ascii_graphic()) {
+        return Err("must be a KMS key id, alias/NAME or key ARN (no spaces)".into());
+    }
+    Ok(s.to_owned())
+}
+
 /// A mount SOURCE: a directory path, `s3://bucket[/prefix]` or `memory://`.
 pub fn source(s: &str) -> Result<String, String> {
     if s.is_empty() {
@@ -190,5 +232,27 @@ mod tests {
         }
         assert!(listen_addr("127.0.0.1:9464").is_ok() && listen_addr("9464").is_err());
         assert!(labelled_dir("").is_err() && labelled_dir("=x").is_err() && labelled_dir("a=/x").is_ok());
+    }
+
+    #[test]
+    fn s3_option_values_are_checked() {
+        assert_eq!(profile_name("prod-eu.1").as_deref(), Ok("prod-eu.1"));
+        for bad in ["", "a b", "[x]", "x\n", &"p".repeat(129)] {
+            assert!(profile_name(bad).unwrap_err().contains("profile name"), "{bad:?}");
+        }
+        assert_eq!(storage_class("STANDARD_IA").as_deref(), Ok("STANDARD_IA"));
+        for bad in ["", "standard", "STANDARD IA", "GLACIER-IR", &"A".repeat(65)] {
+            assert!(storage_class(bad).unwrap_err().contains("storage class"), "{bad:?}");
+        }
+        assert!(kms_key_id("arn:aws:kms:eu-west-1:111122223333:key/1234abcd").is_ok() && kms_key_id("alias/x").is_ok());
+        assert!(kms_key_id("").is_err() && kms_key_id("a b").is_err());
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, "x").unwrap();
+        assert_eq!(existing_file(f.to_str().unwrap()), Ok(f.clone()));
+        assert!(
+            existing_file("").is_err() && existing_file(d.path().to_str().unwrap()).unwrap_err().contains("regular")
+        );
+        assert!(existing_file("/nonexistent/f").unwrap_err().contains("cannot be read"));
     }
 }

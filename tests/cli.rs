@@ -340,6 +340,14 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
             vec!["", "not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999", "http://u:p@h"],
         ),
         ("--region", vec!["", "US EAST 1", "a/b"]),
+        ("--profile", vec!["", "a b", "[x]"]),
+        ("--credentials-file", vec!["", "/nonexistent/credentials", "/"]),
+        ("--aws-config-file", vec!["", "/nonexistent/config", "/"]),
+        ("--storage-class", vec!["", "standard", "STANDARD IA", "GLACIER-IR"]),
+        ("--sse", vec!["", "kms", "AES128", "sse-c"]),
+        ("--sse-kms-key-id", vec!["", "a key"]),
+        ("--sse-c-key-file", vec!["", "/nonexistent/key"]),
+        ("--retries", with(&["1001"])),
         ("--retry-timeout", durations.clone()),
         ("--request-timeout", with(&["0", "3601"])),
         ("--connect-timeout", with(&["0", "301"])),
@@ -369,9 +377,36 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
     for v in ["", "gs://b", "s3://"] {
         assert_usage_error(&["mount", v, "/nonexistent/mnt"], "SOURCE");
     }
+    // S3 settings that contradict each other, a bad SSE-C key file, and a storage class a mount
+    // could not read back.
+    let dir = tempfile::tempdir().unwrap();
+    let (short, text) = (dir.path().join("short.key"), dir.path().join("text.key"));
+    std::fs::write(&short, "QUFBQUFB\n").unwrap();
+    std::fs::write(&text, "not base64 at all!\n").unwrap();
+    let (short, text) = (format!("--sse-c-key-file={}", p(&short)), format!("--sse-c-key-file={}", p(&text)));
+    for (args, flag) in [
+        (&["--path-style", "--virtual-hosted-style"][..], "--virtual-hosted-style"),
+        (&["--sse=AES256", "--sse-kms-key-id=k"], "--sse-kms-key-id"),
+        (&["--sse=aws:kms", short.as_str()], "--sse-c-key-file"),
+        (&[short.as_str()], "32 bytes"),
+        (&[text.as_str()], "base64"),
+        (&["--storage-class=GLACIER"], "--storage-class GLACIER"),
+        (&["--storage-class=DEEP_ARCHIVE"], "--storage-class DEEP_ARCHIVE"),
+    ] {
+        assert_usage_error(&[&["mount", "memory://", "/nonexistent/mnt"][..], args].concat(), flag);
+    }
     // The shared groups are checked on every subcommand that has them.
     for sub in [&["pack"][..], &["unpack"], &["inspect"]] {
-        for (flag, v) in [("--endpoint-url", "not a url"), ("--retry-timeout", "nan"), ("--request-timeout", "-1")] {
+        for (flag, v) in [
+            ("--endpoint-url", "not a url"),
+            ("--retry-timeout", "nan"),
+            ("--request-timeout", "-1"),
+            ("--retries", "-1"),
+            ("--storage-class", "x"),
+            ("--sse", "x"),
+            ("--profile", ""),
+            ("--credentials-file", "/nonexistent"),
+        ] {
             let arg = format!("{flag}={v}");
             let mut args = sub.to_vec();
             args.extend([arg.as_str(), "/nonexistent/in", "/nonexistent/out"]);

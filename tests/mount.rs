@@ -226,6 +226,49 @@ fn every_operation_on_an_s3_compatible_server() {
 }
 
 #[test]
+fn an_s3_mount_takes_credentials_and_s3_options_from_its_flags() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("s3root");
+    fs::create_dir_all(root.join("bkt")).unwrap();
+    let Some(server) = s3_server(&root) else {
+        println!("SKIPPED: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
+        return;
+    };
+    // Keys only in a profile file the flags name (what an fstab line gives a boot-time mount).
+    let creds = t.path().join("credentials");
+    fs::write(
+        &creds,
+        format!("[store]\naws_access_key_id={}\naws_secret_access_key={}\n", common::S3_KEY.0, common::S3_KEY.1),
+    )
+    .unwrap();
+    let mnt = t.path().join("mnt");
+    let args = [
+        "--endpoint-url",
+        server.endpoint.as_str(),
+        "--credentials-file",
+        creds.to_str().unwrap(),
+        "--profile",
+        "store",
+        "--storage-class",
+        "STANDARD_IA",
+        "--retries",
+        "5",
+    ];
+    let m = mount("s3://bkt/pre", &mnt, &args, &[("AWS_EC2_METADATA_DISABLED", "true")]);
+    // Incompressible and large: a multipart upload, which a storage class starts through the store.
+    let big = shrinkfs::corpus::generate(shrinkfs::corpus::CorpusKind::Random, 20 << 20, 5);
+    fs::write(mnt.join("big.log"), &big).unwrap();
+    fs::write(mnt.join("small.txt"), b"small").unwrap();
+    m.unmount();
+    assert!(unpack(&root.join("bkt/pre/big.log")) == big);
+    let m = mount("s3://bkt/pre", &mnt, &args, &[("AWS_EC2_METADATA_DISABLED", "true")]);
+    assert!(fs::read(mnt.join("big.log")).unwrap() == big);
+    assert_eq!(fs::read(mnt.join("small.txt")).unwrap(), b"small");
+    m.unmount();
+}
+
+#[test]
 fn sealed_mounts_store_no_plaintext_and_need_the_key() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();

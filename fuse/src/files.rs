@@ -167,7 +167,9 @@ impl Fs {
             dispatcher: self.cfg.dispatcher.clone(),
             budget: self.budget.clone(),
             metrics: self.metrics.clone(),
-            tracked: self.bucket.multipart.clone().map(|mp| (mp, self.bucket.upload_markers())),
+            tracked: (self.bucket.multipart.clone())
+                .filter(|_| self.bucket.tracks_uploads)
+                .map(|mp| (mp, self.bucket.upload_markers())),
             local: self.bucket.local.clone(),
         }
     }

@@ -1,5 +1,7 @@
 //! Opening the object store a mount or a CLI command names: a local directory, `s3://bucket/prefix`
-//! or `memory://`, and checking it is reachable before anything is mounted.
+//! or `memory://`, and checking it is reachable before anything is mounted. For S3: credentials
+//! (`credentials`), region, endpoint, addressing, encryption, storage class, requester pays,
+//! retries and timeouts, all from [`S3Options`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +14,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
+use crate::credentials::{self, CredentialsConfig, CredentialsError};
 use crate::localstore::{Cleanup, LocalStore};
+use crate::storageclass::StorageClassStore;
 
 /// Where the bucket is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,12 +65,66 @@ pub struct S3Options {
     pub allow_http: bool,
     /// Force path-style addressing.
     pub path_style: bool,
+    /// Force virtual-hosted-style addressing (`https://BUCKET.HOST/KEY`), even with an endpoint
+    /// URL (which then names the bucket's own host).
+    pub virtual_hosted_style: bool,
     /// How long a failed request is retried, from its first try ([`retry_config`]); zero: never.
     pub retry_timeout: Duration,
+    /// Most tries after the first of one request (`None`: as many as fit in `retry_timeout`).
+    pub max_retries: Option<usize>,
     /// Most time one request may take, body included ([`client_options`]).
     pub request_timeout: Duration,
     /// Most time to wait for a TCP (and TLS) connection.
     pub connect_timeout: Duration,
+    /// Storage class of every object written (`None`: the bucket's default, STANDARD on AWS).
+    pub storage_class: Option<String>,
+    /// Server-side encryption of objects written (and, with a customer key, read).
+    pub encryption: Encryption,
+    /// Agree to pay for requests to a requester-pays bucket.
+    pub requester_pays: bool,
+    /// Where the credentials come from.
+    pub credentials: CredentialsConfig,
+}
+
+/// Server-side encryption requested from S3.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Encryption {
+    /// None requested: the bucket's default encryption applies.
+    #[default]
+    BucketDefault,
+    /// SSE-S3 (`AES256`): keys managed by S3.
+    S3,
+    /// SSE-KMS (`aws:kms`), with this key (`None`: the account's `aws/s3` key).
+    Kms(Option<String>),
+    /// DSSE-KMS (`aws:kms:dsse`), with this key.
+    DsseKms(Option<String>),
+    /// SSE-C: S3 encrypts with this key, which every read and write must send.
+    Customer(CustomerKey),
+}
+
+/// An SSE-C key: 32 bytes, base64. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CustomerKey(String);
+
+impl CustomerKey {
+    /// A key from its base64 text; it must decode to exactly 32 bytes.
+    pub fn from_base64(text: &str) -> Result<Self, String> {
+        use base64::Engine;
+        let text = text.trim();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|_| "is not base64 text (make one with `head -c 32 /dev/urandom | base64`)".to_owned())?;
+        if bytes.len() != 32 {
+            return Err(format!("decodes to {} bytes; an SSE-C key is 32 bytes (256 bits)", bytes.len()));
+        }
+        Ok(CustomerKey(text.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for CustomerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomerKey(..)")
+    }
 }
 
 /// Default [`S3Options::retry_timeout`]: rides out a server restart or a short network outage.
@@ -89,22 +147,30 @@ impl Default for S3Options {
             region: None,
             allow_http: false,
             path_style: false,
+            virtual_hosted_style: false,
             retry_timeout: DEFAULT_RETRY_TIMEOUT,
+            max_retries: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            storage_class: None,
+            encryption: Encryption::BucketDefault,
+            requester_pays: false,
+            credentials: CredentialsConfig::default(),
         }
     }
 }
 
-/// The retry policy of S3 requests: time, not a count, bounds it. object_store stops retrying
-/// once `max_retries` tries were made *or* `retry_timeout` has passed since the first try (it
-/// checks before each wait, so the last try may end up to one backoff plus one request later);
-/// its default of 10 tries is spent in 2 to 4 s, too soon to outlive a server restart. Here
-/// `max_retries` is as many tries as fit in the time at the shortest backoff, so only the
-/// time counts.
+/// The retry policy of S3 requests: time bounds it, and a count too when one is given.
+/// object_store stops retrying once `max_retries` tries were made *or* `retry_timeout` has passed
+/// since the first try (it checks before each wait, so the last try may end up to one backoff
+/// plus one request later); its default of 10 tries is spent in 2 to 4 s, too soon to outlive a
+/// server restart. Without a count, `max_retries` is as many tries as fit in the time at the
+/// shortest backoff, so only the time counts.
 pub fn retry_config(s3: &S3Options) -> RetryConfig {
     let max_retries = if s3.retry_timeout.is_zero() {
         0
+    } else if let Some(n) = s3.max_retries {
+        n
     } else {
         (s3.retry_timeout.as_millis() / INIT_BACKOFF.as_millis()) as usize + 1
     };
@@ -146,6 +212,28 @@ pub struct Bucket {
     /// The same store's multipart API, where unfinished uploads outlive a crash (S3): uploads are
     /// then announced by markers in the bucket (`uploads`), so a cleanup can abort them.
     pub multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
+    /// Whether new multipart uploads start through `multipart` (announced by markers). False where
+    /// they must carry what that API cannot (a storage class): they then start through `store`,
+    /// and one a crash interrupts is left to the bucket's lifecycle rule, not to `cleanup`.
+    pub tracks_uploads: bool,
+}
+
+/// Why a bucket could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// No source gave AWS credentials.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// Anything else: a bad endpoint or prefix, a missing local directory, a builder error.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for OpenError {
+    fn from(s: String) -> Self {
+        OpenError::Other(s)
+    }
 }
 
 impl std::fmt::Debug for Bucket {
@@ -203,14 +291,16 @@ pub fn check_endpoint_url(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Opens the store a source names. Local directories must exist.
-pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
+/// Opens the store a source names. Local directories must exist. For S3 this finds the
+/// credentials (logging where they came from, once), which may run a `credential_process` or ask
+/// STS, SSO or the instance metadata service.
+pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> {
     match source {
         Source::Memory => Ok(Bucket::new(Arc::new(InMemory::new()), Path::default(), "memory://")),
         Source::Local(dir) => {
             let meta = std::fs::metadata(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
             if !meta.is_dir() {
-                return Err(format!("bucket directory {} is not a directory", dir.display()));
+                return Err(format!("bucket directory {} is not a directory", dir.display()).into());
             }
             let store = LocalStore::new(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
             let store = Arc::new(store);
@@ -219,106 +309,111 @@ pub fn open(source: &Source, s3: &S3Options) -> Result<Bucket, String> {
             Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {
-            let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_retry(retry_config(s3))
-                .with_client_options(client_options(s3, env));
-            if s3.endpoint_url.is_none()
-                && let Some(url) = b.get_config_value(&AmazonS3ConfigKey::Endpoint)
-            {
-                check_endpoint_url(&url).map_err(|e| format!("AWS_ENDPOINT {url:?}: {e}"))?;
-            }
-            let profile = aws_profile();
-            if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-                && let (Some(id), Some(secret)) = (&profile.access_key_id, &profile.secret_access_key)
-            {
-                b = b.with_access_key_id(id).with_secret_access_key(secret);
-                if let Some(token) = &profile.session_token {
-                    b = b.with_token(token);
-                }
-            }
-            if let Some(region) = &s3.region {
-                b = b.with_region(region);
-            } else if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
-                b = b.with_region(profile.region.as_deref().unwrap_or("us-east-1"));
-            }
-            if let Some(url) = &s3.endpoint_url {
-                check_endpoint_url(url).map_err(|e| format!("--endpoint-url {url:?}: {e}"))?;
-                b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
-                if url.starts_with("http://") {
-                    b = b.with_allow_http(true);
-                }
-            }
-            if s3.allow_http {
-                b = b.with_allow_http(true);
-            }
-            if s3.path_style {
-                b = b.with_virtual_hosted_style_request(false);
-            }
-            let store = b.build().map_err(|e| format!("s3://{bucket}: {e}"))?;
+            let b = s3_builder(bucket, s3)?;
+            let b = if s3.credentials.env.is_true("AWS_SKIP_SIGNATURE") {
+                // Unsigned requests (public buckets): no credentials to look for.
+                let env = &s3.credentials.env;
+                let region = s3.region.as_deref().or(env.get("AWS_REGION")).or(env.get("AWS_DEFAULT_REGION"));
+                b.with_region(region.unwrap_or(credentials::DEFAULT_REGION))
+            } else {
+                let found = credentials::resolve(&s3.credentials, s3.region.as_deref()).await?;
+                b.with_credentials(found.provider).with_region(found.region)
+            };
+            let store = b.build().map_err(|e| format!("s3://{bucket}: {}", one_line(&e.to_string())))?;
             let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
             let describe = format!("s3://{bucket}/{prefix}");
-            let store = Arc::new(store);
+            let s3_store = Arc::new(store);
+            let (store, tracks_uploads): (Arc<dyn ObjectStore>, bool) = match &s3.storage_class {
+                Some(class) => (Arc::new(StorageClassStore::new(s3_store.clone(), class)), false),
+                None => (s3_store.clone(), true),
+            };
             Ok(Bucket {
-                store: store.clone(),
+                store,
                 prefix,
                 describe,
-                pages: Some(store.clone()),
+                pages: Some(s3_store.clone()),
                 local: None,
-                multipart: Some(store),
+                multipart: Some(s3_store),
+                tracks_uploads,
             })
         }
     }
 }
 
-/// Credentials and region from the AWS shared files (`~/.aws/credentials`, `~/.aws/config`, or
-/// `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE`), for the profile `AWS_PROFILE` (default
-/// "default"). Environment variables, read by object_store itself, take precedence.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct AwsProfile {
-    /// aws_access_key_id
-    pub access_key_id: Option<String>,
-    /// aws_secret_access_key
-    pub secret_access_key: Option<String>,
-    /// aws_session_token
-    pub session_token: Option<String>,
-    /// region
-    pub region: Option<String>,
-}
+/// object_store's setting of the server-side encryption type.
+const SSE_TYPE: &str = "aws_server_side_encryption";
+/// object_store's setting of the KMS key.
+const SSE_KMS_KEY_ID: &str = "aws_sse_kms_key_id";
 
-/// Reads the profile named by `AWS_PROFILE` from the shared files; missing files give nothing.
-pub fn aws_profile() -> AwsProfile {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    let creds =
-        std::env::var_os("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from).unwrap_or(home.join(".aws/credentials"));
-    let config = std::env::var_os("AWS_CONFIG_FILE").map(PathBuf::from).unwrap_or(home.join(".aws/config"));
-    let name = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
-    read_profile(&creds, &config, &name)
-}
-
-/// Reads profile `name` from a credentials file and a config file (sections `[name]` and
-/// `[profile name]`, as the AWS CLI writes them).
-pub fn read_profile(creds: &std::path::Path, config: &std::path::Path, name: &str) -> AwsProfile {
-    let get = |path: &std::path::Path, sections: &[String], key: &str| -> Option<String> {
-        let ini = ini::Ini::load_from_file(path).ok()?;
-        sections.iter().find_map(|s| ini.section(Some(s.as_str()))?.get(key).map(|v| v.trim().to_owned()))
+/// The S3 builder for `bucket` with everything of `s3` but the credentials and region: first the
+/// `AWS_*` settings of the environment (what `AmazonS3Builder::from_env` would apply), then the
+/// options, which win.
+fn s3_builder(bucket: &str, s3: &S3Options) -> Result<AmazonS3Builder, String> {
+    let env = &s3.credentials.env;
+    let mut b = AmazonS3Builder::new();
+    for (k, v) in env.iter() {
+        if k.starts_with("AWS_")
+            && let Ok(key) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+        {
+            b = b.with_config(key, v);
+        }
+    }
+    let env_pairs = env.iter().map(|(k, v)| (k.to_owned(), v.to_owned()));
+    b = b.with_bucket_name(bucket).with_retry(retry_config(s3)).with_client_options(client_options(s3, env_pairs));
+    if s3.endpoint_url.is_none()
+        && let Some(url) = b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+    {
+        check_endpoint_url(&url).map_err(|e| format!("AWS_ENDPOINT {url:?}: {e}"))?;
+    }
+    if let Some(url) = &s3.endpoint_url {
+        check_endpoint_url(url).map_err(|e| format!("--endpoint-url {url:?}: {e}"))?;
+        b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
+        if url.starts_with("http://") {
+            b = b.with_allow_http(true);
+        }
+    }
+    if s3.allow_http {
+        b = b.with_allow_http(true);
+    }
+    if s3.path_style {
+        b = b.with_virtual_hosted_style_request(false);
+    }
+    if s3.virtual_hosted_style {
+        b = b.with_virtual_hosted_style_request(true);
+    }
+    if s3.requester_pays {
+        b = b.with_request_payer(true);
+    }
+    // object_store names these settings by string only (its key type for them is private).
+    let sse = |b: AmazonS3Builder, kind: &str, key: &Option<String>| -> Result<AmazonS3Builder, String> {
+        let config = |name: &str| name.parse::<AmazonS3ConfigKey>().map_err(|e| e.to_string());
+        let b = b.with_config(config(SSE_TYPE)?, kind);
+        Ok(match key {
+            Some(k) => b.with_config(config(SSE_KMS_KEY_ID)?, k),
+            None => b,
+        })
     };
-    let cred_sections = [name.to_owned()];
-    let config_sections = [format!("profile {name}"), name.to_owned()];
-    let either = |key: &str| get(creds, &cred_sections, key).or_else(|| get(config, &config_sections, key));
-    AwsProfile {
-        access_key_id: either("aws_access_key_id"),
-        secret_access_key: either("aws_secret_access_key"),
-        session_token: either("aws_session_token"),
-        region: get(config, &config_sections, "region").or_else(|| get(creds, &cred_sections, "region")),
+    match &s3.encryption {
+        Encryption::BucketDefault => Ok(b),
+        Encryption::S3 => sse(b, "AES256", &None),
+        Encryption::Kms(key) => sse(b, "aws:kms", key),
+        Encryption::DsseKms(key) => sse(b, "aws:kms:dsse", key),
+        Encryption::Customer(CustomerKey(key)) => Ok(b.with_ssec_encryption(key)),
     }
 }
 
 impl Bucket {
     /// A bucket over `store` whose keys all start with `prefix`, listed without pagination.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {
-        Bucket { store, prefix, describe: describe.to_owned(), pages: None, local: None, multipart: None }
+        Bucket {
+            store,
+            prefix,
+            describe: describe.to_owned(),
+            pages: None,
+            local: None,
+            multipart: None,
+            tracks_uploads: true,
+        }
     }
 
     /// Lists one key under the prefix: fails clearly when the bucket is missing, the credentials
@@ -403,21 +498,6 @@ mod tests {
     }
 
     #[test]
-    fn profiles_come_from_the_shared_files() {
-        let d = tempfile::tempdir().unwrap();
-        let (creds, config) = (d.path().join("credentials"), d.path().join("config"));
-        std::fs::write(&creds, "[default]\naws_access_key_id = AKDEF\naws_secret_access_key = s1\n[work]\naws_access_key_id=AKWORK\naws_secret_access_key=s2\naws_session_token=t\n").unwrap();
-        std::fs::write(&config, "[default]\nregion = eu-west-1\n[profile work]\nregion = ap-south-1\n").unwrap();
-        let p = read_profile(&creds, &config, "work");
-        assert_eq!(p.access_key_id.as_deref(), Some("AKWORK"));
-        assert_eq!(p.session_token.as_deref(), Some("t"));
-        assert_eq!(p.region.as_deref(), Some("ap-south-1"));
-        let p = read_profile(&creds, &config, "default");
-        assert_eq!((p.access_key_id.as_deref(), p.region.as_deref()), (Some("AKDEF"), Some("eu-west-1")));
-        assert_eq!(read_profile(&d.path().join("none"), &d.path().join("none"), "x"), AwsProfile::default());
-    }
-
-    #[test]
     fn retries_are_bounded_by_time_not_by_count() {
         let s3 = S3Options { retry_timeout: Duration::from_secs(90), ..S3Options::default() };
         let r = retry_config(&s3);
@@ -427,13 +507,24 @@ mod tests {
         assert!(r.max_retries as u128 * INIT_BACKOFF.as_millis() >= 90_000, "{}", r.max_retries);
         let none = retry_config(&S3Options { retry_timeout: Duration::ZERO, ..S3Options::default() });
         assert_eq!(none.max_retries, 0);
+        // A count bounds them too, when given.
+        let three = retry_config(&S3Options { max_retries: Some(3), ..S3Options::default() });
+        assert_eq!((three.max_retries, three.retry_timeout), (3, DEFAULT_RETRY_TIMEOUT));
         let d = retry_config(&S3Options::default());
         assert_eq!(d.retry_timeout, DEFAULT_RETRY_TIMEOUT);
         assert!(DEFAULT_RETRY_TIMEOUT >= Duration::from_secs(60));
     }
 
-    #[test]
-    fn timeouts_reach_the_client_options_and_environment_settings_are_kept() {
+    /// Options with static keys in their environment: opening a bucket looks no further for
+    /// credentials (and never at the instance metadata service).
+    fn with_keys(s3: S3Options) -> S3Options {
+        let env = [("AWS_ACCESS_KEY_ID", "AKTEST"), ("AWS_SECRET_ACCESS_KEY", "secret")];
+        let env = crate::credentials::AwsEnv::new(env.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        S3Options { credentials: CredentialsConfig { env, ..CredentialsConfig::default() }, ..s3 }
+    }
+
+    #[tokio::test]
+    async fn timeouts_reach_the_client_options_and_environment_settings_are_kept() {
         use object_store::ClientConfigKey;
         let s3 = S3Options {
             request_timeout: Duration::from_secs(300),
@@ -455,25 +546,60 @@ mod tests {
         assert_eq!(o.get_config_value(&ClientConfigKey::ConnectTimeout).as_deref(), Some("2s 500ms"));
         assert_eq!(o.get_config_value(&ClientConfigKey::ProxyUrl).as_deref(), Some("http://proxy:3128"));
         // And the builder takes them: an S3 bucket opens with them without error.
-        let b = open(&Source::S3 { bucket: "b".into(), prefix: "p".into() }, &s3).unwrap();
-        assert!(b.pages.is_some());
+        let b = open(&Source::S3 { bucket: "b".into(), prefix: "p".into() }, &with_keys(s3)).await.unwrap();
+        assert!(b.pages.is_some() && b.tracks_uploads);
     }
 
-    #[test]
-    fn an_endpoint_that_is_not_a_url_is_an_error_not_a_panic_later() {
+    #[tokio::test]
+    async fn an_endpoint_that_is_not_a_url_is_an_error_not_a_panic_later() {
         let s3b = Source::S3 { bucket: "b".into(), prefix: String::new() };
         for bad in ["not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999"] {
-            let s3 = S3Options { endpoint_url: Some(bad.into()), ..S3Options::default() };
-            let e = open(&s3b, &s3).unwrap_err();
+            let s3 = with_keys(S3Options { endpoint_url: Some(bad.into()), ..S3Options::default() });
+            let e = open(&s3b, &s3).await.unwrap_err().to_string();
             assert!(e.contains("--endpoint-url") && e.contains("http(s)://HOST"), "{bad}: {e}");
         }
-        let s3 = S3Options { endpoint_url: Some("http://127.0.0.1:9000".into()), ..S3Options::default() };
-        assert!(open(&s3b, &s3).is_ok());
+        let s3 = with_keys(S3Options { endpoint_url: Some("http://127.0.0.1:9000".into()), ..S3Options::default() });
+        assert!(open(&s3b, &s3).await.is_ok());
     }
 
-    #[test]
-    fn a_missing_local_bucket_is_a_clear_error() {
-        let e = open(&Source::Local("/nonexistent/bucket".into()), &S3Options::default()).unwrap_err();
-        assert!(e.contains("/nonexistent/bucket"), "{e}");
+    #[tokio::test]
+    async fn every_s3_option_reaches_the_builder() {
+        let s3b = Source::S3 { bucket: "b".into(), prefix: "p".into() };
+        let key = CustomerKey::from_base64(&"QUFB".repeat(8)).unwrap_err();
+        assert!(key.contains("24 bytes"), "{key}");
+        let key = CustomerKey::from_base64("MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n").unwrap();
+        assert_eq!(format!("{key:?}"), "CustomerKey(..)");
+        for encryption in [
+            Encryption::S3,
+            Encryption::Kms(None),
+            Encryption::Kms(Some("arn:aws:kms:us-east-1:1:key/k".into())),
+            Encryption::DsseKms(None),
+            Encryption::Customer(key),
+        ] {
+            let s3 = with_keys(S3Options {
+                encryption: encryption.clone(),
+                storage_class: Some("STANDARD_IA".into()),
+                requester_pays: true,
+                virtual_hosted_style: true,
+                max_retries: Some(2),
+                ..S3Options::default()
+            });
+            let b = open(&s3b, &s3).await.unwrap_or_else(|e| panic!("{encryption:?}: {e}"));
+            assert!(!b.tracks_uploads, "a storage class starts uploads through the classed store");
+            assert!(b.store.to_string().contains("STANDARD_IA"), "{}", b.store);
+        }
+        let b = s3_builder("b", &S3Options { encryption: Encryption::Kms(Some("k1".into())), ..S3Options::default() })
+            .unwrap();
+        let get = |k: &str| b.get_config_value(&k.parse().unwrap());
+        assert_eq!(get(SSE_TYPE).as_deref(), Some("aws:kms"));
+        assert_eq!(get(SSE_KMS_KEY_ID).as_deref(), Some("k1"));
+        let b = s3_builder("b", &S3Options { requester_pays: true, ..S3Options::default() }).unwrap();
+        assert_eq!(b.get_config_value(&AmazonS3ConfigKey::RequestPayer).as_deref(), Some("true"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_local_bucket_is_a_clear_error() {
+        let e = open(&Source::Local("/nonexistent/bucket".into()), &S3Options::default()).await.unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/bucket"), "{e}");
     }
 }
