@@ -55,7 +55,7 @@ impl Output {
         let text = path.to_string_lossy();
         if remote::is_url(&text) {
             let r = remote::open(&text, s3)?;
-            let w = r.writer()?;
+            let w = r.writer();
             return Ok(Output { writer: None, paths: None, remote: Some((w, r)) });
         }
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;

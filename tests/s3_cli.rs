@@ -1,7 +1,8 @@
-//! The `shrinkfs` binary against a local S3-compatible server (rclone serve s3): the S3 options,
-//! and where the credentials come from when the environment holds nothing (as under mount(8) and
-//! systemd): a profile file, a `credential_process`, the user database's home, and the one-line
-//! error when no source gives any.
+//! The `shrinkfs` binary against a local S3-compatible server (rclone serve s3): `pack`, `unpack`
+//! and `inspect` of s3:// objects far larger than one multipart part, an upload that fails being
+//! aborted, and where the credentials come from when the environment holds nothing (as under
+//! mount(8) and systemd): a profile file, a `credential_process`, the user database's home, and the
+//! one-line error when no source gives any.
 
 mod common;
 
@@ -72,6 +73,66 @@ fn stderr(o: &Output) -> String {
 fn assert_ok(o: &Output, what: &str) {
     assert!(o.status.success(), "{what}: {}", stderr(o));
     assert!(!stderr(o).contains("panicked"), "{what}: {}", stderr(o));
+}
+
+#[test]
+fn a_100_mib_file_packs_to_s3_and_unpacks_back_byte_identical() {
+    let Some(f) = Fixture::start() else { return };
+    // Incompressible: the packed object is ~100 MiB too, 13 parts of 8 MiB on the way up.
+    let data = generate(CorpusKind::Random, 100 << 20, 7);
+    let input = f.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    let o = f.run(&["pack", p(&input), "s3://bkt/dir/big.skf"]);
+    assert_ok(&o, "pack to s3");
+    assert!(std::fs::metadata(f.object("dir/big.skf")).unwrap().len() > 100 << 20);
+    // Object to object: 100 MiB written through the multipart writer again.
+    let o = f.run(&["unpack", "s3://bkt/dir/big.skf", "s3://bkt/dir/big.raw"]);
+    assert_ok(&o, "unpack s3 to s3");
+    assert!(std::fs::read(f.object("dir/big.raw")).unwrap() == data, "the object unpacked to s3 differs");
+    let back = f.path("back.bin");
+    let o = f.run(&["unpack", "s3://bkt/dir/big.skf", p(&back)]);
+    assert_ok(&o, "unpack s3 to a file");
+    assert!(std::fs::read(&back).unwrap() == data, "the file unpacked from s3 differs");
+    // (How much is in flight at once is checked by src/remote.rs's tests: at most 4 parts.)
+    let o = f.run(&["inspect", "--json", "s3://bkt/dir/big.skf"]);
+    assert_ok(&o, "inspect");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["format"].as_str(), v["logical_size"].as_u64()), (Some("shrinkfs"), Some(100 << 20)));
+    // Small objects (one PUT, no multipart) and empty ones too.
+    for (name, len) in [("small", 1000), ("empty", 0)] {
+        let input = f.path(name);
+        std::fs::write(&input, &data[..len]).unwrap();
+        let key = format!("s3://bkt/{name}.skf");
+        assert_ok(&f.run(&["pack", p(&input), &key]), name);
+        let o = f.run(&["unpack", &key, "-"]);
+        assert_ok(&o, name);
+        assert_eq!(o.stdout, &data[..len], "{name}");
+    }
+}
+
+#[test]
+fn an_upload_that_fails_halfway_is_aborted_and_nothing_appears_under_the_key() {
+    let Some(f) = Fixture::start() else { return };
+    let data = generate(CorpusKind::Random, 40 << 20, 3);
+    let packed = f.path("p.skf");
+    let input = f.path("in");
+    std::fs::write(&input, &data).unwrap();
+    assert_ok(&f.run(&["pack", p(&input), p(&packed)]), "pack");
+    // A flipped byte in a frame at 30 MiB: unpacking fails after three parts went up.
+    let mut bad = std::fs::read(&packed).unwrap();
+    bad[30 << 20] ^= 0x40;
+    std::fs::write(&packed, &bad).unwrap();
+    let o = f.run(&["unpack", p(&packed), "s3://bkt/out.raw"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(!f.object("out.raw").exists(), "a half-written object is visible");
+    let o = f.run(&["inspect", "s3://bkt/out.raw"]);
+    assert!(!o.status.success(), "the key exists");
+    // A server that goes away: the error says so, exit 3, nothing written.
+    let mut f = f;
+    f.server.stop();
+    let o = f.run(&["pack", "--retry-timeout", "0", p(&input), "s3://bkt/gone.skf"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
 #[test]
