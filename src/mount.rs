@@ -142,6 +142,9 @@ fn absolute_paths(a: &mut MountArgs) -> anyhow::Result<()> {
     for p in [&mut a.log_file, &mut a.cache_dir, &mut a.staging_dir].into_iter().chain(s3_files).flatten() {
         abs(p)?;
     }
+    // The mount point too: since a dead mount is cleared after the log is open, it is prepared
+    // in the daemon, whose working directory is `/`.
+    abs(&mut a.mountpoint)?;
     if !a.source.contains("://") {
         let mut p = std::path::PathBuf::from(&a.source);
         abs(&mut p)?;
