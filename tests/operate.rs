@@ -307,6 +307,11 @@ fn every_mount_failure_exits_with_its_documented_code_and_one_line() {
     let endpoint = format!("http://{closed}");
     let file = t.path().join("file");
     fs::write(&file, b"x").unwrap();
+    // S3 credentials from flags (none are in the environment of a test, and without any the
+    // instance metadata service would be asked); a profile without any for the credentials case.
+    let creds = t.path().join("credentials");
+    fs::write(&creds, "[t]\naws_access_key_id = x\naws_secret_access_key = y\n[empty]\nregion = eu-west-1\n").unwrap();
+    let creds = creds.to_str().unwrap();
     let cases: Vec<(&str, Vec<&str>, i32, &str)> = vec![
         ("a bad flag", vec!["mount", b, m, "--threads", "0"], 2, "--threads"),
         ("an unknown -o word", vec!["mount", b, m, "-o", "colour"], 2, "not a generic mount option"),
@@ -315,9 +320,37 @@ fn every_mount_failure_exits_with_its_documented_code_and_one_line() {
         ("a missing bucket directory", vec!["mount", missing.to_str().unwrap(), m], 3, "bucket directory"),
         (
             "an endpoint that refuses connections",
-            vec!["mount", "s3://bucket", m, "--endpoint-url", &endpoint, "--retry-timeout", "1"],
+            vec![
+                "mount",
+                "s3://bucket",
+                m,
+                "--endpoint-url",
+                &endpoint,
+                "--retry-timeout",
+                "1",
+                "--credentials-file",
+                creds,
+                "--profile",
+                "t",
+            ],
             3,
             "s3://bucket",
+        ),
+        (
+            "no usable S3 credentials",
+            vec![
+                "mount",
+                "s3://bucket",
+                m,
+                "--endpoint-url",
+                &endpoint,
+                "--credentials-file",
+                creds,
+                "--profile",
+                "empty",
+            ],
+            2,
+            "no usable AWS credentials",
         ),
         ("unmount of what is not mounted", vec!["unmount", m], 2, "no shrinkfs mount"),
     ];
