@@ -502,3 +502,64 @@ fn a_mount_after_a_crash_clears_the_dead_mount_and_serves_again() {
     assert_eq!(code, Some(0), "{err}");
     wait_for("the mount process exits", 20, || !alive(pid));
 }
+
+#[test]
+fn an_fstab_mount_of_an_s3_bucket_finds_its_credentials_in_a_profile_file_without_home() {
+    require_root!();
+    install_helpers();
+    let t = tempfile::tempdir().unwrap();
+    fs::create_dir_all(t.path().join("s3root/bkt")).unwrap();
+    let Some(server) = common::s3_server(&t.path().join("s3root")) else {
+        eprintln!("skipped: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
+        return;
+    };
+    let (mnt, log, creds) = (t.path().join("mnt"), t.path().join("log"), t.path().join("aws-credentials"));
+    fs::create_dir_all(&mnt).unwrap();
+    fs::write(
+        &creds,
+        format!(
+            "[boot]\naws_access_key_id = {}\naws_secret_access_key = {}\nregion = us-east-1\n",
+            common::S3_KEY.0,
+            common::S3_KEY.1
+        ),
+    )
+    .unwrap();
+    let fstab = t.path().join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "s3://bkt/data {} shrinkfs endpoint_url={},credentials-file={},profile=boot,metadata_ttl=0,log-file={},_netdev,nofail 0 0\n",
+            mnt.display(),
+            server.endpoint,
+            creds.display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    // As at boot: no HOME, no PATH, no AWS_* variables (and no instance metadata to fall back on).
+    let out = Command::new("/bin/mount")
+        .arg("-T")
+        .arg(&fstab)
+        .arg(&mnt)
+        .env_clear()
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    let pid = server_pid(&mnt).expect("the serving process");
+    let data = common::text(12 << 20);
+    fs::write(mnt.join("file"), &data).unwrap();
+    assert!(fs::read(mnt.join("file")).unwrap() == data);
+    let out = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for("the mount process exits", 20, || !alive(pid));
+    // The object is in the bucket under the prefix.
+    assert!(t.path().join("s3root/bkt/data/file").exists());
+    let said = fs::read_to_string(&log).unwrap_or_default();
+    assert!(!said.contains(common::S3_KEY.1), "no secret in the log");
+}
