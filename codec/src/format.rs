@@ -341,6 +341,8 @@ pub struct FileMeta {
 pub const S_IFLNK: u32 = 0o120000;
 /// `st_mode` file type of a regular file.
 pub const S_IFREG: u32 = 0o100000;
+/// `st_mode` file type of a directory (a directory's marker object, whose data is empty).
+pub const S_IFDIR: u32 = 0o040000;
 /// Mask of the file type bits.
 pub const S_IFMT: u32 = 0o170000;
 

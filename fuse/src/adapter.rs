@@ -198,9 +198,11 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let r =
-            self.run_at("mkdir", parent.0, Some(n), async { self.fs.mkdir(parent.0, name(n)?, mode & !umask).await });
+    fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let r = self.run_at("mkdir", parent.0, Some(n), async {
+            self.fs.mkdir(parent.0, name(n)?, mode & !umask, uid, gid).await
+        });
         self.entry(reply, r);
     }
 

@@ -187,6 +187,7 @@ impl Fs {
             return Err(Error::NotDir);
         }
         let rel = join(&dir.path, name);
+        let (gid, _) = self.inherited_group(&dir, gid);
         let meta =
             FileMeta { mode: Some(S_IFREG | (mode & 0o7777)), uid: Some(uid), gid: Some(gid), mtime: Some(now_meta()) };
         let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
@@ -590,16 +591,25 @@ impl Fs {
             if size.is_some() {
                 return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::Invalid("truncate a link".into()) });
             }
-            // Directories have no object to carry metadata: kept in memory (docs/SEMANTICS.md).
-            let mut t = self.inodes.lock().expect("inode lock");
-            let cur = t.get_mut(ino).ok_or(Error::Stale)?;
-            if let Some(m) = mode {
-                cur.attr.perm = Some((m & 0o7777) as u16);
+            // Directories keep theirs in their marker object, symbolic links in their own object.
+            let attr = {
+                let mut t = self.inodes.lock().expect("inode lock");
+                let cur = t.get_mut(ino).ok_or(Error::Stale)?;
+                if let Some(m) = mode {
+                    cur.attr.perm = Some((m & 0o7777) as u16);
+                }
+                cur.attr.uid = uid.or(cur.attr.uid);
+                cur.attr.gid = gid.or(cur.attr.gid);
+                cur.attr.mtime = mtime.unwrap_or(cur.attr.mtime);
+                cur.attr.clone()
+            };
+            match i.kind {
+                Kind::Dir if i.parent != 0 => self.put_dir_marker(&i.path, &attr).await?,
+                Kind::Symlink => self.rewrite_symlink(&i, &attr).await?,
+                _ => {}
             }
-            cur.attr.uid = uid.or(cur.attr.uid);
-            cur.attr.gid = gid.or(cur.attr.gid);
-            cur.attr.mtime = mtime.unwrap_or(cur.attr.mtime);
-            return Ok(self.attrs_of(cur));
+            let i = self.inode(ino)?;
+            return Ok(self.attrs_of(&i));
         }
         let (of_arc, temporary) = match self.open_file(ino) {
             Some(of) => (of, false),

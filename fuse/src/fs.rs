@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use shrinkfs_codec::format::{S_IFLNK, S_IFMT};
+use shrinkfs_codec::format::{S_IFDIR, S_IFLNK, S_IFMT};
 use shrinkfs_codec::{EncodeConfig, FileMeta};
 
 use crate::budget::Budget;
@@ -356,7 +356,10 @@ impl Fs {
             return Ok(self.attrs_of(&i));
         }
         if self.dir_exists(&rel).await? {
-            let attr = known.filter(|k| k.kind == Kind::Dir).map(|k| k.attr).unwrap_or_else(Attr::empty);
+            let attr = match known.filter(|k| k.kind == Kind::Dir) {
+                Some(k) => k.attr,
+                None => self.dir_attr(&rel).await?,
+            };
             let i = self.inodes.lock().expect("inode lock").upsert(
                 parent,
                 name,
@@ -424,8 +427,9 @@ impl Fs {
         }
     }
 
-    /// Creates a directory (a marker object keeps it while empty).
-    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<FileAttrs> {
+    /// Creates a directory owned by `uid`/`gid`; its marker object keeps it while empty and
+    /// carries its mode, owner and time.
+    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
         self.writable()?;
         check_name(name)?;
         let dir = self.inode(parent)?;
@@ -436,12 +440,49 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
-        self.metrics.store_request("put");
-        self.bucket.store.put(&self.key(&join(&rel, DIR_MARKER)), object_store::PutPayload::new()).await?;
-        let attr = Attr { perm: Some((mode & 0o7777) as u16), ..Attr::empty() };
+        let (gid, setgid) = self.inherited_group(&dir, gid);
+        let perm = (mode & 0o7777) as u16 | if setgid { 0o2000 } else { 0 };
+        let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        self.put_dir_marker(&rel, &attr).await?;
         let i =
             self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::Dir, attr, Some(Instant::now()), true);
         Ok(self.attrs_of(&i))
+    }
+
+    /// The group of a new entry of directory `dir` made by a caller whose group is `gid`, and
+    /// whether a new subdirectory is set-group-ID: in a set-group-ID directory, the directory's
+    /// group and bit (POSIX, as the kernel does on local filesystems).
+    pub(crate) fn inherited_group(&self, dir: &Inode, gid: u32) -> (u32, bool) {
+        let a = self.attrs_of(dir);
+        if a.perm & 0o2000 != 0 { (a.gid, true) } else { (gid, false) }
+    }
+
+    /// Writes the marker object of directory `rel`: no data, the directory's mode, owner and
+    /// modification time as its metadata (so they outlive the kernel's cache and the mount).
+    pub(crate) async fn put_dir_marker(&self, rel: &str, attr: &Attr) -> Result<()> {
+        let t = attr.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let meta = FileMeta {
+            mode: Some(S_IFDIR | u32::from(attr.perm.unwrap_or(self.cfg.dir_mode))),
+            uid: attr.uid,
+            gid: attr.gid,
+            mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
+        };
+        let obj =
+            shrinkfs_codec::encode_all_with(&self.cfg.encode, &[], &meta).map_err(|e| Error::Invalid(e.to_string()))?;
+        self.metrics.store_request("put");
+        self.bucket.store.put(&self.key(&join(rel, DIR_MARKER)), obj.into()).await?;
+        Ok(())
+    }
+
+    /// The recorded attributes of directory `rel`: its marker's metadata; the mount's defaults
+    /// when it has none (no marker, an empty one from an older version or another tool, or one
+    /// that cannot be read with this mount's key).
+    async fn dir_attr(&self, rel: &str) -> Result<Attr> {
+        match self.stat_attrs(&self.key(&join(rel, DIR_MARKER))).await {
+            Ok(Some((_, a))) => Ok(Attr { size: 0, stored: 0, etag: None, codec: String::new(), ..a }),
+            Ok(None) | Err(Error::Codec { .. }) => Ok(Attr::empty()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn lookup_exists(&self, parent: u64, name: &str) -> Result<bool> {
@@ -542,6 +583,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
+        let (gid, _) = self.inherited_group(&dir, gid);
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let meta = FileMeta {
             mode: Some(S_IFLNK | 0o777),
@@ -557,6 +599,24 @@ impl Fs {
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::Symlink, attr, None, true);
         Ok(self.attrs_of(&i))
+    }
+
+    /// Writes symbolic link `i` again with the owner and time of `attr` (`lchown`, `utimensat`
+    /// on the link itself): they live in its object.
+    pub(crate) async fn rewrite_symlink(&self, i: &Inode, attr: &Attr) -> Result<()> {
+        let target = self.readlink(i.ino).await?;
+        let t = attr.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let meta = FileMeta {
+            mode: Some(S_IFLNK | 0o777),
+            uid: attr.uid,
+            gid: attr.gid,
+            mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
+        };
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, &target, &meta)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        self.metrics.store_request("put");
+        self.bucket.store.put(&self.key(&i.path), obj.into()).await?;
+        Ok(())
     }
 
     /// The target of a symbolic link.
@@ -632,7 +692,8 @@ impl Fs {
                 self.bucket.store.copy(&o.location, &self.key(&join(&to, tail))).await?;
             }
             if objects.is_empty() {
-                self.bucket.store.put(&self.key(&join(&to, DIR_MARKER)), object_store::PutPayload::new()).await?;
+                let attr = self.inodes.lock().expect("inode lock").child(parent, name).map(|d| d.attr.clone());
+                self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
             }
             for o in &objects {
                 self.metrics.store_request("delete");

@@ -145,12 +145,12 @@ async fn random_offsets_appends_and_truncates_are_staged_and_reencoded() {
 async fn directories_renames_unlinks_and_symlinks() {
     let store = Arc::new(InMemory::new());
     let fs = fs_on(&store, small_frames());
-    let d = fs.mkdir(ROOT, "d", 0o750).await.unwrap();
-    assert!(matches!(fs.mkdir(ROOT, "d", 0o750).await, Err(Error::Exists)));
+    let d = fs.mkdir(ROOT, "d", 0o750, 0, 0).await.unwrap();
+    assert!(matches!(fs.mkdir(ROOT, "d", 0o750, 0, 0).await, Err(Error::Exists)));
     let f = write_file(&fs, d.ino, "f.txt", b"inside", 4).await;
     assert!(matches!(fs.rmdir(ROOT, "d").await, Err(Error::NotEmpty)));
     // An empty directory survives a remount through its marker.
-    fs.mkdir(d.ino, "empty", 0o755).await.unwrap();
+    fs.mkdir(d.ino, "empty", 0o755, 0, 0).await.unwrap();
     let fs2 = fs_on(&store, small_frames());
     let d2 = fs2.lookup(ROOT, "d").await.unwrap();
     let dh = fs2.opendir(d2.ino).await.unwrap();
@@ -280,7 +280,7 @@ async fn read_only_mounts_refuse_changes_and_unlinked_open_files_are_not_resurre
     ro.read_only = true;
     let fs = fs_on(&store, ro);
     assert!(matches!(fs.create(ROOT, "x", 0o644, 0, 0).await, Err(Error::ReadOnly)));
-    assert!(matches!(fs.mkdir(ROOT, "x", 0o755).await, Err(Error::ReadOnly)));
+    assert!(matches!(fs.mkdir(ROOT, "x", 0o755, 0, 0).await, Err(Error::ReadOnly)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -551,7 +551,7 @@ async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
 async fn a_listing_of_objects_this_mount_knows_needs_no_request_per_file() {
     let store = Arc::new(InMemory::new());
     let fs = fs_on(&store, FsConfig { metadata_ttl: std::time::Duration::from_secs(60), ..small_frames() });
-    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap();
     for k in 0..20 {
         write_file(&fs, d.ino, &format!("f{k}"), &text(5000 + k), 4096).await;
     }

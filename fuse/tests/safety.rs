@@ -223,17 +223,17 @@ async fn an_unlinked_open_file_keeps_its_bytes_for_its_handles() {
 async fn directories_holding_empty_subdirectories_are_not_empty() {
     let store = Arc::new(InMemory::new());
     let (fs, _) = faulty(&store, config(64 << 10));
-    let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap();
-    fs.mkdir(a.ino, "b", 0o755).await.unwrap();
+    let a = fs.mkdir(ROOT, "a", 0o755, 0, 0).await.unwrap();
+    fs.mkdir(a.ino, "b", 0o755, 0, 0).await.unwrap();
     assert_eq!(fs.rmdir(ROOT, "a").await.unwrap_err().errno(), libc::ENOTEMPTY);
     assert!(fs.lookup(a.ino, "b").await.is_ok(), "a/b is still there");
     // Renaming a directory onto one that holds only an empty subdirectory: ENOTEMPTY, no merge.
-    let s1 = fs.mkdir(ROOT, "s1", 0o755).await.unwrap();
+    let s1 = fs.mkdir(ROOT, "s1", 0o755, 0, 0).await.unwrap();
     let (_, fh) = fs.create(s1.ino, "f", 0o644, 0, 0).await.unwrap();
     fs.write(fh, 0, b"hi\n").await.unwrap();
     fs.release(fh).await.unwrap();
-    let t1 = fs.mkdir(ROOT, "t1", 0o755).await.unwrap();
-    fs.mkdir(t1.ino, "sub", 0o755).await.unwrap();
+    let t1 = fs.mkdir(ROOT, "t1", 0o755, 0, 0).await.unwrap();
+    fs.mkdir(t1.ino, "sub", 0o755, 0, 0).await.unwrap();
     assert_eq!(fs.rename(ROOT, "s1", ROOT, "t1", false).await.unwrap_err().errno(), libc::ENOTEMPTY);
     assert!(matches!(fs.lookup(t1.ino, "f").await, Err(Error::NotFound)), "nothing merged");
     // An empty directory still goes.
@@ -292,7 +292,7 @@ async fn unmounting_on_a_signal_never_publishes_a_file_still_being_written() {
 async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
     let store = Arc::new(InMemory::new());
     let (fs, _) = faulty(&store, config(64 << 10));
-    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap();
     let bytes = data(200 << 10, 4);
     let (a, fh) = fs.create(d.ino, "f", 0o644, 0, 0).await.unwrap();
     write_all(&fs, fh, 0, &bytes).await;

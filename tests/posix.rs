@@ -1,0 +1,123 @@
+//! POSIX metadata through a real mount: owners, modes and times of directories and symbolic
+//! links outlive the kernel's cache and the mount; new entries in a set-group-ID directory take
+//! its group.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::{mount, mount_unavailable};
+
+macro_rules! require_root_fuse {
+    () => {
+        if let Some(why) = mount_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root (chown to other users)");
+            return;
+        }
+    };
+}
+
+fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn lchown(p: &Path, uid: u32, gid: u32) {
+    // SAFETY: a valid path string.
+    assert_eq!(unsafe { libc::lchown(c(p).as_ptr(), uid, gid) }, 0, "lchown {}", std::io::Error::last_os_error());
+}
+
+/// Sets the modification time of `p` itself (not what a link points to).
+fn set_mtime_nofollow(p: &Path, secs: i64) {
+    let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, libc::timespec { tv_sec: secs, tv_nsec: 0 }];
+    // SAFETY: a valid path string and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c(p).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    assert_eq!(rc, 0, "utimensat {}", std::io::Error::last_os_error());
+}
+
+/// Makes the kernel forget its cached inodes and dentries (they come back through lookups).
+fn drop_kernel_caches() {
+    let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+}
+
+/// (mode, uid, gid, mtime) of `p` itself.
+fn meta(p: &Path) -> (u32, u32, u32, i64) {
+    let m = fs::symlink_metadata(p).unwrap();
+    (m.mode(), m.uid(), m.gid(), m.mtime())
+}
+
+#[test]
+fn directory_and_symlink_metadata_outlive_the_kernel_cache_and_a_remount() {
+    require_root_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    let (private, shared, link) = (mnt.join("private"), mnt.join("shared"), mnt.join("link"));
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&private, Some(65534), Some(65534)).unwrap();
+    set_mtime_nofollow(&private, 1_000_000_000);
+    fs::create_dir(&shared).unwrap();
+    fs::write(shared.join("f"), b"x").unwrap();
+    std::os::unix::fs::symlink("shared/f", &link).unwrap();
+    lchown(&link, 65534, 100);
+    set_mtime_nofollow(&link, 1_100_000_000);
+    let want_private = (libc::S_IFDIR | 0o700, 65534, 65534, 1_000_000_000);
+    let want_link = (libc::S_IFLNK | 0o777, 65534, 100, 1_100_000_000);
+    assert_eq!(meta(&private), want_private);
+    assert_eq!(meta(&link), want_link);
+    // The kernel forgets the inodes; lookups bring them back from the bucket.
+    drop_kernel_caches();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(meta(&private), want_private, "after the kernel forgot the directory");
+    assert_eq!(meta(&link), want_link, "after the kernel forgot the link");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    assert_eq!(meta(&private), want_private, "after a remount");
+    assert_eq!(meta(&link), want_link, "after a remount");
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new("shared/f"));
+    assert_eq!(fs::read(&link).unwrap(), b"x");
+    // A renamed directory keeps them too.
+    fs::rename(&private, mnt.join("moved")).unwrap();
+    assert_eq!(meta(&mnt.join("moved")), want_private, "after a rename");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    assert_eq!(meta(&mnt.join("moved")), want_private, "renamed, after a remount");
+    m.unmount();
+}
+
+#[test]
+fn entries_of_a_set_group_id_directory_take_its_group_and_subdirectories_its_bit() {
+    require_root_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    let team = mnt.join("team");
+    fs::create_dir(&team).unwrap();
+    std::os::unix::fs::chown(&team, None, Some(4242)).unwrap();
+    fs::set_permissions(&team, fs::Permissions::from_mode(0o2775)).unwrap();
+    fs::write(team.join("file"), b"x").unwrap();
+    fs::create_dir(team.join("sub")).unwrap();
+    std::os::unix::fs::symlink("file", team.join("link")).unwrap();
+    let check = |when: &str| {
+        assert_eq!(fs::metadata(team.join("file")).unwrap().gid(), 4242, "file, {when}");
+        let sub = fs::metadata(team.join("sub")).unwrap();
+        assert_eq!((sub.gid(), sub.mode() & 0o2000), (4242, 0o2000), "subdirectory, {when}");
+        assert_eq!(fs::symlink_metadata(team.join("link")).unwrap().gid(), 4242, "link, {when}");
+    };
+    check("just made");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    check("after a remount");
+    m.unmount();
+}
