@@ -152,7 +152,11 @@ fn source(r: &mut ChaCha8Rng, out: &mut Vec<u8>, size: usize) {
                         if w.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b.is_ascii_digit()) {
                             joined.to_ascii_uppercase()
                         } else if w.as_bytes()[0].is_ascii_uppercase() {
-                            joined.split('_').map(|p| p[..1].to_ascii_uppercase() + &p[1..]).collect()
+                            joined
+                                .split('_')
+                                .filter(|p| !p.is_empty())
+                                .map(|p| p[..1].to_ascii_uppercase() + &p[1..])
+                                .collect()
                         } else {
                             joined
                         }

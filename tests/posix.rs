@@ -121,3 +121,57 @@ fn entries_of_a_set_group_id_directory_take_its_group_and_subdirectories_its_bit
     check("after a remount");
     m.unmount();
 }
+
+fn mknod(p: &Path, mode: u32, dev: libc::dev_t) {
+    // SAFETY: a valid path string.
+    let rc = unsafe { libc::mknod(c(p).as_ptr(), mode, dev) };
+    assert_eq!(rc, 0, "mknod {}: {}", p.display(), std::io::Error::last_os_error());
+}
+
+#[test]
+fn fifos_sockets_and_device_nodes_are_made_work_and_survive_a_remount() {
+    require_root_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    mknod(&mnt.join("fifo"), libc::S_IFIFO | 0o640, 0);
+    mknod(&mnt.join("char"), libc::S_IFCHR | 0o600, libc::makedev(1, 7));
+    mknod(&mnt.join("block"), libc::S_IFBLK | 0o640, libc::makedev(8, 3));
+    let sock = std::os::unix::net::UnixListener::bind(mnt.join("sock")).unwrap();
+    drop(sock);
+    std::os::unix::fs::chown(mnt.join("char"), Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(mnt.join("fifo"), fs::Permissions::from_mode(0o600)).unwrap();
+    // The FIFO works as one (the kernel runs it: the mount keeps only its name and metadata).
+    let fifo = mnt.join("fifo");
+    let writer = std::thread::spawn(move || fs::write(fifo, b"through the pipe").unwrap());
+    assert_eq!(fs::read(mnt.join("fifo")).unwrap(), b"through the pipe");
+    writer.join().unwrap();
+    let want = |p: &str| {
+        let m = fs::symlink_metadata(mnt.join(p)).unwrap();
+        (m.mode(), m.uid(), m.gid(), m.rdev())
+    };
+    let expected = [
+        ("fifo", (libc::S_IFIFO | 0o600, 0, 0, 0)),
+        ("char", (libc::S_IFCHR | 0o600, 65534, 65534, libc::makedev(1, 7))),
+        ("block", (libc::S_IFBLK | 0o640, 0, 0, libc::makedev(8, 3))),
+    ];
+    for (name, w) in expected {
+        assert_eq!(want(name), w, "{name}");
+    }
+    assert_eq!(fs::symlink_metadata(mnt.join("sock")).unwrap().mode() & libc::S_IFMT, libc::S_IFSOCK);
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    for (name, w) in expected {
+        assert_eq!(want(name), w, "{name}, after a remount");
+    }
+    assert_eq!(fs::symlink_metadata(mnt.join("sock")).unwrap().mode() & libc::S_IFMT, libc::S_IFSOCK);
+    // They rename and unlink like files.
+    fs::rename(mnt.join("char"), mnt.join("char2")).unwrap();
+    assert_eq!(want("char2"), (libc::S_IFCHR | 0o600, 65534, 65534, libc::makedev(1, 7)));
+    for n in ["fifo", "char2", "block", "sock"] {
+        fs::remove_file(mnt.join(n)).unwrap();
+    }
+    assert_eq!(fs::read_dir(&mnt).unwrap().count(), 0);
+    m.unmount();
+}

@@ -343,6 +343,14 @@ pub const S_IFLNK: u32 = 0o120000;
 pub const S_IFREG: u32 = 0o100000;
 /// `st_mode` file type of a directory (a directory's marker object, whose data is empty).
 pub const S_IFDIR: u32 = 0o040000;
+/// `st_mode` file type of a FIFO (named pipe); its data is empty.
+pub const S_IFIFO: u32 = 0o010000;
+/// `st_mode` file type of a Unix socket; its data is empty.
+pub const S_IFSOCK: u32 = 0o140000;
+/// `st_mode` file type of a character device; its data is the device number (8 bytes, LE).
+pub const S_IFCHR: u32 = 0o020000;
+/// `st_mode` file type of a block device; its data is the device number (8 bytes, LE).
+pub const S_IFBLK: u32 = 0o060000;
 /// Mask of the file type bits.
 pub const S_IFMT: u32 = 0o170000;
 

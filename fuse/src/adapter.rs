@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::fs::{FileAttrs, Fs};
 use crate::inode::Kind;
+use shrinkfs_codec::format::{S_IFCHR, S_IFIFO, S_IFSOCK};
 
 /// Serves a `Fs` to the kernel.
 pub struct FuseAdapter {
@@ -34,6 +35,12 @@ fn kind(k: Kind) -> FileType {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
+        Kind::Special(t) => match t {
+            S_IFIFO => FileType::NamedPipe,
+            S_IFSOCK => FileType::Socket,
+            S_IFCHR => FileType::CharDevice,
+            _ => FileType::BlockDevice,
+        },
     }
 }
 
@@ -51,7 +58,7 @@ fn attr(a: &FileAttrs) -> FileAttr {
         nlink: if a.kind == Kind::Dir { 2 } else { 1 },
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 128 * 1024,
         flags: 0,
     }
@@ -251,18 +258,12 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::from_i32(libc::EPERM));
     }
 
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _n: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        self.fs.metrics().op("mknod", true);
-        reply.error(Errno::from_i32(libc::EPERM));
+    fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let r = self.run_at("mknod", parent.0, Some(n), async {
+            self.fs.mknod(parent.0, name(n)?, mode & !umask, rdev, uid, gid).await
+        });
+        self.entry(reply, r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

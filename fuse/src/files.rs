@@ -605,7 +605,7 @@ impl Fs {
             };
             match i.kind {
                 Kind::Dir if i.parent != 0 => self.put_dir_marker(&i.path, &attr).await?,
-                Kind::Symlink => self.rewrite_symlink(&i, &attr).await?,
+                Kind::Symlink | Kind::Special(_) => self.rewrite_node(&i, &attr).await?,
                 _ => {}
             }
             let i = self.inode(ino)?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use shrinkfs_codec::format::{S_IFDIR, S_IFLNK, S_IFMT};
+use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 use shrinkfs_codec::{EncodeConfig, FileMeta};
 
 use crate::budget::Budget;
@@ -88,7 +88,7 @@ impl Default for FsConfig {
 pub struct FileAttrs {
     /// Inode number.
     pub ino: u64,
-    /// File, directory or symlink.
+    /// File, directory, symlink or special node.
     pub kind: Kind,
     /// Logical size.
     pub size: u64,
@@ -102,6 +102,8 @@ pub struct FileAttrs {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// Device number of a device node.
+    pub rdev: u32,
 }
 
 /// One directory entry.
@@ -253,7 +255,7 @@ impl Fs {
         let perm = match i.kind {
             Kind::Dir => i.attr.perm.unwrap_or(self.cfg.dir_mode),
             Kind::Symlink => 0o777,
-            Kind::File => i.attr.perm.unwrap_or(self.cfg.file_mode),
+            Kind::File | Kind::Special(_) => i.attr.perm.unwrap_or(self.cfg.file_mode),
         };
         FileAttrs {
             ino: i.ino,
@@ -264,12 +266,17 @@ impl Fs {
             perm,
             uid: i.attr.uid.unwrap_or(self.cfg.uid),
             gid: i.attr.gid.unwrap_or(self.cfg.gid),
+            rdev: i.attr.rdev,
         }
     }
 
     pub(crate) fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
         let meta = info.meta();
-        let kind = if meta.is_symlink() { Kind::Symlink } else { Kind::File };
+        let kind = match meta.mode.map(|m| m & S_IFMT) {
+            Some(S_IFLNK) => Kind::Symlink,
+            Some(t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK)) => Kind::Special(t),
+            _ => Kind::File,
+        };
         let attr = Attr {
             size: info.size(),
             stored: info.stored,
@@ -279,6 +286,7 @@ impl Fs {
             gid: meta.gid,
             etag: Some(info.id.etag.to_string()),
             codec: info.codec_summary(),
+            rdev: 0,
         };
         (kind, attr)
     }
@@ -292,7 +300,15 @@ impl Fs {
     /// reading it fails.
     pub(crate) async fn stat_attrs(&self, key: &Path) -> Result<Option<(Kind, Attr)>> {
         match self.reader.stat(key).await {
-            Ok(Some(info)) => Ok(Some(Self::attr_from_object(&info))),
+            Ok(Some(info)) => {
+                let (kind, mut attr) = Self::attr_from_object(&info);
+                if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
+                    // A device's number is its object's data.
+                    let data = self.reader.read_all(&info).await?;
+                    attr.rdev = <[u8; 8]>::try_from(data.as_slice()).map_or(0, |b| u64::from_le_bytes(b) as u32);
+                }
+                Ok(Some((kind, attr)))
+            }
             Ok(None) => Ok(None),
             // Without the right key an object is not ours to show, whatever its state.
             Err(
@@ -397,6 +413,10 @@ impl Fs {
             while let Some((name, res)) = stats.next().await {
                 if let Ok(Some(info)) = res {
                     let (kind, attr) = Self::attr_from_object(&info);
+                    if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
+                        // A device's number is in its data: its own lookup reads it.
+                        continue;
+                    }
                     inodes.lock().expect("inode lock").upsert(dir, &name, kind, attr, Some(Instant::now()), false);
                 }
             }
@@ -601,22 +621,66 @@ impl Fs {
         Ok(self.attrs_of(&i))
     }
 
-    /// Writes symbolic link `i` again with the owner and time of `attr` (`lchown`, `utimensat`
-    /// on the link itself): they live in its object.
-    pub(crate) async fn rewrite_symlink(&self, i: &Inode, attr: &Attr) -> Result<()> {
-        let target = self.readlink(i.ino).await?;
+    /// Writes symbolic link or special node `i` again with the mode, owner and time of `attr`
+    /// (`chmod`, `lchown`, `utimensat` on the node itself): they live in its small object.
+    pub(crate) async fn rewrite_node(&self, i: &Inode, attr: &Attr) -> Result<()> {
+        // The data (a link's target, a device's number) is kept as stored.
+        let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
+        let data = self.reader.read_all(&info).await?;
+        let mode = match i.kind {
+            Kind::Symlink => S_IFLNK | 0o777,
+            Kind::Special(t) => t | u32::from(attr.perm.unwrap_or(self.cfg.file_mode)),
+            _ => return Err(Error::Invalid("not a link or special file".into())),
+        };
+        self.put_small(&i.path, mode, attr, &data).await
+    }
+
+    /// Writes the small object of a symbolic link or special node: `data` with metadata `mode`
+    /// and the owner and time of `attr`.
+    async fn put_small(&self, rel: &str, mode: u32, attr: &Attr, data: &[u8]) -> Result<()> {
         let t = attr.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let meta = FileMeta {
-            mode: Some(S_IFLNK | 0o777),
+            mode: Some(mode),
             uid: attr.uid,
             gid: attr.gid,
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
         };
-        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, &target, &meta)
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, data, &meta)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         self.metrics.store_request("put");
-        self.bucket.store.put(&self.key(&i.path), obj.into()).await?;
+        self.metrics.object_written(data.len() as u64, obj.len() as u64);
+        self.bucket.store.put(&self.key(rel), obj.into()).await?;
         Ok(())
+    }
+
+    /// Makes a FIFO, socket, device node or empty regular file (`mknod`, `mkfifo`, `bind`).
+    pub async fn mknod(&self, parent: u64, name: &str, mode: u32, rdev: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let kind = match mode & S_IFMT {
+            t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK) => Kind::Special(t),
+            S_IFREG | 0 => Kind::File,
+            _ => return Err(Error::Invalid("mknod of this file type".into())),
+        };
+        if self.lookup_exists(parent, name).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        let (gid, _) = self.inherited_group(&dir, gid);
+        let rdev = if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) { rdev } else { 0 };
+        let perm = (mode & 0o7777) as u16;
+        let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), rdev, ..Attr::empty() };
+        let (type_bits, data) = match kind {
+            Kind::Special(t) => (t, node_data(t, rdev)),
+            _ => (S_IFREG, Vec::new()),
+        };
+        self.put_small(&rel, type_bits | u32::from(perm), &attr, &data).await?;
+        let i = self.inodes.lock().expect("inode lock").upsert(parent, name, kind, attr, None, true);
+        Ok(self.attrs_of(&i))
     }
 
     /// The target of a symbolic link.
@@ -784,4 +848,10 @@ impl Fs {
         }
         Ok(b"user.shrinkfs.codec\0user.shrinkfs.stored_size\0user.shrinkfs.ratio\0user.shrinkfs.format\0".to_vec())
     }
+}
+
+/// The data of a special node's object: a device's number (8 bytes, little-endian), nothing for
+/// a FIFO or socket.
+fn node_data(type_bits: u32, rdev: u32) -> Vec<u8> {
+    if matches!(type_bits, S_IFCHR | S_IFBLK) { u64::from(rdev).to_le_bytes().to_vec() } else { Vec::new() }
 }

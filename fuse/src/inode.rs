@@ -16,6 +16,9 @@ pub enum Kind {
     Dir,
     /// A symbolic link (an object whose data is the target).
     Symlink,
+    /// A FIFO, socket or device node (an object whose metadata holds the type, given here as
+    /// its `S_IFMT` bits, and whose data is the device number of a device).
+    Special(u32),
 }
 
 /// Cached attributes of an inode.
@@ -37,6 +40,8 @@ pub struct Attr {
     pub etag: Option<String>,
     /// Codec summary for `user.shrinkfs.codec` ("zstd", "zstd+none", "plain").
     pub codec: String,
+    /// Device number of a device node (0 otherwise).
+    pub rdev: u32,
 }
 
 impl Attr {
@@ -51,6 +56,7 @@ impl Attr {
             gid: None,
             etag: None,
             codec: String::new(),
+            rdev: 0,
         }
     }
 }

@@ -183,7 +183,11 @@ impl Fs {
                     t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
                 }
                 // Symlinks list as files until looked up; keep what a lookup learned.
-                (None, Some(i)) if i.kind == kind || i.kind == Kind::Symlink && kind == Kind::File => i.clone(),
+                (None, Some(i))
+                    if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
+                {
+                    i.clone()
+                }
                 _ => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
             };
             if i.kind != Kind::Dir && i.fetched.is_none() {
