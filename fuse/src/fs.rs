@@ -27,6 +27,10 @@ pub const PREFETCH_CONCURRENCY: usize = 32;
 /// Name of the object that keeps an empty directory in existence. Hidden from listings.
 pub const DIR_MARKER: &str = ".shrinkfs.dir";
 
+/// Longest object key, in bytes (S3's limit; kept on every store so a bucket can move between
+/// them).
+pub const MAX_KEY_LEN: usize = 1024;
+
 /// How the filesystem behaves; every field has a default a user would expect.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -246,6 +250,13 @@ impl Fs {
         self.bucket.key(rel)
     }
 
+    /// Refuses a path whose object key (prefix included) would be longer than S3 allows, or
+    /// whose marker key would be, with `ENAMETOOLONG`: such a name can neither exist nor be made.
+    pub(crate) fn check_key_len(&self, rel: &str) -> Result<()> {
+        let len = self.key(rel).as_ref().len() + 1 + DIR_MARKER.len();
+        if len > MAX_KEY_LEN { Err(Error::BadName) } else { Ok(()) }
+    }
+
     pub(crate) fn writable(&self) -> Result<()> {
         if self.cfg.read_only { Err(Error::ReadOnly) } else { Ok(()) }
     }
@@ -365,6 +376,7 @@ impl Fs {
             return Ok(self.attrs_of(&i));
         }
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         self.prefetch_listed(parent, &dir.path);
         if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel)).await? {
             let i =
@@ -460,6 +472,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         let (gid, setgid) = self.inherited_group(&dir, gid);
         let perm = (mode & 0o7777) as u16 | if setgid { 0o2000 } else { 0 };
         let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
@@ -522,6 +535,7 @@ impl Fs {
         check_name(name)?;
         let dir = self.inode(parent)?;
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         if self.stat_attrs(&self.key(&rel)).await?.is_some() {
             return Err(Error::NotDir);
         }
@@ -560,6 +574,7 @@ impl Fs {
         check_name(name)?;
         let dir = self.inode(parent)?;
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         let known = self.inodes.lock().expect("inode lock").child(parent, name).cloned();
         if known.as_ref().is_some_and(|k| k.kind == Kind::Dir) {
             return Err(Error::IsDir);
@@ -603,6 +618,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         let (gid, _) = self.inherited_group(&dir, gid);
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let meta = FileMeta {
@@ -670,6 +686,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
+        self.check_key_len(&rel)?;
         let (gid, _) = self.inherited_group(&dir, gid);
         let rdev = if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) { rdev } else { 0 };
         let perm = (mode & 0o7777) as u16;
@@ -735,6 +752,7 @@ impl Fs {
         }
         let from = join(&src_dir.path, name);
         let to = join(&dst_dir.path, new_name);
+        self.check_key_len(&to)?;
         let moved: Vec<u64>;
         if src_attr.kind == Kind::Dir {
             if to == from || to.starts_with(&format!("{from}/")) {
