@@ -97,6 +97,10 @@ impl FuseAdapter {
         let span = tracing::debug_span!("fuse", op, ino);
         let res = self.rt.block_on(f.instrument(span));
         self.fs.metrics().op(op, res.is_err());
+        if res.is_ok() && matches!(op, "create" | "mkdir" | "mknod" | "symlink" | "unlink" | "rmdir" | "rename") {
+            // An entry of directory `ino` was added, removed or renamed.
+            self.fs.entries_changed(ino);
+        }
         if let Err(e) = &res {
             self.fs.log_error(e, op, ino, name.map(|n| n.to_string_lossy()).as_deref());
         }
@@ -250,6 +254,9 @@ impl Filesystem for FuseAdapter {
             let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
             self.fs.rename(parent.0, name(n)?, newparent.0, name(newname)?, no_replace).await
         });
+        if r.is_ok() {
+            self.fs.entries_changed(newparent.0);
+        }
         Self::empty(reply, r);
     }
 

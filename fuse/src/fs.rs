@@ -190,6 +190,14 @@ impl Fs {
         }
     }
 
+    /// Directory `dir` gained, lost or renamed an entry: its modification time is now (in this
+    /// mount's memory; docs/SEMANTICS.md says what persists).
+    pub fn entries_changed(&self, dir: u64) {
+        if let Some(d) = self.inodes.lock().expect("inode lock").get_mut(dir) {
+            d.attr.mtime = SystemTime::now();
+        }
+    }
+
     /// Logs `e` from operation `op` on inode `ino` (or on its entry `name`), naming the path
     /// from the mount root and the object key.
     pub fn log_error(&self, e: &Error, op: &'static str, ino: u64, name: Option<&str>) {
