@@ -16,6 +16,7 @@ pub mod mount;
 pub mod pack;
 pub mod range;
 pub mod remote;
+pub mod settings;
 pub mod signals;
 pub mod size;
 pub mod values;
