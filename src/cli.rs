@@ -62,6 +62,9 @@ pub enum Command {
     /// Measure things.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the man pages and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    PackageFiles(crate::manual::PackageFilesArgs),
 }
 
 /// `shrinkfs bench ...`.
