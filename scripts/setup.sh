@@ -7,6 +7,9 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip python3-venv)
+# scripts/package.sh: dpkg-shlibdeps and strip.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need_apt+=(dpkg-dev)
+command -v strip >/dev/null 2>&1 || need_apt+=(binutils)
 if [ "${1:-}" = "--test" ]; then
   command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
   command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
@@ -14,6 +17,8 @@ if [ "${1:-}" = "--test" ]; then
   # The unit files are checked with systemd-analyze verify; fstab tests run mount(8).
   command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
   command -v mount >/dev/null 2>&1 || need_apt+=(mount)
+  # The package test installs the .deb into a clean Debian 12 chroot made by mmdebstrap.
+  command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -31,6 +31,11 @@ pub struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Settings file (TOML: a section per subcommand, keys are long flag names; see FILES in
+    /// shrinkfs(1)). Default: $SHRINKFS_CONFIG, else /etc/shrinkfs/config.toml if it exists; an
+    /// empty FILE reads none.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -57,6 +62,9 @@ pub enum Command {
     /// Measure things.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the man pages and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    PackageFiles(crate::manual::PackageFilesArgs),
 }
 
 /// `shrinkfs bench ...`.

@@ -12,10 +12,12 @@ pub mod fstab;
 pub mod inspect;
 pub mod keycheck;
 pub mod logging;
+pub mod manual;
 pub mod mount;
 pub mod pack;
 pub mod range;
 pub mod remote;
+pub mod settings;
 pub mod signals;
 pub mod size;
 pub mod values;
@@ -107,6 +109,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Cleanup(a) => mount::run_cleanup(a),
+        Command::PackageFiles(a) => manual::write_package_files(&a.dir),
         Command::Corpus(a) => {
             let size = usize::try_from(a.size).context("size too large for this machine")?;
             let data = corpus::generate(a.kind, size, a.seed);

@@ -1,7 +1,5 @@
 //! The `shrinkfs` command: parse arguments, run, print one error chain and exit with its code.
 
-use clap::Parser;
-
 fn main() {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.first().is_some_and(|a| shrinkfs::fstab::is_helper(a)) {
@@ -16,7 +14,8 @@ fn main() {
             }
         }
     }
-    let cli = match shrinkfs::cli::Cli::try_parse_from(args) {
+    // Flags the command line leaves out come from SHRINKFS_* variables and the config file.
+    let cli = match shrinkfs::settings::parse_from(args) {
         Ok(cli) => cli,
         // --help, --version, and a bare `shrinkfs` or `shrinkfs bench`: clap prints the help.
         Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
