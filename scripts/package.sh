@@ -43,9 +43,12 @@ mkdir -p "$root/DEBIAN"
 
 install -D -m 755 "$binary" "$root/usr/bin/shrinkfs"
 strip --strip-unneeded "$root/usr/bin/shrinkfs"
-# mount(8) looks for helpers in /sbin; the binary acts as one when run by this name.
+# mount(8) looks for helpers in /sbin; the binary acts as one when run by these names:
+# mount.shrinkfs for entries of type shrinkfs, mount.fuse.shrinkfs for what /proc/mounts lists
+# as fuse.shrinkfs (`mount -o remount,ro DIR`; without it mount(8) would run fuse3's mount.fuse).
 mkdir -p "$root/sbin"
 ln -s /usr/bin/shrinkfs "$root/sbin/mount.shrinkfs"
+ln -s /usr/bin/shrinkfs "$root/sbin/mount.fuse.shrinkfs"
 
 run "$root/usr/bin/shrinkfs" package-files "$gen"
 for page in "$gen"/man/*; do

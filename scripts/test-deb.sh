@@ -65,7 +65,7 @@ for f in /usr/bin/shrinkfs /lib/systemd/system/shrinkfs-mount@.service /etc/shri
   [ -e "$root$f" ] || fail "$f is missing"
 done
 [ "$(readlink "$root/sbin/mount.shrinkfs")" = /usr/bin/shrinkfs ] || fail "/sbin/mount.shrinkfs is not a link to /usr/bin/shrinkfs"
-[ ! -e "$root/sbin/mount.fuse.shrinkfs" ] || fail "mount.fuse.shrinkfs is installed"
+[ "$(readlink "$root/sbin/mount.fuse.shrinkfs")" = /usr/bin/shrinkfs ] || fail "/sbin/mount.fuse.shrinkfs is not a link to /usr/bin/shrinkfs"
 in_root dpkg-query -W -f='${Conffiles}\n' shrinkfs | grep -q /etc/shrinkfs/config.toml || fail "config.toml is not a conffile"
 file_out=$(od -A n -t x1 -N 4 "$root/usr/bin/shrinkfs" | tr -d ' ')
 [ "$file_out" = 7f454c46 ] || fail "/usr/bin/shrinkfs is not an ELF file"
@@ -103,6 +103,9 @@ echo "/srv/bucket /mnt/fstab shrinkfs noexec,metadata-ttl=0,_netdev,nofail 0 0" 
 in_root mount /mnt/fstab || fail "mount /mnt/fstab (fstab)"
 grep " $root/mnt/fstab fuse.shrinkfs [^ ]*noexec" /proc/mounts >/dev/null || fail "the fstab mount is not a noexec fuse.shrinkfs mount"
 in_root cmp /mnt/fstab/README.md.gz /usr/share/doc/shrinkfs/README.md.gz || fail "read through the fstab mount"
+in_root mount -o remount,ro /mnt/fstab || fail "mount -o remount,ro /mnt/fstab"
+grep " $root/mnt/fstab fuse.shrinkfs ro,[^ ]*noexec" /proc/mounts >/dev/null || fail "not read-only (and noexec) after remount,ro"
+in_root sh -c 'echo x > /mnt/fstab/new' 2>/dev/null && fail "a write succeeded on the read-only remount"
 in_root umount /mnt/fstab || fail "umount /mnt/fstab"
 
 step "umount, then the bucket"
@@ -124,7 +127,7 @@ grep -q panicked "$root/var/log/shrinkfs.log" && fail "the mount's log has a pan
 
 step "dpkg --purge"
 in_root dpkg --purge shrinkfs >/dev/null
-for f in /usr/bin/shrinkfs /sbin/mount.shrinkfs /etc/shrinkfs/config.toml /lib/systemd/system/shrinkfs-mount@.service; do
+for f in /usr/bin/shrinkfs /sbin/mount.shrinkfs /sbin/mount.fuse.shrinkfs /etc/shrinkfs/config.toml /lib/systemd/system/shrinkfs-mount@.service; do
   [ ! -e "$root$f" ] && [ ! -L "$root$f" ] || fail "$f is left after purge"
 done
 step "ok"

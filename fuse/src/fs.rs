@@ -27,10 +27,6 @@ pub const PREFETCH_CONCURRENCY: usize = 32;
 /// Name of the object that keeps an empty directory in existence. Hidden from listings.
 pub const DIR_MARKER: &str = ".shrinkfs.dir";
 
-/// Longest object key, in bytes (S3's limit; kept on every store so a bucket can move between
-/// them).
-pub const MAX_KEY_LEN: usize = 1024;
-
 /// How the filesystem behaves; every field has a default a user would expect.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -258,11 +254,11 @@ impl Fs {
         self.bucket.key(rel)
     }
 
-    /// Refuses a path whose object key (prefix included) would be longer than S3 allows, or
-    /// whose marker key would be, with `ENAMETOOLONG`: such a name can neither exist nor be made.
+    /// Refuses a path whose object key (prefix included) would be longer than the store takes,
+    /// or whose marker key would be, with `ENAMETOOLONG`: such a name can neither exist nor be made.
     pub(crate) fn check_key_len(&self, rel: &str) -> Result<()> {
         let len = self.key(rel).as_ref().len() + 1 + DIR_MARKER.len();
-        if len > MAX_KEY_LEN { Err(Error::BadName) } else { Ok(()) }
+        if len > self.bucket.max_key_len { Err(Error::BadName) } else { Ok(()) }
     }
 
     pub(crate) fn writable(&self) -> Result<()> {

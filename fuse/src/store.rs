@@ -216,7 +216,13 @@ pub struct Bucket {
     /// they must carry what that API cannot (a storage class): they then start through `store`,
     /// and one a crash interrupts is left to the bucket's lifecycle rule, not to `cleanup`.
     pub tracks_uploads: bool,
+    /// Longest key the store takes, in bytes: S3's 1,024; for a local directory what the host's
+    /// `PATH_MAX` leaves after the directory's own path.
+    pub max_key_len: usize,
 }
+
+/// Longest S3 object key, in bytes.
+pub const S3_MAX_KEY_LEN: usize = 1024;
 
 /// Why a bucket could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +312,9 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
             let store = Arc::new(store);
             let mut bucket = Bucket::new(store.clone(), Path::default(), &dir.display().to_string());
             bucket.local = Some(store);
+            // A file's path is the directory's, a slash and the key, within PATH_MAX with its NUL.
+            let root = std::path::absolute(dir).map_or(dir.as_os_str().len(), |p| p.as_os_str().len());
+            bucket.max_key_len = (libc::PATH_MAX as usize).saturating_sub(root + 2);
             Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {
@@ -335,6 +344,7 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
                 local: None,
                 multipart: Some(s3_store),
                 tracks_uploads,
+                max_key_len: S3_MAX_KEY_LEN,
             })
         }
     }
@@ -413,6 +423,7 @@ impl Bucket {
             local: None,
             multipart: None,
             tracks_uploads: true,
+            max_key_len: S3_MAX_KEY_LEN,
         }
     }
 

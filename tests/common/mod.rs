@@ -48,7 +48,8 @@ pub fn mount(source: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> 
     let log = dir.with_extension("log");
     let mut cmd = Command::new(bin());
     cmd.arg("mount").arg(source).arg(dir).args(extra).args(["--metadata-ttl", "0"]);
-    cmd.envs(env.iter().copied()).env("RUST_LOG", "warn");
+    // No settings file of the host (an installed /etc/shrinkfs/config.toml) changes the tests.
+    cmd.env("SHRINKFS_CONFIG", "").envs(env.iter().copied()).env("RUST_LOG", "warn");
     cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
     let mut child = cmd.spawn().expect("start shrinkfs mount");
     let start = Instant::now();
