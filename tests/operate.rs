@@ -233,6 +233,7 @@ fn a_second_sigterm_ends_a_busy_mount_keeping_every_closed_file_and_the_previous
     assert!(m.log().contains("mount busy"), "the busy unmount is reported: {}", m.log());
     signal(m.pid(), libc::SIGTERM);
     assert!(m.wait_exit(20), "a second SIGTERM ends the process: {}", m.log());
+    assert_eq!(m.status.and_then(|s| s.code()), Some(1), "a forced stop exits 1, as documented");
     let _ = f.write_all(&new[8 << 20..]);
     drop(f);
     let _ = Command::new("umount").arg("-l").arg(&mnt).status();

@@ -40,6 +40,8 @@ pub struct Mounted {
     /// The mount point.
     pub dir: PathBuf,
     log: PathBuf,
+    /// How the process ended, once [`Mounted::wait_exit`] saw it end.
+    pub status: Option<std::process::ExitStatus>,
 }
 
 /// Mounts `source` at `dir` with extra arguments and environment.
@@ -60,7 +62,7 @@ pub fn mount(source: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> 
         assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear within 20 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Mounted { child: Some(child), dir: dir.to_path_buf(), log }
+    Mounted { child: Some(child), dir: dir.to_path_buf(), log, status: None }
 }
 
 impl Mounted {
@@ -82,9 +84,10 @@ impl Mounted {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(secs) {
             if let Some(c) = self.child.as_mut()
-                && c.try_wait().unwrap().is_some()
+                && let Some(status) = c.try_wait().unwrap()
             {
                 self.child = None;
+                self.status = Some(status);
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
