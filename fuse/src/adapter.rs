@@ -55,7 +55,7 @@ fn attr(a: &FileAttrs) -> FileAttr {
         crtime: a.mtime,
         kind: kind(a.kind),
         perm: a.perm,
-        nlink: if a.kind == Kind::Dir { 2 } else { 1 },
+        nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,

@@ -126,6 +126,9 @@ impl Fs {
         if let Some((s, ns)) = of.meta.mtime {
             a.mtime = UNIX_EPOCH + std::time::Duration::new(s.max(0) as u64, ns);
         }
+        if of.unlinked {
+            a.nlink = 0;
+        }
         Some(a)
     }
 

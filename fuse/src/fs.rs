@@ -104,6 +104,8 @@ pub struct FileAttrs {
     pub gid: u32,
     /// Device number of a device node.
     pub rdev: u32,
+    /// Links: 2 for a directory, 1 for anything else, 0 for a file unlinked while open.
+    pub nlink: u32,
 }
 
 /// One directory entry.
@@ -282,6 +284,7 @@ impl Fs {
             uid: i.attr.uid.unwrap_or(self.cfg.uid),
             gid: i.attr.gid.unwrap_or(self.cfg.gid),
             rdev: i.attr.rdev,
+            nlink: if i.kind == Kind::Dir { 2 } else { 1 },
         }
     }
 
