@@ -245,6 +245,12 @@ pub struct MountArgs {
     /// Threads serving kernel requests (1 to 1024).
     #[arg(long, default_value_t = 16, value_parser = values::int_in::<usize>(1, 1024))]
     pub threads: usize,
+    /// Let the kernel cache writes: write(2) returns once the bytes are in the page cache and
+    /// several reach the mount at once (faster single writers); close and fsync still return only
+    /// once the file is stored. The kernel then trusts its own size and times of an open file, so
+    /// use it only for a bucket no other mount or tool writes (docs/SEMANTICS.md).
+    #[arg(long)]
+    pub writeback_cache: bool,
     /// Serve Prometheus metrics over HTTP at this address, e.g. 127.0.0.1:9464.
     #[arg(long, value_parser = values::listen_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,

@@ -164,7 +164,8 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     // Option values first: a bad one is a usage error whatever the mount point.
     let cfg = fs_config(&a)?;
     let s3 = s3_options(&a)?;
-    let kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
+    let mut kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
+    kernel.writeback_cache = a.writeback_cache;
     let log = open_log(&a.log_file)?;
     let mut ready = if a.daemon { crate::daemon::daemonize()? } else { Readiness::default() };
     if let Some(f) = &log {

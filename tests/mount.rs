@@ -442,19 +442,64 @@ fn prometheus_metrics_count_what_the_mount_did() {
     let noise = shrinkfs::corpus::generate(shrinkfs::corpus::CorpusKind::Random, 20 << 20, 3);
     fs::write(mnt.join("noise"), &noise).unwrap();
     assert!(fs::read(bucket.join("noise")).unwrap().len() > 20 << 20);
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    let value = |name: &str| -> f64 {
-        body.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-    };
+    let body = scrape(&addr);
+    let value = |name: &str| metric(&body, name);
     assert!(value("shrinkfs_fuse_ops_total{kind=\"write\"}") >= 1.0, "{body}");
     assert_eq!(value("shrinkfs_logical_written_bytes_total"), (23 << 20) as f64, "{body}");
     assert!(value("shrinkfs_store_written_bytes_total") < (22 << 20) as f64, "{body}");
     assert!(value("shrinkfs_dispatch_cpu_frames_total") >= 3.0, "{body}");
     assert!(value("shrinkfs_store_requests_total{kind=\"put_in_place\"}") >= 1.0, "{body}");
     assert_eq!(value("shrinkfs_store_requests_total{kind=\"multipart_part\"}"), 0.0, "{body}");
+    m.unmount();
+}
+
+/// The body of the mount's metrics endpoint at `addr`.
+fn scrape(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The sum of the samples in `body` whose line starts with `name`.
+fn metric(body: &str, name: &str) -> f64 {
+    body.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+#[test]
+fn with_the_writeback_cache_small_writes_arrive_as_large_requests_and_every_operation_works() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    // The kernel asks for attributes again after the TTL, and forgets then that a file has no
+    // set-user-ID bit: with the default TTL that is once a second, not at every write.
+    let args = ["--writeback-cache", "--metrics-addr", &addr, "--gpu", "off", "--metadata-ttl", "1"];
+    let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
+    // 8 MiB in 4 KiB writes: the kernel gathers them, so far fewer requests reach the mount, and
+    // (FUSE_HANDLE_KILLPRIV_V2) no `security.capability` lookup precedes each write.
+    let data = text(8 << 20);
+    {
+        let mut f = fs::File::create(mnt.join("small-writes")).unwrap();
+        for piece in data.chunks(4096) {
+            f.write_all(piece).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    // Stored once fsync returned, before any close.
+    assert!(unpack(&bucket.join("small-writes")) == data);
+    let body = scrape(&addr);
+    let writes = metric(&body, "shrinkfs_fuse_ops_total{kind=\"write\"}");
+    assert!((1.0..=256.0).contains(&writes), "{writes} write requests for 2,048 writes of 4 KiB");
+    assert!(metric(&body, "shrinkfs_fuse_ops_total{kind=\"getxattr\"}") < 16.0, "{body}");
+    exercise(&mnt, &bucket);
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
+    verify_after_remount(&mnt);
+    assert!(fs::read(mnt.join("small-writes")).unwrap() == data);
     m.unmount();
 }
 

@@ -1,11 +1,12 @@
 //! POSIX metadata through a real mount: owners, modes and times of directories and symbolic
 //! links outlive the kernel's cache and the mount; new entries in a set-group-ID directory take
-//! its group.
+//! its group; set-user-ID and set-group-ID bits are cleared as the kernel would.
 
 mod common;
 
 use std::ffi::CString;
 use std::fs;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -173,5 +174,64 @@ fn fifos_sockets_and_device_nodes_are_made_work_and_survive_a_remount() {
         fs::remove_file(mnt.join(n)).unwrap();
     }
     assert_eq!(fs::read_dir(&mnt).unwrap().count(), 0);
+    m.unmount();
+}
+
+/// Runs `script` with `sh -c` as uid and gid 65534.
+fn as_nobody(script: &str) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script])
+        .output()
+        .expect("setpriv");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn set_user_and_group_id_bits_are_cleared_by_unprivileged_writes_and_truncates_and_by_chown() {
+    require_root_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
+    let made = |name: &str, mode: u32, owner: u32| {
+        let p = mnt.join(name);
+        fs::write(&p, b"data\n").unwrap();
+        std::os::unix::fs::chown(&p, Some(owner), Some(owner)).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, mode, "{name} as made");
+    };
+    let mode = |name: &str| fs::metadata(mnt.join(name)).unwrap().mode() & 0o7777;
+    made("written", 0o6775, 65534);
+    made("no-group-exec", 0o6764, 65534);
+    made("truncated", 0o4766, 65534);
+    made("opened-trunc", 0o4766, 65534);
+    made("chowned", 0o6755, 65534);
+    made("by-root", 0o6755, 65534);
+    let m_dir = mnt.display();
+    as_nobody(&format!(
+        "echo more >> {m_dir}/written && echo more >> {m_dir}/no-group-exec && truncate -s 2 {m_dir}/truncated \
+         && echo new > {m_dir}/opened-trunc"
+    ));
+    std::os::unix::fs::chown(mnt.join("chowned"), Some(0), None).unwrap();
+    fs::OpenOptions::new().append(true).open(mnt.join("by-root")).unwrap().write_all(b"root\n").unwrap();
+    let want = [
+        ("written", 0o0775),
+        ("no-group-exec", 0o2764),
+        ("truncated", 0o0766),
+        ("opened-trunc", 0o0766),
+        ("chowned", 0o0755),
+        ("by-root", 0o6755),
+    ];
+    for (name, bits) in want {
+        assert_eq!(mode(name), bits, "{name}");
+    }
+    assert_eq!(fs::read(mnt.join("written")).unwrap(), b"data\nmore\n");
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    for (name, bits) in want {
+        assert_eq!(mode(name), bits, "{name} after a remount");
+    }
     m.unmount();
 }

@@ -17,11 +17,15 @@ use crate::fs::{FileAttrs, Fs};
 use crate::inode::Kind;
 use shrinkfs_codec::format::{S_IFCHR, S_IFIFO, S_IFSOCK};
 
+/// Readahead and write-back requests the kernel may have in flight at once (its default is 12).
+pub const MAX_BACKGROUND: u16 = 64;
+
 /// Serves a `Fs` to the kernel.
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
     ttl: Duration,
+    writeback_cache: bool,
 }
 
 impl std::fmt::Debug for FuseAdapter {
@@ -76,7 +80,13 @@ impl FuseAdapter {
     /// An adapter running core futures on `rt`.
     pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
         let ttl = fs.config().metadata_ttl;
-        FuseAdapter { fs, rt, ttl }
+        FuseAdapter { fs, rt, ttl, writeback_cache: false }
+    }
+
+    /// Asks the kernel for write-back caching (`--writeback-cache`): see docs/SEMANTICS.md.
+    pub fn with_writeback_cache(mut self, on: bool) -> Self {
+        self.writeback_cache = on;
+        self
     }
 
     /// Runs one operation of the core on inode `ino` inside a span, counting it and logging its
@@ -135,6 +145,17 @@ impl Filesystem for FuseAdapter {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_MAX_PAGES);
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
+        // The mount clears set-user-ID bits itself (`Fs::clear_suidgid`), so the kernel need not
+        // ask for `security.capability` before every write.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Readahead and write-back requests the kernel keeps in flight at once.
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        if self.writeback_cache {
+            // write(2) returns once the kernel's page cache has the bytes; they reach the mount
+            // as up to MAX_BACKGROUND requests at once, and close and fsync still wait for the store.
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         Ok(())
     }
 
@@ -180,7 +201,7 @@ impl Filesystem for FuseAdapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -196,7 +217,17 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.run("setattr", ino.0, self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime))) {
+        // With FUSE_HANDLE_KILLPRIV_V2 the mount clears set-user-ID and set-group-ID bits itself:
+        // on a change of owner, and on a truncate by an unprivileged process.
+        let kill = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
+        let r = self.run("setattr", ino.0, async {
+            let mode = match mode {
+                None if kill => self.fs.mode_without_suidgid(ino.0).await?,
+                m => m,
+            };
+            self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime)).await
+        });
+        match r {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -276,7 +307,17 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        match self.run("open", ino.0, self.fs.open(ino.0, write, truncate)) {
+        // An unprivileged truncating open clears set-user-ID and set-group-ID bits (as setattr).
+        let kill = write && truncate && req.uid() != 0;
+        let r = self.run("open", ino.0, async {
+            let fh = self.fs.open(ino.0, write, truncate).await?;
+            if kill && let Err(e) = self.fs.clear_suidgid(ino.0).await {
+                let _ = self.fs.release(fh).await;
+                return Err(e);
+            }
+            Ok(fh)
+        });
+        match r {
             Ok(fh) => {
                 self.fs.set_owner(fh, process_of(req.pid()));
                 reply.opened(FileHandle(fh), FopenFlags::empty())
@@ -332,12 +373,19 @@ impl Filesystem for FuseAdapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wf: WriteFlags,
+        wf: WriteFlags,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.run("write", ino.0, self.fs.write(fh.0, offset, data)) {
+        let kill = wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let r = self.run("write", ino.0, async {
+            if kill {
+                self.fs.clear_suidgid(ino.0).await?;
+            }
+            self.fs.write(fh.0, offset, data).await
+        });
+        match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }

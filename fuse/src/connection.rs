@@ -48,6 +48,8 @@ pub struct KernelOptions {
     pub sync: bool,
     /// Synchronous directory changes.
     pub dirsync: bool,
+    /// The kernel caches writes (`FUSE_WRITEBACK_CACHE`).
+    pub writeback_cache: bool,
 }
 
 impl KernelOptions {
@@ -64,6 +66,7 @@ impl KernelOptions {
             nodiratime: false,
             sync: false,
             dirsync: false,
+            writeback_cache: false,
         }
     }
 

@@ -28,8 +28,55 @@ use crate::upload::{Sink, Upload, Written, upload_file};
 /// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
 pub const MAX_READAHEAD_FRAMES: usize = 16;
 
+/// How far ahead of a streaming upload's end a write may land and still wait for the writes
+/// before it (the kernel's write-back sends up to `max_background` requests at once, and the
+/// FUSE threads may take them up in any order).
+pub const REORDER_WINDOW: u64 = 64 << 20;
+
+/// How long such a write waits for the gap before it to be filled; after that the file is staged
+/// and written at any offset (a file written with a hole pays this once).
+pub const REORDER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The shared state of one open inode.
-pub type SharedFile = Arc<tokio::sync::Mutex<OpenFile>>;
+pub type SharedFile = Arc<FileCell>;
+
+/// The write state of one open inode behind its lock, and what writes arriving out of order
+/// wait on without holding it.
+#[derive(Debug)]
+pub struct FileCell {
+    state: tokio::sync::Mutex<OpenFile>,
+    /// Woken when a write ends.
+    progress: tokio::sync::Notify,
+}
+
+impl FileCell {
+    fn new(of: OpenFile) -> SharedFile {
+        Arc::new(FileCell { state: tokio::sync::Mutex::new(of), progress: tokio::sync::Notify::new() })
+    }
+
+    /// A write in progress until the returned guard is dropped, which wakes the writes waiting
+    /// for a gap to be filled.
+    fn begin_write(&self) -> WriteInProgress<'_> {
+        WriteInProgress(self)
+    }
+}
+
+impl std::ops::Deref for FileCell {
+    type Target = tokio::sync::Mutex<OpenFile>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.state
+    }
+}
+
+/// A write of a [`FileCell`] in progress.
+struct WriteInProgress<'a>(&'a FileCell);
+
+impl Drop for WriteInProgress<'_> {
+    fn drop(&mut self) {
+        self.0.progress.notify_waiters();
+    }
+}
 
 /// An open file handle.
 #[derive(Debug, Clone)]
@@ -93,7 +140,37 @@ fn now_meta() -> (i64, u32) {
     (d.as_secs() as i64, d.subsec_nanos())
 }
 
+/// Locks `file` for a write at `offset`. While the write lands past the end of a streaming
+/// upload (within `REORDER_WINDOW`), it first waits for the writes before it, at most
+/// `REORDER_WAIT`.
+async fn lock_for_write(file: &FileCell, offset: u64) -> tokio::sync::MutexGuard<'_, OpenFile> {
+    let deadline = tokio::time::Instant::now() + REORDER_WAIT;
+    loop {
+        // Registered before the check, so a write ending in between still wakes this one.
+        let progress = file.progress.notified();
+        tokio::pin!(progress);
+        progress.as_mut().enable();
+        let of = file.lock().await;
+        let ahead = of.stream_end().is_some_and(|end| offset > end && offset - end <= REORDER_WINDOW);
+        if !ahead || tokio::time::Instant::now() >= deadline {
+            return of;
+        }
+        drop(of);
+        let _ = tokio::time::timeout_at(deadline, progress).await;
+    }
+}
+
 impl OpenFile {
+    /// Where the next write continues a sequential upload: the end of a streaming upload, or 0
+    /// for an empty file not written yet.
+    fn stream_end(&self) -> Option<u64> {
+        match &self.body {
+            Body::Streaming(u) if u.appendable() => Some(u.len()),
+            Body::Clean if self.base.as_ref().is_none_or(|b| b.size() == 0) => Some(0),
+            _ => None,
+        }
+    }
+
     fn len(&self) -> u64 {
         match &self.body {
             Body::Clean => self.base.as_ref().map_or(0, |b| b.size()),
@@ -137,11 +214,9 @@ impl Fs {
         let mut open = self.open.lock().expect("open lock");
         let entry = match (open.get_mut(&ino), fresh) {
             (Some(e), _) => e,
-            (None, Some(of)) => open.entry(ino).or_insert(OpenEntry {
-                file: Arc::new(tokio::sync::Mutex::new(of)),
-                handles: 0,
-                writers: 0,
-            }),
+            (None, Some(of)) => {
+                open.entry(ino).or_insert(OpenEntry { file: FileCell::new(of), handles: 0, writers: 0 })
+            }
             (None, None) => return None,
         };
         entry.handles += 1;
@@ -206,7 +281,7 @@ impl Fs {
         let file = {
             let mut open = self.open.lock().expect("open lock");
             // A state left for this inode (an unlinked file of the same name) is not this file's.
-            let file = Arc::new(tokio::sync::Mutex::new(of));
+            let file = FileCell::new(of);
             open.insert(i.ino, OpenEntry { file: file.clone(), handles: 1, writers: 1 });
             file
         };
@@ -273,7 +348,11 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handle(fh)?;
         let mut of = h.file.lock().await;
-        if let Body::Streaming(_) = of.body {
+        if let Body::Streaming(u) = &of.body {
+            if offset >= u.len() {
+                // The kernel's write-back asks for the page at the end of a file being written.
+                return Ok(Vec::new());
+            }
             self.stage_locked(&mut of).await?;
         }
         let base = match &of.body {
@@ -353,14 +432,17 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes `data` at `offset`; returns the bytes written. An error leaves the file as it was,
+    /// Writes `data` at `offset`; returns the bytes written. A write that lands a little past the
+    /// end of a streaming upload while other writes of the file are in progress (the kernel's
+    /// write-back sends several at once) waits for them, briefly, so the upload keeps streaming. An error leaves the file as it was,
     /// except a full staging disk while a sequential upload spills (see `Upload::write`).
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
         if !h.write {
             return Err(Error::Invalid("handle not open for writing".into()));
         }
-        let mut of = h.file.lock().await;
+        let _writing = h.file.begin_write();
+        let mut of = lock_for_write(&h.file, offset).await;
         let i = self.inode(h.ino)?;
         if let Body::Clean = of.body
             && of.base.as_ref().is_none_or(|b| b.size() == 0)
@@ -574,6 +656,32 @@ impl Fs {
         Ok(out)
     }
 
+    /// Clears the set-user-ID bit of regular file `ino`, and its set-group-ID bit where its group
+    /// may execute it, as the kernel asks when an unprivileged process writes or truncates a file
+    /// and whenever its owner changes (the mount handles these itself, so the kernel needs no
+    /// `security.capability` lookup before every write).
+    pub async fn clear_suidgid(&self, ino: u64) -> Result<()> {
+        match self.mode_without_suidgid(ino).await? {
+            Some(m) => self.setattr(ino, None, Some(m), None, None, None).await.map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// The permission bits regular file `ino` keeps once its set-user-ID and set-group-ID bits are
+    /// cleared as [`Self::clear_suidgid`] says, or None when that changes nothing.
+    pub async fn mode_without_suidgid(&self, ino: u64) -> Result<Option<u32>> {
+        let a = self.getattr(ino).await?;
+        if a.kind != Kind::File {
+            return Ok(None);
+        }
+        let m = u32::from(a.perm);
+        let mut kept = m & !0o4000;
+        if m & 0o010 != 0 {
+            kept &= !0o2000;
+        }
+        Ok((kept != m).then_some(kept))
+    }
+
     /// Changes size, mode, owner or times; persisted with the object on the next upload (at once
     /// when no handle is open).
     #[allow(clippy::too_many_arguments)]
@@ -617,7 +725,7 @@ impl Fs {
         }
         let (of_arc, temporary) = match self.open_file(ino) {
             Some(of) => (of, false),
-            None => (Arc::new(tokio::sync::Mutex::new(self.load(&i, size == Some(0)).await?)), true),
+            None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
         };
         let mut of = of_arc.lock().await;
         if let Some(s) = size {

@@ -25,7 +25,8 @@ pub fn mount(
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
-    match Session::from_fd(FuseAdapter::new(fs, rt), fd, config.acl, config) {
+    let adapter = FuseAdapter::new(fs, rt).with_writeback_cache(opts.writeback_cache);
+    match Session::from_fd(adapter, fd, config.acl, config) {
         Ok(session) => Ok((session, conn)),
         Err(e) => {
             // The kernel mount exists but nothing will serve it: take it away again.

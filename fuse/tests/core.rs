@@ -105,6 +105,49 @@ async fn large_files_stream_as_multipart_and_nothing_is_visible_before_close() {
     assert_eq!(read_file(&fs, attr.ino).await, big);
 }
 
+/// Writes that reach the core out of order while the ones before them are in progress (the
+/// kernel's write-back sends several at once) keep the file streaming; a write past the end that
+/// nothing fills stages the file after a short wait. The staging directory is gone, so any
+/// staging fails: the first case passing shows the writes were not staged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_slightly_out_of_order_keep_streaming_and_a_lone_gap_stages_at_once() {
+    let store = Arc::new(InMemory::new());
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = small_frames();
+    cfg.encode.frame_size = 64 << 10;
+    cfg.staging_dir = staging.path().join("gone");
+    let fs = Arc::new(fs_on(&store, cfg));
+    let piece = 256 << 10;
+    let data = text(16 * piece);
+    let (attr, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    // Each round: the later half is sent first, the earlier one a moment later.
+    for round in 0..8 {
+        let (early, late) = (2 * round * piece, (2 * round + 1) * piece);
+        let first = {
+            let (fs, chunk) = (fs.clone(), data[late..late + piece].to_vec());
+            tokio::spawn(async move { fs.write(fh, late as u64, &chunk).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        fs.write(fh, early as u64, &data[early..early + piece]).await.unwrap();
+        first.await.unwrap().unwrap();
+    }
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(stored(&store, "pre/f").await.is_some());
+    assert_eq!(read_file(&fs, attr.ino).await, data);
+
+    // A hole nothing fills: the write waits its while, then staging (which cannot work here) is tried.
+    let (_, fh) = fs.create(ROOT, "g", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, &data[..piece]).await.unwrap();
+    let started = std::time::Instant::now();
+    let e = fs.write(fh, 2 * piece as u64, &data[..piece]).await.unwrap_err();
+    assert!(matches!(e, Error::Local(_)), "{e}");
+    let waited = started.elapsed();
+    let wait = shrinkfs_fuse::files::REORDER_WAIT;
+    assert!(waited >= wait && waited < 20 * wait, "waited {waited:?}");
+    fs.release(fh).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_offsets_appends_and_truncates_are_staged_and_reencoded() {
     let store = Arc::new(InMemory::new());

@@ -44,12 +44,16 @@ pub struct Mounted {
     pub status: Option<std::process::ExitStatus>,
 }
 
-/// Mounts `source` at `dir` with extra arguments and environment.
+/// Mounts `source` at `dir` with extra arguments and environment (and `--metadata-ttl 0` unless
+/// `extra` sets it).
 pub fn mount(source: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mounted {
     std::fs::create_dir_all(dir).unwrap();
     let log = dir.with_extension("log");
     let mut cmd = Command::new(bin());
-    cmd.arg("mount").arg(source).arg(dir).args(extra).args(["--metadata-ttl", "0"]);
+    cmd.arg("mount").arg(source).arg(dir).args(extra);
+    if !extra.contains(&"--metadata-ttl") {
+        cmd.args(["--metadata-ttl", "0"]);
+    }
     // No settings file of the host (an installed /etc/shrinkfs/config.toml) changes the tests.
     cmd.env("SHRINKFS_CONFIG", "").envs(env.iter().copied()).env("RUST_LOG", "warn");
     cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
