@@ -65,6 +65,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     // CUDA contexts do not survive fork.
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
     cfg.allow_unsealed = a.allow_unsealed;
+    cfg.writeback_cache = a.writeback_cache;
     cfg.uid = a.uid.unwrap_or(cfg.uid);
     cfg.gid = a.gid.unwrap_or(cfg.gid);
     cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use moka::sync::Cache;
 use shrinkfs_codec::{Layout, ObjectContext};
 
@@ -32,7 +33,7 @@ pub enum Parsed {
 /// Decoded frames, bounded by their total size in bytes.
 #[derive(Clone)]
 pub struct ChunkCache {
-    frames: Cache<(ObjectId, u32), Arc<Vec<u8>>>,
+    frames: Cache<(ObjectId, u32), Bytes>,
 }
 
 impl ChunkCache {
@@ -44,18 +45,18 @@ impl ChunkCache {
         let frames = Cache::builder()
             .eviction_policy(moka::policy::EvictionPolicy::lru())
             .max_capacity(bytes)
-            .weigher(|_k, v: &Arc<Vec<u8>>| v.capacity().min(u32::MAX as usize) as u32)
+            .weigher(|_k, v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .build();
         ChunkCache { frames }
     }
 
     /// A decoded frame, if cached.
-    pub fn get(&self, id: &ObjectId, frame: u32) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&self, id: &ObjectId, frame: u32) -> Option<Bytes> {
         self.frames.get(&(id.clone(), frame))
     }
 
     /// Keeps a decoded frame.
-    pub fn insert(&self, id: &ObjectId, frame: u32, bytes: Arc<Vec<u8>>) {
+    pub fn insert(&self, id: &ObjectId, frame: u32, bytes: Bytes) {
         self.frames.insert((id.clone(), frame), bytes);
         // Evict now rather than at moka's next maintenance: frames are large, and the cache is
         // part of the mount's memory limit.
@@ -101,7 +102,7 @@ mod tests {
         let c = ChunkCache::new(10 * 1024);
         let id = ObjectId { key: "k".into(), etag: "e".into() };
         for f in 0..100 {
-            c.insert(&id, f, Arc::new(vec![0; 1024]));
+            c.insert(&id, f, Bytes::from(vec![0; 1024]));
         }
         assert!(c.weighted_size() <= 10 * 1024, "{}", c.weighted_size());
         let other = ObjectId { key: "k".into(), etag: "e2".into() };
@@ -113,12 +114,12 @@ mod tests {
         let c = ChunkCache::new(10 * 1024);
         let id = ObjectId { key: "k".into(), etag: "e".into() };
         for f in 0..10 {
-            c.insert(&id, f, Arc::new(vec![0; 1024]));
+            c.insert(&id, f, Bytes::from(vec![0; 1024]));
             for _ in 0..8 {
                 assert!(c.get(&id, f).is_some());
             }
         }
-        c.insert(&id, 100, Arc::new(vec![0; 1024]));
+        c.insert(&id, 100, Bytes::from(vec![0; 1024]));
         assert!(c.get(&id, 100).is_some(), "the newest frame is kept");
         assert!(c.get(&id, 0).is_none(), "the least recently used frame went");
     }

@@ -12,9 +12,10 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use shrinkfs_codec::FileMeta;
 use shrinkfs_codec::format::S_IFREG;
 
@@ -33,8 +34,9 @@ pub const MAX_READAHEAD_FRAMES: usize = 16;
 /// FUSE threads may take them up in any order).
 pub const REORDER_WINDOW: u64 = 64 << 20;
 
-/// How long such a write waits for the gap before it to be filled; after that the file is staged
-/// and written at any offset (a file written with a hole pays this once).
+/// How long such a write waits for the gap before it to be filled — with the write-back cache
+/// always, else only while another write of the file is in progress; after that the file is
+/// staged and written at any offset (with the write-back cache, a file with a hole pays this once).
 pub const REORDER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The shared state of one open inode.
@@ -45,18 +47,25 @@ pub type SharedFile = Arc<FileCell>;
 #[derive(Debug)]
 pub struct FileCell {
     state: tokio::sync::Mutex<OpenFile>,
+    /// Writes of this file in progress (waiting for the lock, for a gap, or writing).
+    writes: AtomicU32,
     /// Woken when a write ends.
     progress: tokio::sync::Notify,
 }
 
 impl FileCell {
     fn new(of: OpenFile) -> SharedFile {
-        Arc::new(FileCell { state: tokio::sync::Mutex::new(of), progress: tokio::sync::Notify::new() })
+        Arc::new(FileCell {
+            state: tokio::sync::Mutex::new(of),
+            writes: AtomicU32::new(0),
+            progress: tokio::sync::Notify::new(),
+        })
     }
 
-    /// A write in progress until the returned guard is dropped, which wakes the writes waiting
-    /// for a gap to be filled.
+    /// Counts a write in progress until the returned guard is dropped, which wakes the writes
+    /// waiting for a gap to be filled.
     fn begin_write(&self) -> WriteInProgress<'_> {
+        self.writes.fetch_add(1, Ordering::AcqRel);
         WriteInProgress(self)
     }
 }
@@ -74,6 +83,7 @@ struct WriteInProgress<'a>(&'a FileCell);
 
 impl Drop for WriteInProgress<'_> {
     fn drop(&mut self) {
+        self.0.writes.fetch_sub(1, Ordering::AcqRel);
         self.0.progress.notify_waiters();
     }
 }
@@ -141,9 +151,10 @@ fn now_meta() -> (i64, u32) {
 }
 
 /// Locks `file` for a write at `offset`. While the write lands past the end of a streaming
-/// upload (within `REORDER_WINDOW`), it first waits for the writes before it, at most
+/// upload (within `REORDER_WINDOW`) and either `always` (the kernel's write-back cache is on) or
+/// another write of the file is in progress, it first waits for the writes before it, at most
 /// `REORDER_WAIT`.
-async fn lock_for_write(file: &FileCell, offset: u64) -> tokio::sync::MutexGuard<'_, OpenFile> {
+async fn lock_for_write(file: &FileCell, offset: u64, always: bool) -> tokio::sync::MutexGuard<'_, OpenFile> {
     let deadline = tokio::time::Instant::now() + REORDER_WAIT;
     loop {
         // Registered before the check, so a write ending in between still wakes this one.
@@ -152,7 +163,8 @@ async fn lock_for_write(file: &FileCell, offset: u64) -> tokio::sync::MutexGuard
         progress.as_mut().enable();
         let of = file.lock().await;
         let ahead = of.stream_end().is_some_and(|end| offset > end && offset - end <= REORDER_WINDOW);
-        if !ahead || tokio::time::Instant::now() >= deadline {
+        let others = file.writes.load(Ordering::Acquire) > 1;
+        if !ahead || !(always || others) || tokio::time::Instant::now() >= deadline {
             return of;
         }
         drop(of);
@@ -345,13 +357,13 @@ impl Fs {
     }
 
     /// Reads up to `size` bytes at `offset`.
-    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.handle(fh)?;
         let mut of = h.file.lock().await;
         if let Body::Streaming(u) = &of.body {
             if offset >= u.len() {
                 // The kernel's write-back asks for the page at the end of a file being written.
-                return Ok(Vec::new());
+                return Ok(Bytes::new());
             }
             self.stage_locked(&mut of).await?;
         }
@@ -359,17 +371,17 @@ impl Fs {
             Body::Staged { file, len } => {
                 let end = offset.saturating_add(size as u64).min(*len);
                 if offset >= end {
-                    return Ok(Vec::new());
+                    return Ok(Bytes::new());
                 }
                 let mut buf = vec![0u8; (end - offset) as usize];
                 file.read_exact_at(&mut buf, offset)?;
-                return Ok(buf);
+                return Ok(buf.into());
             }
             Body::Clean => of.base.clone(),
             Body::Streaming(_) => unreachable!("staged above"),
         };
         drop(of);
-        let Some(info) = base else { return Ok(Vec::new()) };
+        let Some(info) = base else { return Ok(Bytes::new()) };
         let end = offset.saturating_add(size as u64);
         let data = self.reader.read(&info, offset..end).await?;
         self.read_ahead(fh, &info, offset, end);
@@ -442,7 +454,7 @@ impl Fs {
             return Err(Error::Invalid("handle not open for writing".into()));
         }
         let _writing = h.file.begin_write();
-        let mut of = lock_for_write(&h.file, offset).await;
+        let mut of = lock_for_write(&h.file, offset, self.cfg.writeback_cache).await;
         let i = self.inode(h.ino)?;
         if let Body::Clean = of.body
             && of.base.as_ref().is_none_or(|b| b.size() == 0)

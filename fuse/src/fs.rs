@@ -58,6 +58,8 @@ pub struct FsConfig {
     pub disk_cache: Option<crate::diskcache::DiskCache>,
     /// With a key, serve objects that are not sealed too (refused with EACCES otherwise).
     pub allow_unsealed: bool,
+    /// The kernel caches writes (`--writeback-cache`): writes arriving out of order are expected.
+    pub writeback_cache: bool,
 }
 
 impl Default for FsConfig {
@@ -79,6 +81,7 @@ impl Default for FsConfig {
             dispatcher: Arc::new(shrinkfs_codec::dispatch::Dispatcher::cpu_only("CPU only")),
             disk_cache: None,
             allow_unsealed: false,
+            writeback_cache: false,
         }
     }
 }

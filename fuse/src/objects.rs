@@ -2,17 +2,21 @@
 //! metadata; reads fetch only the frames they touch (pinned to one ETag) and decode them on the
 //! CPU pool, through the frame cache.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use shrinkfs_codec::format::IndexEntry;
 use shrinkfs_codec::format::{FRAME_HEADER_LEN, FrameHeader};
 use shrinkfs_codec::format::{FileMeta, Header};
 use shrinkfs_codec::reader::SUGGESTED_TAIL;
-use shrinkfs_codec::{Dictionary, Layout, MasterKey, TailProbe, check_raw, decode_frame, open_payload, probe_tail};
+use shrinkfs_codec::{
+    CodecId, Dictionary, Layout, MasterKey, TailProbe, check_raw, decode_frame, open_payload, probe_tail,
+};
 
 use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
 use crate::error::{Error, Result};
@@ -270,20 +274,19 @@ impl Reader {
     }
 
     /// Reads logical bytes `range` of one object version.
-    pub async fn read(&self, info: &ObjectInfo, range: Range<u64>) -> Result<Vec<u8>> {
+    pub async fn read(&self, info: &ObjectInfo, range: Range<u64>) -> Result<Bytes> {
         let end = range.end.min(info.size());
         if range.start >= end {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
         let (layout, ctx) = match &info.parsed {
             Parsed::Plain => {
-                return Ok(self.get_range(&info.path, &info.id, range.start..end, info.stored).await?.to_vec());
+                return self.get_range(&info.path, &info.id, range.start..end, info.stored).await;
             }
             Parsed::Framed { layout, ctx } => (layout, ctx),
         };
         let frames = layout.frames_for(range.start..end);
-        let mut decoded: Vec<Option<Arc<Vec<u8>>>> =
-            frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
+        let mut decoded: Vec<Option<Bytes>> = frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
         let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
         if !missing.is_empty() {
@@ -293,15 +296,21 @@ impl Reader {
                 decoded[f - frames.start] = Some(bytes);
             }
         }
-        let mut out = Vec::with_capacity((end - range.start) as usize);
-        for (i, f) in frames.enumerate() {
+        let mut parts = frames.zip(decoded).map(|(f, bytes)| {
             let e = &layout.entries[f];
-            let bytes = decoded[i].as_ref().expect("every frame fetched or cached");
+            let bytes = bytes.expect("every frame fetched or cached");
             let from = range.start.max(e.raw_offset) - e.raw_offset;
             let to = end.min(e.raw_offset + e.raw_len as u64) - e.raw_offset;
-            out.extend_from_slice(&bytes[from as usize..to as usize]);
+            bytes.slice(from as usize..to as usize)
+        });
+        // A read within one frame (the kernel's aligned readahead, usually) is a view of it.
+        let first = parts.next().expect("a non-empty range covers a frame");
+        let Some(second) = parts.next() else { return Ok(first) };
+        let mut out = BytesMut::with_capacity((end - range.start) as usize);
+        for part in [first, second].into_iter().chain(parts) {
+            out.extend_from_slice(&part);
         }
-        Ok(out)
+        Ok(out.freeze())
     }
 
     /// Fetches and decodes `frames` (sorted), filling the cache; ranged GETs run concurrently.
@@ -311,7 +320,7 @@ impl Reader {
         layout: &Arc<Layout>,
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         frames: &[usize],
-    ) -> Result<Vec<(usize, Arc<Vec<u8>>)>> {
+    ) -> Result<Vec<(usize, Bytes)>> {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
         for &f in frames {
@@ -329,7 +338,16 @@ impl Reader {
         if self.disk.is_some() {
             self.metrics.disk_cache(slices.len(), missing.len());
         }
+        // Frames that may be served as views of what was fetched: from the disk cache (one frame
+        // each), or from a fetch stored as it is throughout (a view then keeps no other frame's
+        // bytes alive beyond what the frame cache counts).
+        let mut views: Vec<usize> = slices.iter().map(|(f, _)| *f).collect();
         let fetches = layout.fetches(&missing, MAX_FETCH);
+        for fetch in &fetches {
+            if fetch.frames.clone().all(|f| layout.entries[f].codec == CodecId::None) {
+                views.extend(fetch.frames.clone());
+            }
+        }
         let gets = fetches.iter().map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
         let blobs = futures::future::try_join_all(gets).await?;
         let mut fetched = Vec::with_capacity(missing.len());
@@ -357,7 +375,7 @@ impl Reader {
         if let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices).await? {
             let mut out = Vec::with_capacity(decoded.len());
             for (f, bytes) in decoded {
-                let bytes = Arc::new(bytes);
+                let bytes = Bytes::from(bytes);
                 self.metrics.frame_decoded(bytes.len() as u64);
                 self.chunks.insert(&info.id, f as u32, bytes.clone());
                 out.push((f, bytes));
@@ -370,10 +388,9 @@ impl Reader {
                 let small = layout.entries[f].raw_len as usize <= shrinkfs_codec::dispatch::INLINE_MAX;
                 let (layout, ctx, path) = (layout.clone(), ctx.clone(), info.path.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
+                let view = views.contains(&f);
                 let job = move || {
-                    let mut out = Vec::new();
-                    let res = decode_frame(&ctx, f as u64, &slice, Some(&layout.entries[f]), &mut out)
-                        .map(|()| out)
+                    let res = decode_to_bytes(&ctx, f as u64, &slice, &layout.entries[f], view)
                         .map_err(|e| codec_err(&path, e));
                     let _ = tx.send(res);
                 };
@@ -388,7 +405,7 @@ impl Reader {
         }
         let mut out = Vec::with_capacity(jobs.len());
         for (f, rx) in jobs {
-            let bytes = Arc::new(rx.await.map_err(|_| Error::Invalid("decoder stopped".into()))??);
+            let bytes = rx.await.map_err(|_| Error::Invalid("decoder stopped".into()))??;
             self.metrics.frame_decoded(bytes.len() as u64);
             self.chunks.insert(&info.id, f as u32, bytes.clone());
             out.push((f, bytes));
@@ -491,7 +508,7 @@ impl Reader {
 
     /// Reads a whole object version (symlink targets, staging a file for rewrite).
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
-        self.read(info, 0..info.size()).await
+        Ok(self.read(info, 0..info.size()).await?.to_vec())
     }
 }
 
@@ -536,4 +553,26 @@ pub async fn get_range(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Decodes stored frame `frame`, checked against its index entry. A frame stored as it is
+/// (codec none, unsealed) becomes, when `view`, a view of `stored` after its checks instead of a
+/// copy.
+fn decode_to_bytes(
+    ctx: &shrinkfs_codec::ObjectContext,
+    frame: u64,
+    stored: &Bytes,
+    entry: &IndexEntry,
+    view: bool,
+) -> shrinkfs_codec::Result<Bytes> {
+    if view && entry.codec == CodecId::None {
+        let header = FrameHeader::parse(stored, frame, ctx.header.sealed())?;
+        if let Cow::Borrowed(raw) = open_payload(ctx, frame, &header, &stored[FRAME_HEADER_LEN..], Some(entry))? {
+            check_raw(frame, &header, raw)?;
+            return Ok(stored.slice_ref(raw));
+        }
+    }
+    let mut out = Vec::new();
+    decode_frame(ctx, frame, stored, Some(entry), &mut out)?;
+    Ok(out.into())
 }

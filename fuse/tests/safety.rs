@@ -199,10 +199,10 @@ async fn an_unlinked_open_file_keeps_its_bytes_for_its_handles() {
     let (a, fh) = fs.create(ROOT, "t", 0o600, 0, 0).await.unwrap();
     fs.write(fh, 0, b"Hello, World!").await.unwrap();
     fs.unlink(ROOT, "t").await.unwrap();
-    assert_eq!(fs.read(fh, 0, 13).await.unwrap(), b"Hello, World!");
+    assert_eq!(fs.read(fh, 0, 13).await.unwrap(), b"Hello, World!"[..]);
     assert_eq!(fs.getattr(a.ino).await.unwrap().size, 13);
     fs.write(fh, 13, b" again").await.unwrap();
-    assert_eq!(fs.read(fh, 0, 100).await.unwrap(), b"Hello, World! again");
+    assert_eq!(fs.read(fh, 0, 100).await.unwrap(), b"Hello, World! again"[..]);
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
     assert!(!in_store(&store, "t").await, "an unlinked file is never uploaded");
