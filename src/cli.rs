@@ -94,7 +94,7 @@ pub struct BenchFsArgs {
     /// The filesystem process of a target, when it cannot be found from the mount point: LABEL=PID.
     #[arg(long, value_parser = crate::benchfs::labelled_pid)]
     pub pid: Vec<(String, u32)>,
-    /// Workloads to run.
+    /// Workloads to run (also: par-write, par-read).
     #[arg(
         long,
         value_enum,
@@ -122,6 +122,9 @@ pub struct BenchFsArgs {
     /// each cold read is the first in its region.
     #[arg(long, default_value_t = 2000, value_parser = values::int_in::<usize>(1, 10_000_000))]
     pub random_reads: usize,
+    /// Writers and readers of the par-write and par-read workloads (each its own file of --size).
+    #[arg(long, default_value_t = 8, value_parser = values::int_in::<usize>(1, 1024))]
+    pub jobs: usize,
     /// Threads of the mixed workload.
     #[arg(long, default_value_t = 4, value_parser = values::int_in::<usize>(1, 1024))]
     pub threads: usize,

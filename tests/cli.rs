@@ -250,6 +250,20 @@ fn bench_fs_measures_a_directory_and_writes_json_and_html() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(r["data"], exe.to_str().unwrap());
+    // N writers and N readers at once, each its own file: one aggregate row each.
+    let o = bin()
+        .args(["bench", "fs", "--target", &format!("plain={}", dir.display()), "--workloads", "par-write,par-read"])
+        .args(["--size", "3M", "--jobs", "3", "--no-reference", "--json", json.to_str().unwrap()])
+        .args(["--html", html.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|x| x["workload"] == name).unwrap_or_else(|| panic!("{name}: {r}"));
+    let (w, rd) = (row("par write 3x3M"), row("par read 3x3M (cold)"));
+    assert_eq!((w["bytes"].as_u64(), w["stored_bytes"].as_u64(), w["ops"].as_u64()), (Some(9 << 20), Some(9 << 20), Some(12)));
+    assert_eq!((rd["bytes"].as_u64(), rd["ops"].as_u64()), (Some(9 << 20), Some(12)), "3 reads of 1 MiB and an end, each");
     let small = t.path().join("small");
     std::fs::write(&small, b"too short").unwrap();
     let o = bin()

@@ -31,6 +31,10 @@ pub enum Workload {
     Ls,
     /// Several threads mixing random reads, appends and file creation.
     Mixed,
+    /// --jobs writers at once, each writing its own file of each --size (aggregate throughput).
+    ParWrite,
+    /// --jobs readers at once, each reading its own file back, kernel caches dropped first.
+    ParRead,
 }
 
 /// Parses `LABEL=DIR` or `DIR` (labelled by its last component).
@@ -277,6 +281,8 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
     let mut steps = 0u64;
     steps += if has(Workload::SeqWrite) { a.size.len() as u64 } else { 0 };
     steps += if has(Workload::SeqRead) { a.size.len() as u64 } else { 0 };
+    steps += if has(Workload::ParWrite) { a.size.len() as u64 } else { 0 };
+    steps += if has(Workload::ParRead) { a.size.len() as u64 } else { 0 };
     steps +=
         [Workload::RandRead, Workload::SmallFiles, Workload::Ls, Workload::Mixed].iter().filter(|w| has(**w)).count()
             as u64;
@@ -349,6 +355,26 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
                 step(&mut r, &format!("seq read {label}"));
                 drop_caches();
                 r.measure(|| Ok(vec![workloads::seq_read(&path, &format!("{label} (cold)"))?]));
+                bar.inc(1);
+            }
+        }
+        for &size in &a.size {
+            let label = size_label(size);
+            let (dir, name) = (work.join(format!("par-{label}")), format!("par-{label}"));
+            if has(Workload::ParWrite) || has(Workload::ParRead) && !dir.exists() {
+                step(&mut r, &format!("{} writers of {label}", a.jobs));
+                let w = || Ok(vec![workloads::par_write(&dir, &rel(&name), a.jobs, size, &data, &label)?]);
+                if has(Workload::ParWrite) {
+                    r.measure(w);
+                    bar.inc(1);
+                } else {
+                    r.setup("writing the files to read", || w().map(drop));
+                }
+            }
+            if has(Workload::ParRead) {
+                step(&mut r, &format!("{} readers of {label}", a.jobs));
+                drop_caches();
+                r.measure(|| Ok(vec![workloads::par_read(&dir, a.jobs, &format!("{label} (cold)"))?]));
                 bar.inc(1);
             }
         }

@@ -56,19 +56,29 @@ fn timed<T>(s: &mut Sample, f: impl FnOnce() -> std::io::Result<T>) -> std::io::
 /// `size` bytes of `data`, cycled, as slices of at most `IO_SIZE` (the content of every large file
 /// the workloads write, so the zstd reference sees the same bytes as the targets).
 fn cycled(data: &[u8], size: u64) -> impl Iterator<Item = &[u8]> {
+    cycled_from(data, size, 0)
+}
+
+/// Like [`cycled`], starting `shift` bytes into `data`.
+fn cycled_from(data: &[u8], size: u64, shift: usize) -> impl Iterator<Item = &[u8]> {
     (0..size).step_by(IO_SIZE).map(move |at| {
         let n = ((size - at) as usize).min(IO_SIZE);
-        let from = (at as usize) % (data.len() - IO_SIZE + 1).max(1);
+        let from = (at as usize + shift) % (data.len() - IO_SIZE + 1).max(1);
         &data[from..from + n]
     })
 }
 
 /// Writes `size` bytes of `data` (cycled) to `path` in 1 MiB calls, then fsync and close.
 pub fn seq_write(path: &Path, rel: &str, size: u64, data: &[u8], label: &str) -> anyhow::Result<Sample> {
+    seq_write_from(path, rel, size, data, 0, label)
+}
+
+/// Like [`seq_write`], the content starting `shift` bytes into `data`.
+fn seq_write_from(path: &Path, rel: &str, size: u64, data: &[u8], shift: usize, label: &str) -> anyhow::Result<Sample> {
     let mut s = Sample::new(format!("seq write {label}"));
     let start = Instant::now();
     let mut f = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    for piece in cycled(data, size) {
+    for piece in cycled_from(data, size, shift) {
         timed(&mut s, || f.write_all(piece))?;
     }
     timed(&mut s, || f.sync_all())?;
@@ -93,6 +103,56 @@ pub fn seq_read(path: &Path, label: &str) -> anyhow::Result<Sample> {
         s.bytes += n as u64;
     }
     s.seconds = start.elapsed().as_secs_f64();
+    Ok(s)
+}
+
+/// Path of parallel file `i` under `dir`.
+pub fn par_path(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("p{i:03}.bin"))
+}
+
+/// `jobs` writers at once, each writing `size` bytes of `data` (cycled, from its own offset) to
+/// its own file in `dir` in 1 MiB calls, then fsync and close: aggregate bytes over the wall time
+/// of them all.
+pub fn par_write(dir: &Path, rel: &str, jobs: usize, size: u64, data: &[u8], label: &str) -> anyhow::Result<Sample> {
+    fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let start = Instant::now();
+    let parts = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..jobs)
+            .map(|i| {
+                let path = par_path(dir, i);
+                // Each writer starts elsewhere in the data, so no two files are the same bytes.
+                let shift = (i * 7 * IO_SIZE) % data.len().max(1);
+                scope.spawn(move || seq_write_from(&path, "", size, data, shift, ""))
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().expect("writer thread")).collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let mut s = Sample::new(format!("par write {jobs}x{label}"));
+    s.seconds = start.elapsed().as_secs_f64();
+    for p in parts {
+        s.ops += p.ops;
+        s.latencies.extend(p.latencies);
+    }
+    s.bytes = size * jobs as u64;
+    s.left = Some((s.bytes, rel.to_owned()));
+    Ok(s)
+}
+
+/// `jobs` readers at once, each reading its own file of [`par_write`] to its end in 1 MiB calls.
+pub fn par_read(dir: &Path, jobs: usize, label: &str) -> anyhow::Result<Sample> {
+    let start = Instant::now();
+    let parts = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..jobs).map(|i| scope.spawn(move || seq_read(&par_path(dir, i), ""))).collect();
+        readers.into_iter().map(|r| r.join().expect("reader thread")).collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let mut s = Sample::new(format!("par read {jobs}x{label}"));
+    s.seconds = start.elapsed().as_secs_f64();
+    for p in parts {
+        s.ops += p.ops;
+        s.bytes += p.bytes;
+        s.latencies.extend(p.latencies);
+    }
     Ok(s)
 }
 
