@@ -6,7 +6,7 @@
 set -euo pipefail
 old=$1 new=$2 out=$3 runs=${4:-2}
 mkdir -p "$out"
-if [ ! -f /dev/shm/real.2g ]; then
+if [ ! -f /dev/shm/real.512m ]; then
   # (tar stops early on the closed pipe; only the bytes matter)
   tar cf - /usr 2>/dev/null | head -c $((2 << 30)) > /dev/shm/real.2g || true
   head -c $((512 << 20)) /dev/shm/real.2g > /dev/shm/real.512m
