@@ -22,7 +22,14 @@ mount_fs() {  # BIN CODEC [FLAGS...]
   [ "${AB_BUCKET:-}" = memory ] && src=memory://
   "$bin" mount "$src" "$mnt" --gpu off --staging-dir "$staging" --codec "$codec" "$@" >"$work/mount.log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do grep -q " $mnt fuse" /proc/mounts && return 0; sleep 0.1; done
+  for _ in $(seq 100); do
+    if grep -q " $mnt fuse" /proc/mounts; then
+      # AB_BDI="max_ratio=50 strict_limit=0": settings of the mount's bdi, for experiments.
+      for kv in ${AB_BDI:-}; do echo "${kv#*=}" > "/sys/class/bdi/$(mountpoint -d "$mnt")/${kv%%=*}"; done
+      return 0
+    fi
+    sleep 0.1
+  done
   cat "$work/mount.log"; return 1
 }
 many() {  # W copies of a dd command at once; $1 = "write" or "read"
