@@ -262,8 +262,15 @@ fn bench_fs_measures_a_directory_and_writes_json_and_html() {
     let rows = r["rows"].as_array().unwrap();
     let row = |name: &str| rows.iter().find(|x| x["workload"] == name).unwrap_or_else(|| panic!("{name}: {r}"));
     let (w, rd) = (row("par write 3x3M"), row("par read 3x3M (cold)"));
-    assert_eq!((w["bytes"].as_u64(), w["stored_bytes"].as_u64(), w["ops"].as_u64()), (Some(9 << 20), Some(9 << 20), Some(12)));
-    assert_eq!((rd["bytes"].as_u64(), rd["ops"].as_u64()), (Some(9 << 20), Some(12)), "3 reads of 1 MiB and an end, each");
+    assert_eq!(
+        (w["bytes"].as_u64(), w["stored_bytes"].as_u64(), w["ops"].as_u64()),
+        (Some(9 << 20), Some(9 << 20), Some(12))
+    );
+    assert_eq!(
+        (rd["bytes"].as_u64(), rd["ops"].as_u64()),
+        (Some(9 << 20), Some(12)),
+        "3 reads of 1 MiB and an end, each"
+    );
     let small = t.path().join("small");
     std::fs::write(&small, b"too short").unwrap();
     let o = bin()
