@@ -44,6 +44,11 @@ if [ "${1:-}" = "--test" ]; then
     cargo install --quiet --locked pjdfstest --version 0.2.2 --root "$root" \
       || echo "setup: pjdfstest not installed; tests/pjdfstest.rs will skip" >&2
   fi
+  # fsx (the Rust port of the File System eXerciser) for tests/fsx.rs.
+  if [ ! -x "$root/bin/fsx" ]; then
+    cargo install --quiet --locked fsx --version 0.2.0 --root "$root" \
+      || echo "setup: fsx not installed; tests/fsx.rs will fail in CI" >&2
+  fi
   # The second decoder (tools/skf.py) and its codec and crypto packages, for tests/second_decoder.rs.
   "$venv/bin/pip" install -q -r "$(dirname "$0")/../tools/requirements.txt" >/dev/null \
     || { echo "setup: cannot install tools/requirements.txt into $venv" >&2; exit 1; }
