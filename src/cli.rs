@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, MasterKey};
 
 use shrinkfs_fuse::credentials::{AwsEnv, CredentialsConfig};
-use shrinkfs_fuse::store::{CustomerKey, Encryption, S3Options};
+use shrinkfs_fuse::store::{CustomerKey, Encryption, RetryPolicy, S3Options, StoreConfig};
 
 use crate::corpus::CorpusKind;
 use crate::exit::UsageError;
@@ -568,10 +568,10 @@ impl Default for S3Args {
             sse_kms_key_id: None,
             sse_c_key_file: None,
             requester_pays: false,
-            retry_timeout: o.retry_timeout,
+            retry_timeout: o.store.retry.timeout,
             retries: None,
-            request_timeout: o.request_timeout,
-            connect_timeout: o.connect_timeout,
+            request_timeout: o.store.request_timeout,
+            connect_timeout: o.store.connect_timeout,
         }
     }
 }
@@ -611,10 +611,12 @@ impl S3Args {
             allow_http: self.allow_http,
             path_style: self.path_style,
             virtual_hosted_style: self.virtual_hosted_style,
-            retry_timeout: self.retry_timeout,
-            max_retries: self.retries,
-            request_timeout: self.request_timeout,
-            connect_timeout: self.connect_timeout,
+            store: StoreConfig {
+                retry: RetryPolicy { timeout: self.retry_timeout, max_retries: self.retries, ..RetryPolicy::default() },
+                request_timeout: self.request_timeout,
+                connect_timeout: self.connect_timeout,
+                ..StoreConfig::default()
+            },
             storage_class: self.storage_class.clone(),
             encryption,
             requester_pays: self.requester_pays,

@@ -65,7 +65,7 @@ pub fn with_ranges<T>(
         let len = r.rt.block_on(r.store.head(&r.path)).with_context(|| format!("cannot stat {text}"))?.size;
         let read_at = |range: std::ops::Range<u64>| -> anyhow::Result<Vec<u8>> {
             let fut = shrinkfs_fuse::objects::get_range(r.store.as_ref(), &r.path, range, len, None);
-            Ok(r.rt.block_on(fut).with_context(|| format!("cannot read {text}"))?.0.to_vec())
+            Ok(r.rt.block_on(fut).with_context(|| format!("cannot read {text}"))?.to_vec())
         };
         return f(len, &read_at);
     }

@@ -49,7 +49,7 @@ pub struct KeyCheck {
 pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Result<KeyCheck> {
     let mut check = KeyCheck::default();
     let mut listed = 0;
-    let mut list = bucket.store.list(Some(&bucket.prefix));
+    let mut list = bucket.store.list(None);
     let mut sampled = 0;
     let mut first_unsealed = None;
     while let Some(meta) = list.next().await {
@@ -102,10 +102,9 @@ fn sampleable(meta: &ObjectMeta) -> bool {
 async fn examine(bucket: &Bucket, meta: &ObjectMeta) -> anyhow::Result<Option<Layout>> {
     let len = meta.size;
     let read = |range: std::ops::Range<u64>| async move {
-        // As the mount reads: servers that answer a range with the whole object are served too.
+        // As the mount reads (through the store stack, which serves quirky servers too).
         shrinkfs_fuse::objects::get_range(bucket.store.as_ref(), &meta.location, range, len, None)
             .await
-            .map(|(bytes, _)| bytes)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))
     };
     let mut tail = read(len.saturating_sub(SUGGESTED_TAIL)..len).await?;

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod corpus;
 pub mod daemon;
 pub mod exit;
+pub mod exporter;
 pub mod fileio;
 pub mod fstab;
 pub mod inspect;

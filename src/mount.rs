@@ -251,14 +251,22 @@ fn serve(
     let describe = bucket.describe.clone();
     cfg.read_only = kernel.read_only;
     let fs = Arc::new(Fs::new(bucket, cfg));
+    fs.metrics().set_labels(shrinkfs_fuse::metrics::collect::Labels {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: option_env!("SHRINKFS_COMMIT").unwrap_or("unknown").to_owned(),
+        source: describe.clone(),
+        mountpoint: mountpoint.display().to_string(),
+    });
+    let weak = Arc::downgrade(&fs);
+    fs.metrics().watch_dirty(Box::new(move || weak.upgrade().map_or(0, |fs| fs.dirty_bytes())));
     if let Some(addr) = a.metrics_addr {
         let listener =
             std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} for metrics"))?;
         listener.set_nonblocking(true).context("metrics socket")?;
-        let fs = fs.clone();
+        let metrics = fs.metrics().clone();
         rt.spawn(async move {
             match tokio::net::TcpListener::from_std(listener) {
-                Ok(l) => serve_metrics(l, fs).await,
+                Ok(l) => crate::exporter::serve(l, metrics).await,
                 Err(e) => tracing::error!(error = %e, "metrics endpoint failed"),
             }
         });
@@ -327,24 +335,6 @@ pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
     let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
     println!("{}", rt.block_on(clean_leftovers(&bucket, a.older_than))?);
     Ok(())
-}
-
-/// Answers every HTTP request on `listener` with the Prometheus text of the mount's metrics.
-async fn serve_metrics(listener: tokio::net::TcpListener, fs: Arc<Fs>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    while let Ok((mut sock, _)) = listener.accept().await {
-        let body = fs.metrics_text();
-        tokio::spawn(async move {
-            let mut req = [0u8; 2048];
-            let _ = sock.read(&mut req).await;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(body.as_bytes()).await;
-        });
-    }
 }
 
 /// Runs `shrinkfs unmount`.

@@ -444,12 +444,15 @@ fn prometheus_metrics_count_what_the_mount_did() {
     assert!(fs::read(bucket.join("noise")).unwrap().len() > 20 << 20);
     let body = scrape(&addr);
     let value = |name: &str| metric(&body, name);
-    assert!(value("shrinkfs_fuse_ops_total{kind=\"write\"}") >= 1.0, "{body}");
+    assert!(value("shrinkfs_fuse_op_duration_seconds_count{op=\"write\"") >= 1.0, "{body}");
     assert_eq!(value("shrinkfs_logical_written_bytes_total"), (23 << 20) as f64, "{body}");
     assert!(value("shrinkfs_store_written_bytes_total") < (22 << 20) as f64, "{body}");
-    assert!(value("shrinkfs_dispatch_cpu_frames_total") >= 3.0, "{body}");
-    assert!(value("shrinkfs_store_requests_total{kind=\"put_in_place\"}") >= 1.0, "{body}");
-    assert_eq!(value("shrinkfs_store_requests_total{kind=\"multipart_part\"}"), 0.0, "{body}");
+    assert!(value("shrinkfs_codec_cpu_frames_total") >= 3.0, "{body}");
+    assert!(
+        value("shrinkfs_store_request_duration_seconds_count{kind=\"put_in_place\",outcome=\"ok\"}") >= 1.0,
+        "{body}"
+    );
+    assert_eq!(value("shrinkfs_store_request_duration_seconds_count{kind=\"put_part\""), 0.0, "{body}");
     m.unmount();
 }
 
@@ -492,9 +495,9 @@ fn with_the_writeback_cache_small_writes_arrive_as_large_requests_and_every_oper
     // Stored once fsync returned, before any close.
     assert!(unpack(&bucket.join("small-writes")) == data);
     let body = scrape(&addr);
-    let writes = metric(&body, "shrinkfs_fuse_ops_total{kind=\"write\"}");
+    let writes = metric(&body, "shrinkfs_fuse_op_duration_seconds_count{op=\"write\"");
     assert!((1.0..=256.0).contains(&writes), "{writes} write requests for 2,048 writes of 4 KiB");
-    assert!(metric(&body, "shrinkfs_fuse_ops_total{kind=\"getxattr\"}") < 16.0, "{body}");
+    assert!(metric(&body, "shrinkfs_fuse_op_duration_seconds_count{op=\"getxattr\"") < 16.0, "{body}");
     exercise(&mnt, &bucket);
     m.unmount();
     let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);

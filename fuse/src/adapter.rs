@@ -105,8 +105,9 @@ impl FuseAdapter {
         f: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let span = tracing::debug_span!("fuse", op, ino);
+        let start = std::time::Instant::now();
         let res = self.rt.block_on(f.instrument(span));
-        self.fs.metrics().op(op, res.is_err());
+        self.fs.metrics().op(op, Error::outcome(&res), start.elapsed());
         if res.is_ok() && matches!(op, "create" | "mkdir" | "mknod" | "symlink" | "unlink" | "rmdir" | "rename") {
             // An entry of directory `ino` was added, removed or renamed.
             self.fs.entries_changed(ino);
@@ -292,7 +293,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
-        self.fs.metrics().op("link", true);
+        self.fs.metrics().op("link", crate::metrics::Outcome::Error, std::time::Duration::ZERO);
         reply.error(Errno::from_i32(libc::EPERM));
     }
 

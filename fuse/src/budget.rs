@@ -43,6 +43,7 @@ impl Budget {
     /// A budget of `bytes` (at least one unit).
     pub fn new(bytes: u64, metrics: Arc<Metrics>) -> Self {
         let units = (bytes / UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize) as u64) as u32;
+        metrics.budget_limit(units as u64 * UNIT);
         Budget { sem: Arc::new(Semaphore::new(units as usize)), units, metrics }
     }
 

@@ -92,11 +92,28 @@ impl Error {
         }
     }
 
+    /// Whether this is an answer the caller asked about (a name that does not exist, an
+    /// attribute not set, a name taken, a directory not empty, a buffer too small) rather than a
+    /// failure: the same errors that log at debug.
+    pub fn expected(&self) -> bool {
+        matches!(self, Error::NotFound | Error::Exists | Error::NotEmpty | Error::NoXattr | Error::Range)
+    }
+
+    /// The outcome label of an operation that ended with `r`.
+    pub fn outcome<T>(r: &Result<T>) -> crate::metrics::Outcome {
+        use crate::metrics::Outcome;
+        match r {
+            Ok(_) => Outcome::Ok,
+            Err(e) if e.expected() => Outcome::Expected,
+            Err(_) => Outcome::Error,
+        }
+    }
+
     /// Logs the error at the level it deserves: expected outcomes at debug, failures at warn,
     /// corruption at error; `path` names the file (from the mount root) and `key` its object.
     pub fn log(&self, op: &'static str, path: &str, key: &str) {
         match self {
-            Error::NotFound | Error::Exists | Error::NotEmpty | Error::NoXattr | Error::Range => {
+            e if e.expected() => {
                 tracing::debug!(op, path = %path, key = %key, error = %self, "operation failed")
             }
             Error::Codec { .. } => {

@@ -160,7 +160,8 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 impl Fs {
     /// A filesystem over `bucket`.
     pub fn new(bucket: Bucket, cfg: FsConfig) -> Self {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = bucket.metrics.clone();
+        metrics.watch_codec(cfg.dispatcher.counters().clone());
         let budget = Budget::new(cfg.io_budget, metrics.clone());
         let reader = Reader {
             budget: budget.clone(),
@@ -173,7 +174,6 @@ impl Fs {
             dispatcher: cfg.dispatcher.clone(),
             disk: cfg.disk_cache.clone(),
             inflight: Arc::default(),
-            no_suffix: Arc::default(),
             allow_unsealed: cfg.allow_unsealed,
         };
         Fs {
@@ -228,18 +228,25 @@ impl Fs {
         )
     }
 
+    /// Logical bytes of open files not yet stored: a streaming upload's bytes, a staged file's
+    /// length. A file busy at this instant is skipped (this is read by a scrape, which must not
+    /// wait for a write).
+    pub fn dirty_bytes(&self) -> u64 {
+        use crate::files::Body;
+        let files: Vec<_> = self.open.lock().expect("open lock").values().map(|e| e.file.clone()).collect();
+        files
+            .iter()
+            .filter_map(|f| match &f.try_lock().ok()?.body {
+                Body::Clean => None,
+                Body::Streaming(up) => Some(up.len()),
+                Body::Staged { len, .. } => Some(*len),
+            })
+            .sum()
+    }
+
     /// The mount's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
-    }
-
-    /// Prometheus text of every metric, the dispatcher's counters included.
-    pub fn metrics_text(&self) -> String {
-        let mut s = self.metrics.render();
-        for (name, v) in self.cfg.dispatcher.counters().snapshot() {
-            s.push_str(&format!("# TYPE shrinkfs_dispatch_{name} counter\nshrinkfs_dispatch_{name}_total {v}\n"));
-        }
-        s
     }
 
     /// The configuration.
@@ -262,7 +269,7 @@ impl Fs {
     /// Refuses a path whose object key (prefix included) would be longer than the store takes,
     /// or whose marker key would be, with `ENAMETOOLONG`: such a name can neither exist nor be made.
     pub(crate) fn check_key_len(&self, rel: &str) -> Result<()> {
-        let len = self.key(rel).as_ref().len() + 1 + DIR_MARKER.len();
+        let len = self.bucket.prefix_len + self.key(rel).as_ref().len() + 1 + DIR_MARKER.len();
         if len > self.bucket.max_key_len { Err(Error::BadName) } else { Ok(()) }
     }
 
@@ -343,7 +350,6 @@ impl Fs {
             ) => Err(e),
             Err(Error::Codec { key: k, source }) => {
                 tracing::warn!(key = k, error = %source, "object cannot be decoded; shown with its stored size");
-                self.metrics.store_request("head");
                 let meta = match self.bucket.store.head(key).await {
                     Ok(m) => m,
                     Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -422,7 +428,6 @@ impl Fs {
         }
         let (reader, bucket, inodes) = (self.reader.clone(), self.bucket.clone(), self.inodes_handle());
         let dir_path = dir_path.to_owned();
-        self.metrics.store_request("attr_prefetch");
         tokio::spawn(async move {
             use futures::StreamExt;
             let stats = futures::stream::iter(names)
@@ -512,7 +517,6 @@ impl Fs {
         };
         let obj =
             shrinkfs_codec::encode_all_with(&self.cfg.encode, &[], &meta).map_err(|e| Error::Invalid(e.to_string()))?;
-        self.metrics.store_request("put");
         self.bucket.store.put(&self.key(&join(rel, DIR_MARKER)), obj.into()).await?;
         Ok(())
     }
@@ -569,7 +573,6 @@ impl Fs {
         if !found && !known_local {
             return Err(Error::NotFound);
         }
-        self.metrics.store_request("delete");
         match self.bucket.store.delete(&self.key(&join(&rel, DIR_MARKER))).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -591,13 +594,11 @@ impl Fs {
         }
         let key = self.key(&rel);
         let remove = async {
-            self.metrics.store_request("head");
             match self.bucket.store.head(&key).await {
                 Ok(_) => {}
                 Err(object_store::Error::NotFound { .. }) => return Ok(false),
                 Err(e) => return Err(Error::from(e)),
             }
-            self.metrics.store_request("delete");
             match self.bucket.store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
                 Err(e) => Err(e.into()),
@@ -639,9 +640,8 @@ impl Fs {
         };
         let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, target.as_bytes(), &meta)
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        self.metrics.store_request("put");
-        self.metrics.object_written(target.len() as u64, obj.len() as u64);
         self.bucket.store.put(&self.key(&rel), obj.into()).await?;
+        self.metrics.object_written(target.len() as u64);
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         let i = self.inodes.lock().expect("inode lock").upsert(parent, name, Kind::Symlink, attr, None, true);
         Ok(self.attrs_of(&i))
@@ -673,9 +673,8 @@ impl Fs {
         };
         let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, data, &meta)
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        self.metrics.store_request("put");
-        self.metrics.object_written(data.len() as u64, obj.len() as u64);
         self.bucket.store.put(&self.key(rel), obj.into()).await?;
+        self.metrics.object_written(data.len() as u64);
         Ok(())
     }
 
@@ -778,9 +777,8 @@ impl Fs {
             }
             let objects: Vec<_> = self.bucket.store.list(Some(&self.key(&from))).try_collect().await?;
             for o in &objects {
-                let rel = self.bucket.rel(&o.location).ok_or(Error::Invalid("object outside the prefix".into()))?;
+                let rel = self.bucket.rel(&o.location);
                 let tail = rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/');
-                self.metrics.store_request("copy");
                 self.bucket.store.copy(&o.location, &self.key(&join(&to, tail))).await?;
             }
             if objects.is_empty() {
@@ -788,15 +786,12 @@ impl Fs {
                 self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
             }
             for o in &objects {
-                self.metrics.store_request("delete");
                 self.bucket.store.delete(&o.location).await?;
             }
         } else {
             self.commit_ino(src_attr.ino).await?;
             let move_object = async {
-                self.metrics.store_request("copy");
                 self.bucket.store.copy(&self.key(&from), &self.key(&to)).await?;
-                self.metrics.store_request("delete");
                 self.bucket.store.delete(&self.key(&from)).await?;
                 Ok(())
             };

@@ -102,10 +102,10 @@ impl Fs {
     /// empty without listing it all.
     pub(crate) async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
         let prefix = self.key(rel);
-        self.metrics.store_request("list");
         if let Some(pages) = &self.bucket.pages {
             let opts = PaginatedListOptions { max_keys: Some(n), ..Default::default() };
-            let got = pages.list_paginated(Some(&format!("{prefix}/")), opts).await?;
+            let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
+            let got = pages.list_paginated(under.as_deref(), opts).await?;
             return Ok(got.result.objects.into_iter().map(|o| o.location).take(n).collect());
         }
         use futures::TryStreamExt;
@@ -143,13 +143,11 @@ impl Fs {
                     ..Default::default()
                 };
                 let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
-                self.metrics.store_request("list_page");
                 let got = pages.list_paginated(under.as_deref(), opts).await?;
                 l.next = got.page_token.map_or(Next::Done, Next::Token);
                 names(got.result)
             }
             (None, _) => {
-                self.metrics.store_request("list_with_delimiter");
                 let got = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
                 l.next = Next::Done;
                 let mut all = names(got);

@@ -118,8 +118,6 @@ pub struct Reader {
     pub disk: Option<crate::diskcache::DiskCache>,
     /// Room for fetched and decoded frames in the mount's memory budget.
     pub budget: crate::budget::Budget,
-    /// Set once the store showed it does not answer suffix ranges.
-    pub no_suffix: Arc<std::sync::atomic::AtomicBool>,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
     /// With a key, objects that are not sealed are served too.
@@ -147,48 +145,16 @@ impl Reader {
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
+        // Servers that answer no suffix ranges are the store stack's concern (`store::compat`).
         let opts = GetOptions { range: Some(GetRange::Suffix(SUGGESTED_TAIL)), ..Default::default() };
-        let first = if self.no_suffix.load(std::sync::atomic::Ordering::Relaxed) {
-            // This server does not do suffix ranges: go straight to HEAD + range.
-            Err(object_store::Error::NotImplemented)
-        } else {
-            self.metrics.store_request("get_tail");
-            self.store.get_opts(path, opts).await
-        };
-        let (meta, range, tail) = match first {
+        let (meta, range, tail) = match self.store.get_opts(path, opts).await {
             Ok(got) => {
                 let (meta, range) = (got.meta.clone(), got.range.clone());
                 (meta, range, got.bytes().await?)
             }
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            // Some servers (and S3 itself for empty objects) refuse a suffix longer than the
-            // object with 416, and some do not know suffix ranges at all (they answer the wrong
-            // bytes, which object_store rejects): ask for the size, then for a range that fits.
-            Err(e) if matches!(e, object_store::Error::NotImplemented) || suffix_unsupported(&e) => {
-                if !e.to_string().contains("416") {
-                    self.no_suffix.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                self.metrics.store_request("head");
-                let meta = match self.store.head(path).await {
-                    Ok(m) => m,
-                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                    Err(e) => return Err(e.into()),
-                };
-                if let Some(info) = self.known(&meta) {
-                    return Ok(Some(info));
-                }
-                let range = meta.size.saturating_sub(SUGGESTED_TAIL)..meta.size;
-                let tail = if range.is_empty() {
-                    Bytes::new()
-                } else {
-                    let id = ObjectId { key: path.as_ref().into(), etag: etag_of(&meta) };
-                    self.get_range(path, &id, range.clone(), meta.size).await?
-                };
-                (meta, range, tail)
-            }
             Err(e) => return Err(e.into()),
         };
-        self.metrics.store_bytes(tail.len() as u64);
         let id = ObjectId { key: path.as_ref().into(), etag: etag_of(&meta) };
         let parsed = match self.layouts.get(&id) {
             Some(p) => p,
@@ -264,13 +230,7 @@ impl Reader {
     /// A ranged GET that fails (ESTALE) if the object is no longer the version `id` names.
     async fn get_range(&self, path: &Path, id: &ObjectId, range: Range<u64>, object_len: u64) -> Result<Bytes> {
         let if_match = (!id.etag.starts_with(SYNTHETIC)).then(|| id.etag.to_string());
-        self.metrics.store_request("get_range");
-        let (bytes, fell_back) = get_range(self.store.as_ref(), path, range, object_len, if_match).await?;
-        if fell_back {
-            self.metrics.store_request("get_whole_fallback");
-        }
-        self.metrics.store_bytes(bytes.len() as u64);
-        Ok(bytes)
+        Ok(get_range(self.store.as_ref(), path, range, object_len, if_match).await?)
     }
 
     /// Reads logical bytes `range` of one object version.
@@ -281,7 +241,9 @@ impl Reader {
         }
         let (layout, ctx) = match &info.parsed {
             Parsed::Plain => {
-                return self.get_range(&info.path, &info.id, range.start..end, info.stored).await;
+                let bytes = self.get_range(&info.path, &info.id, range.start..end, info.stored).await?;
+                self.metrics.logical_read(bytes.len() as u64);
+                return Ok(bytes);
             }
             Parsed::Framed { layout, ctx } => (layout, ctx),
         };
@@ -305,6 +267,7 @@ impl Reader {
         });
         // A read within one frame (the kernel's aligned readahead, usually) is a view of it.
         let first = parts.next().expect("a non-empty range covers a frame");
+        self.metrics.logical_read(end - range.start);
         let Some(second) = parts.next() else { return Ok(first) };
         let mut out = BytesMut::with_capacity((end - range.start) as usize);
         for part in [first, second].into_iter().chain(parts) {
@@ -328,7 +291,7 @@ impl Reader {
                 Some(b) if stored_frame_ok(&b, f, layout) => slices.push((f, b)),
                 Some(_) => {
                     // A damaged or foreign entry: drop it and fetch the frame again.
-                    self.metrics.store_request("disk_cache_bad_entry");
+                    self.metrics.disk_cache_bad();
                     self.disk.as_ref().expect("entry came from it").remove(&info.id, f as u32);
                     missing.push(f);
                 }
@@ -376,7 +339,7 @@ impl Reader {
             let mut out = Vec::with_capacity(decoded.len());
             for (f, bytes) in decoded {
                 let bytes = Bytes::from(bytes);
-                self.metrics.frame_decoded(bytes.len() as u64);
+                self.metrics.frame_decoded();
                 self.chunks.insert(&info.id, f as u32, bytes.clone());
                 out.push((f, bytes));
             }
@@ -406,7 +369,7 @@ impl Reader {
         let mut out = Vec::with_capacity(jobs.len());
         for (f, rx) in jobs {
             let bytes = rx.await.map_err(|_| Error::Invalid("decoder stopped".into()))??;
-            self.metrics.frame_decoded(bytes.len() as u64);
+            self.metrics.frame_decoded();
             self.chunks.insert(&info.id, f as u32, bytes.clone());
             out.push((f, bytes));
         }
@@ -517,42 +480,23 @@ fn system_time(meta: &ObjectMeta) -> std::time::SystemTime {
         + Duration::new(meta.last_modified.timestamp().max(0) as u64, meta.last_modified.timestamp_subsec_nanos())
 }
 
-/// Whether a suffix GET failed because of how the server treats suffix ranges.
-fn suffix_unsupported(e: &object_store::Error) -> bool {
-    let s = e.to_string();
-    s.contains("416") || s.contains("non-partial response") || (s.contains("Requested ") && s.contains(", got "))
-}
-
 /// Memory a frame takes while fetched and decoded: its stored and its raw bytes.
 fn frame_cost(e: &shrinkfs_codec::format::IndexEntry) -> u64 {
     e.stored_range().end - e.stored_range().start + e.raw_len as u64
 }
 
-/// A ranged GET of `range` of an object of `object_len` bytes. A range covering the whole object
-/// is sent as a plain GET; a server that answers a range with 200 (some S3-compatible servers do)
-/// gets a whole-object GET, sliced here — the second value says so.
+/// A ranged GET of `range` of an object of `object_len` bytes; a range covering the whole object
+/// is sent as a plain GET.
 pub async fn get_range(
     store: &dyn ObjectStore,
     path: &Path,
     range: Range<u64>,
     object_len: u64,
     if_match: Option<String>,
-) -> object_store::Result<(Bytes, bool)> {
+) -> object_store::Result<Bytes> {
     let whole = range.start == 0 && range.end >= object_len;
-    let opts = GetOptions {
-        range: (!whole).then_some(GetRange::Bounded(range.clone())),
-        if_match: if_match.clone(),
-        ..Default::default()
-    };
-    match store.get_opts(path, opts).await {
-        Ok(got) => Ok((got.bytes().await?, false)),
-        Err(e) if e.to_string().contains("non-partial response") => {
-            let all = store.get_opts(path, GetOptions { if_match, ..Default::default() }).await?.bytes().await?;
-            let end = (range.end as usize).min(all.len());
-            Ok((all.slice((range.start as usize).min(end)..end), true))
-        }
-        Err(e) => Err(e),
-    }
+    let opts = GetOptions { range: (!whole).then_some(GetRange::Bounded(range)), if_match, ..Default::default() };
+    store.get_opts(path, opts).await?.bytes().await
 }
 
 /// Decodes stored frame `frame`, checked against its index entry. A frame stored as it is

@@ -478,7 +478,6 @@ impl Upload {
     /// earlier part failed.
     async fn ship(&mut self, len: usize, tail: Option<&[u8]>) -> Result<()> {
         if self.multipart.is_none() {
-            self.sink.metrics.store_request("multipart_start");
             self.multipart = Some(match &self.sink.tracked {
                 Some((mp, markers)) => {
                     crate::uploads::start(self.sink.store.clone(), mp.clone(), markers, &self.path).await?
@@ -490,7 +489,6 @@ impl Upload {
         let (payload, held) = self.unshipped(len, tail).await?;
         let range = start..self.shipped;
         let part = self.multipart.as_mut().expect("started above").put_part(payload);
-        self.sink.metrics.store_request("multipart_part");
         self.parts.spawn(async move {
             let done = part.await;
             drop(held);
@@ -601,11 +599,9 @@ impl Upload {
         let put = if let Spill::InPlace(object) = &mut self.spill.spill {
             // The tail goes after the last frame (again, if an earlier try failed after it).
             object.file().write_all_at(&tail, self.stored)?;
-            self.sink.metrics.store_request("put_in_place");
-            object.publish()?
+            self.sink.metrics.store().in_place(total, || object.publish())?
         } else if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
-            self.sink.metrics.store_request("put");
             self.sink.store.put(&self.path, payload).await?
         } else {
             while self.stored - self.shipped > PART_SIZE as u64 {
@@ -615,13 +611,12 @@ impl Upload {
             while let Some(done) = self.parts.join_next().await {
                 self.settle(done)?;
             }
-            self.sink.metrics.store_request("multipart_complete");
             let mp = self.multipart.as_mut().expect("a part was shipped above");
             let put = mp.complete().await?;
             self.multipart = None;
             put
         };
-        self.sink.metrics.object_written(raw, total);
+        self.sink.metrics.object_written(raw);
         let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         Ok(Written { put, stored: total, layout })
     }

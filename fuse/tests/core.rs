@@ -101,7 +101,10 @@ async fn large_files_stream_as_multipart_and_nothing_is_visible_before_close() {
     }
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
-    assert!(fs.metrics().value("shrinkfs_store_requests_total{kind=\"multipart_complete\"}") >= 1);
+    assert!(
+        fs.metrics().value("shrinkfs_store_request_duration_seconds_count{kind=\"multipart_complete\",outcome=\"ok\"}")
+            >= 1
+    );
     assert_eq!(read_file(&fs, attr.ino).await, big);
 }
 
@@ -355,15 +358,23 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
     }
     assert!(got == data);
     let m = fresh.metrics();
-    assert!(m.value("shrinkfs_frames_prefetched_total") > 10, "{}", m.render());
-    assert!(m.value("shrinkfs_cache_hits_total") > 10, "{}", m.render());
+    assert!(
+        m.value("shrinkfs_frames_prefetched_total") > 10,
+        "{}",
+        m.render(shrinkfs_fuse::metrics::Format::Prometheus)
+    );
+    assert!(m.value("shrinkfs_cache_hits_total") > 10, "{}", m.render(shrinkfs_fuse::metrics::Format::Prometheus));
     // Random offsets: no read-ahead.
     let other = fs_on(&store, small_frames());
     let ino_other = other.lookup(ROOT, "seq").await.unwrap().ino;
     let fh = other.open(ino_other, false, false).await.unwrap();
     let m = other.metrics();
-    let counts =
-        || (m.value("shrinkfs_store_requests_total{kind=\"get_range\"}"), m.value("shrinkfs_frames_decoded_total"));
+    let counts = || {
+        (
+            m.value("shrinkfs_store_request_duration_seconds_count{kind=\"get_range\""),
+            m.value("shrinkfs_frames_decoded_total"),
+        )
+    };
     for off in [300_000u64, 12_000, 250_000, 40_000, 390_000, 5_000] {
         let before = counts();
         assert_eq!(other.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
@@ -384,7 +395,7 @@ async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_o
     let d = fs.lookup(ROOT, "dir").await.unwrap();
     let fh = fs.opendir(d.ino).await.unwrap();
     assert_eq!(fs.readdir(fh, d.ino, 0).await.unwrap().len(), 202);
-    let tails = || fs.metrics().value("shrinkfs_store_requests_total{kind=\"get_tail\"}");
+    let tails = || fs.metrics().value("shrinkfs_store_request_duration_seconds_count{kind=\"get_range\"");
     let before = tails();
     // The first lookup starts the prefetch of all 200; wait for it, as `ls -l` would overlap with it.
     assert_eq!(fs.lookup(d.ino, "f000").await.unwrap().size, 0);
@@ -426,8 +437,17 @@ async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
     let a2 = fs2.lookup(ROOT, "f").await.unwrap();
     assert_eq!(read_file(&fs2, a2.ino).await, data, "a damaged entry must never be served");
     let m = fs2.metrics();
-    assert!(m.value("shrinkfs_disk_cache_hits_total") >= 20, "{}", m.render());
-    assert_eq!(m.value("shrinkfs_store_requests_total{kind=\"disk_cache_bad_entry\"}"), 1, "{}", m.render());
+    assert!(
+        m.value("shrinkfs_disk_cache_hits_total") >= 20,
+        "{}",
+        m.render(shrinkfs_fuse::metrics::Format::Prometheus)
+    );
+    assert_eq!(
+        m.value("shrinkfs_disk_cache_bad_entries_total"),
+        1,
+        "{}",
+        m.render(shrinkfs_fuse::metrics::Format::Prometheus)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -539,8 +559,9 @@ async fn a_directory_of_100k_entries_is_listed_page_by_page_as_readdir_reaches_i
     }
     store.put(&Path::from("pre/big/sub/inner"), vec![b'y'].into()).await.unwrap();
     let paged = Arc::new(Paged { inner: store.clone(), pages: Default::default(), sorted: Default::default() });
-    let mut b = bucket(&store);
-    b.pages = Some(paged.clone());
+    let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(paged.clone()), multipart: None };
+    let cfg = shrinkfs_fuse::store::StoreConfig::unretried();
+    let b = Bucket::stack(backend, &Path::from("pre"), "paged", &cfg);
     let fs = Fs::new(b, small_frames());
     let dir = fs.lookup(ROOT, "big").await.unwrap();
     let (_, writing) = fs.create(dir.ino, "zz-being-written", 0o644, 0, 0).await.unwrap();
@@ -615,7 +636,7 @@ async fn a_listing_of_objects_this_mount_knows_needs_no_request_per_file() {
         let a = fs.lookup(d.ino, &format!("f{k}")).await.unwrap();
         fs.forget(a.ino, 2);
     }
-    let tails = || fs.metrics().value("shrinkfs_store_requests_total{kind=\"get_tail\"}");
+    let tails = || fs.metrics().value("shrinkfs_store_request_duration_seconds_count{kind=\"get_range\"");
     let before = tails();
     let dh = fs.opendir(d.ino).await.unwrap();
     assert_eq!(fs.readdir(dh, d.ino, 0).await.unwrap().len(), 22);

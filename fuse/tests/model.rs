@@ -17,9 +17,9 @@ use object_store::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use shrinkfs_codec::EncodeConfig;
-use shrinkfs_fuse::faults::{FaultControl, FaultStore};
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::store::fault::{FaultControl, FaultStore};
 use shrinkfs_fuse::{Error, Fs, FsConfig};
 
 /// What all cases did together: proof that the sequences reach commits, failures and reads.

@@ -8,9 +8,9 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use shrinkfs_codec::EncodeConfig;
-use shrinkfs_fuse::faults::{FaultControl, FaultStore, Op};
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
 use shrinkfs_fuse::{Error, Fs, FsConfig};
 
 fn config(frame_size: u32) -> FsConfig {

@@ -1,23 +1,29 @@
-//! `FaultStore`: an object store wrapper that makes chosen operations fail — an outage, the next
-//! n calls of one kind, or a seeded random share of all calls — so tests can drive the
-//! filesystem core through store failures without editing it.
+//! `FaultStore`: the layer of the store stack that makes chosen operations fail — an outage (for
+//! good, or for a while: a store that goes away and comes back), the next n calls of one kind, a
+//! seeded random share of all calls — or slows them, or cuts GET bodies short, so tests can drive
+//! the filesystem core through store failures without editing it. It forwards, and faults, the
+//! paged-listing and multipart extensions of the store below it.
 //!
 //! Injected failures are `object_store::Error::Generic { store: "fault", .. }` with an
-//! [`Injected`] source, which the core maps to EIO like any store failure.
+//! [`Injected`] source, which the core maps to EIO like any store failure, and which the retry
+//! layer treats as passing (like a 503 or a refused connection).
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
+use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions,
-    PutPayload, PutResult, Result, UploadPart,
+    GetOptions, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
 };
+
+use super::Backend;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -52,6 +58,9 @@ pub struct Injected {
     pub op: Op,
     /// Which knob made it fail: "outage", "failure" (`fail_next`) or "random failure".
     pub reason: &'static str,
+    /// Whether trying again may succeed (always, for injected failures: they stand for a 503 or
+    /// a refused connection).
+    pub transient: bool,
 }
 
 /// What to inject, shared (through an `Arc`) by a [`FaultStore`], its uploads and the test that
@@ -59,11 +68,18 @@ pub struct Injected {
 #[derive(Debug, Default)]
 pub struct FaultControl {
     down: AtomicBool,
+    /// The end of a timed outage.
+    down_until: Mutex<Option<Instant>>,
+    /// Per op: how long each call waits before it runs.
+    delay: [Mutex<Duration>; OPS],
+    /// How many of the next GET bodies end early.
+    truncate: AtomicU32,
     /// Per op: how many of the next calls fail.
     next: [AtomicU32; OPS],
     rate: Mutex<Option<Rate>>,
     calls: [AtomicU64; OPS],
     failures: AtomicU64,
+    truncated: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -76,6 +92,26 @@ impl FaultControl {
     /// While `down`, every operation fails ("injected outage").
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// The store goes away now and comes back after `d`: every operation in between fails.
+    pub fn outage_for(&self, d: Duration) {
+        *self.down_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + d);
+    }
+
+    /// Each call of kind `op` waits `d` before it runs (zero: no wait).
+    pub fn delay(&self, op: Op, d: Duration) {
+        *self.delay[op as usize].lock().unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// The bodies of the next `n` GETs (ranged or not) end after half their bytes.
+    pub fn truncate_next(&self, n: u32) {
+        self.truncate.store(n, Ordering::SeqCst);
+    }
+
+    /// Bodies cut short so far.
+    pub fn truncated(&self) -> u64 {
+        self.truncated.load(Ordering::SeqCst)
     }
 
     /// The next `n` operations of kind `op` fail (replacing any count set before).
@@ -100,10 +136,33 @@ impl FaultControl {
         self.failures.load(Ordering::SeqCst)
     }
 
+    /// Waits the delay set for `op`, then [`Self::check`]s it.
+    async fn enter(&self, op: Op) -> Result<()> {
+        let d = *self.delay[op as usize].lock().unwrap_or_else(PoisonError::into_inner);
+        if !d.is_zero() {
+            tokio::time::sleep(d).await;
+        }
+        self.check(op)
+    }
+
+    fn timed_down(&self) -> bool {
+        let until = *self.down_until.lock().unwrap_or_else(PoisonError::into_inner);
+        until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Whether this GET's body is to end early.
+    fn cut(&self) -> bool {
+        let cut = self.truncate.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if cut {
+            self.truncated.fetch_add(1, Ordering::SeqCst);
+        }
+        cut
+    }
+
     /// Counts one call of `op` and says whether it fails.
     fn check(&self, op: Op) -> Result<()> {
         self.calls[op as usize].fetch_add(1, Ordering::SeqCst);
-        let reason = if self.down.load(Ordering::SeqCst) {
+        let reason = if self.down.load(Ordering::SeqCst) || self.timed_down() {
             Some("outage")
         } else if self.next[op as usize].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
         {
@@ -116,7 +175,8 @@ impl FaultControl {
             None => Ok(()),
             Some(reason) => {
                 self.failures.fetch_add(1, Ordering::SeqCst);
-                Err(object_store::Error::Generic { store: "fault", source: Box::new(Injected { op, reason }) })
+                let source = Box::new(Injected { op, reason, transient: true });
+                Err(object_store::Error::Generic { store: "fault", source })
             }
         }
     }
@@ -125,7 +185,7 @@ impl FaultControl {
 /// A store that passes every operation to `inner` unless its [`FaultControl`] makes it fail first.
 #[derive(Debug)]
 pub struct FaultStore {
-    inner: Arc<dyn ObjectStore>,
+    inner: Backend,
     ctl: Arc<FaultControl>,
 }
 
@@ -137,7 +197,12 @@ impl FaultStore {
 
     /// Wraps `inner`, steered by `ctl` (which several stores may share).
     pub fn with_control(inner: Arc<dyn ObjectStore>, ctl: Arc<FaultControl>) -> Self {
-        FaultStore { inner, ctl }
+        FaultStore { inner: Backend::plain(inner), ctl }
+    }
+
+    /// The layer over `inner` (and its extensions), steered by `ctl`.
+    pub fn layer(inner: Backend, ctl: Arc<FaultControl>) -> Backend {
+        inner.wrap(FaultStore { inner: inner.clone(), ctl })
     }
 
     /// The control that steers this store.
@@ -148,7 +213,7 @@ impl FaultStore {
 
 impl std::fmt::Display for FaultStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FaultStore({})", self.inner)
+        write!(f, "FaultStore({})", self.inner.store)
     }
 }
 
@@ -157,63 +222,68 @@ impl std::fmt::Display for FaultStore {
 #[async_trait]
 impl ObjectStore for FaultStore {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        self.ctl.check(Op::Put)?;
-        self.inner.put_opts(location, payload, opts).await
+        self.ctl.enter(Op::Put).await?;
+        self.inner.store.put_opts(location, payload, opts).await
     }
 
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
-        self.ctl.check(Op::Put)?;
-        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        self.ctl.enter(Op::Put).await?;
+        let inner = self.inner.store.put_multipart_opts(location, opts).await?;
         Ok(Box::new(FaultUpload { inner, ctl: self.ctl.clone() }))
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.ctl.check(if options.head { Op::Head } else { Op::Get })?;
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_range(&self, location: &Path, range: Range<u64>) -> Result<Bytes> {
-        self.ctl.check(Op::Get)?;
-        self.inner.get_range(location, range).await
+        let head = options.head;
+        self.ctl.enter(if head { Op::Head } else { Op::Get }).await?;
+        let mut got = self.inner.store.get_opts(location, options).await?;
+        if !head && self.ctl.cut() {
+            let GetResult { payload, meta, range, attributes } = got;
+            let whole = GetResult { payload, meta: meta.clone(), range: range.clone(), attributes: attributes.clone() };
+            let bytes = whole.bytes().await?;
+            let half = bytes.slice(..bytes.len() / 2);
+            let stream = futures::stream::once(futures::future::ready(Ok(half))).boxed();
+            got = GetResult { payload: GetResultPayload::Stream(stream), meta, range, attributes };
+        }
+        Ok(got)
     }
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
-        self.ctl.check(Op::Head)?;
-        self.inner.head(location).await
+        self.ctl.enter(Op::Head).await?;
+        self.inner.store.head(location).await
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
-        self.ctl.check(Op::Delete)?;
-        self.inner.delete(location).await
+        self.ctl.enter(Op::Delete).await?;
+        self.inner.store.delete(location).await
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         match self.ctl.check(Op::List) {
-            Ok(()) => self.inner.list(prefix),
+            Ok(()) => self.inner.store.list(prefix),
             Err(e) => futures::stream::once(futures::future::ready(Err(e))).boxed(),
         }
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
         match self.ctl.check(Op::List) {
-            Ok(()) => self.inner.list_with_offset(prefix, offset),
+            Ok(()) => self.inner.store.list_with_offset(prefix, offset),
             Err(e) => futures::stream::once(futures::future::ready(Err(e))).boxed(),
         }
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.ctl.check(Op::List)?;
-        self.inner.list_with_delimiter(prefix).await
+        self.ctl.enter(Op::List).await?;
+        self.inner.store.list_with_delimiter(prefix).await
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
-        self.ctl.check(Op::Copy)?;
-        self.inner.copy(from, to).await
+        self.ctl.enter(Op::Copy).await?;
+        self.inner.store.copy(from, to).await
     }
 
     async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> Result<()> {
-        self.ctl.check(Op::Copy)?;
-        self.inner.copy_if_not_exists(from, to).await
+        self.ctl.enter(Op::Copy).await?;
+        self.inner.store.copy_if_not_exists(from, to).await
     }
 }
 
@@ -236,12 +306,44 @@ impl MultipartUpload for FaultUpload {
     }
 
     async fn complete(&mut self) -> Result<PutResult> {
-        self.ctl.check(Op::Complete)?;
+        self.ctl.enter(Op::Complete).await?;
         self.inner.complete().await
     }
 
     async fn abort(&mut self) -> Result<()> {
         self.inner.abort().await
+    }
+}
+
+#[async_trait]
+impl PaginatedListStore for FaultStore {
+    async fn list_paginated(&self, prefix: Option<&str>, opts: PaginatedListOptions) -> Result<PaginatedListResult> {
+        self.ctl.enter(Op::List).await?;
+        self.inner.paged()?.list_paginated(prefix, opts).await
+    }
+}
+
+/// The multipart API: starting is a `Put`, parts and completion as through `put_multipart`;
+/// `abort` is never failed, so cleanup always runs.
+#[async_trait]
+impl MultipartStore for FaultStore {
+    async fn create_multipart(&self, path: &Path) -> Result<MultipartId> {
+        self.ctl.enter(Op::Put).await?;
+        self.inner.parts()?.create_multipart(path).await
+    }
+
+    async fn put_part(&self, path: &Path, id: &MultipartId, part_idx: usize, data: PutPayload) -> Result<PartId> {
+        self.ctl.enter(Op::PutPart).await?;
+        self.inner.parts()?.put_part(path, id, part_idx, data).await
+    }
+
+    async fn complete_multipart(&self, path: &Path, id: &MultipartId, parts: Vec<PartId>) -> Result<PutResult> {
+        self.ctl.enter(Op::Complete).await?;
+        self.inner.parts()?.complete_multipart(path, id, parts).await
+    }
+
+    async fn abort_multipart(&self, path: &Path, id: &MultipartId) -> Result<()> {
+        self.inner.parts()?.abort_multipart(path, id).await
     }
 }
 
@@ -267,7 +369,7 @@ mod tests {
         }
     }
 
-    async fn read(store: &FaultStore, key: &Path) -> Bytes {
+    async fn read(store: &FaultStore, key: &Path) -> bytes::Bytes {
         store.get(key).await.unwrap().bytes().await.unwrap()
     }
 
@@ -308,7 +410,7 @@ mod tests {
         ctl.set_down(true);
         let e = store.get(&key).await.unwrap_err();
         assert!(e.to_string().contains("injected outage"), "{e}");
-        assert_eq!(injected(store.head(&key).await), Injected { op: Op::Head, reason: "outage" });
+        assert_eq!(injected(store.head(&key).await), Injected { op: Op::Head, reason: "outage", transient: true });
         assert_eq!(injected(store.put(&key, "w".into()).await).op, Op::Put);
         assert_eq!(injected(store.list(None).try_collect::<Vec<_>>().await).op, Op::List);
         assert_eq!(injected(store.list_with_delimiter(None).await).op, Op::List);
@@ -327,7 +429,7 @@ mod tests {
         let key = Path::from("k");
         store.put(&key, "v".into()).await.unwrap();
         ctl.fail_next(Op::Get, 2);
-        assert_eq!(injected(store.get(&key).await), Injected { op: Op::Get, reason: "failure" });
+        assert_eq!(injected(store.get(&key).await), Injected { op: Op::Get, reason: "failure", transient: true });
         store.head(&key).await.unwrap();
         assert_eq!(injected(store.get_range(&key, 0..1).await).op, Op::Get);
         assert_eq!(read(&store, &key).await, "v");

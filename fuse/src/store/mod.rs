@@ -1,0 +1,440 @@
+//! The store stack: opening the object store a mount or a CLI command names (a local directory,
+//! `s3://bucket/prefix` or `memory://`) and wrapping it in one layer per concern, each an
+//! `ObjectStore` that forwards the paged-listing and multipart extensions where the backend has
+//! them (see [`Backend`]). From the caller down:
+//!
+//! `instrument` (requests, outcomes, bytes, latency) → `retry` (passing failures, per
+//! [`StoreConfig`]) → `limit` (requests in flight) → `compat` (S3 servers' quirks) → `prefix`
+//! (the key prefix) → the backend (S3 with `s3`'s options, a local directory, memory; `fault`
+//! in tests).
+
+pub mod class;
+pub mod compat;
+pub mod config;
+pub mod fault;
+pub mod instrument;
+pub mod limit;
+pub mod prefix;
+pub mod retry;
+pub mod s3;
+pub mod suite;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::ObjectStore;
+use object_store::list::PaginatedListStore;
+use object_store::memory::InMemory;
+use object_store::multipart::MultipartStore;
+use object_store::path::Path;
+
+pub use config::{RetryPolicy, StoreConfig};
+pub use s3::{CustomerKey, Encryption, S3Options, check_endpoint_url, client_options};
+
+use crate::credentials::{self, CredentialsError};
+use crate::localstore::{Cleanup, LocalStore};
+use crate::metrics::Metrics;
+use class::StorageClassStore;
+
+/// Where the bucket is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A local directory standing in for a bucket.
+    Local(PathBuf),
+    /// An S3 (or S3-compatible) bucket and key prefix.
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Key prefix ("" for the whole bucket), without leading or trailing slash.
+        prefix: String,
+    },
+    /// An in-memory store, empty at start (tests and demos).
+    Memory,
+}
+
+impl Source {
+    /// Parses a SOURCE argument.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("{s:?} names no bucket (expected s3://bucket[/prefix])"));
+            }
+            return Ok(Source::S3 { bucket: bucket.into(), prefix: prefix.trim_matches('/').into() });
+        }
+        if s == "memory://" || s == "memory:" {
+            return Ok(Source::Memory);
+        }
+        if s.contains("://") {
+            return Err(format!("{s:?}: unsupported scheme (use a directory path, s3://bucket[/prefix] or memory://)"));
+        }
+        Ok(Source::Local(PathBuf::from(s)))
+    }
+}
+
+/// A store and the extensions some backends have: S3 lists a page at a time and keeps
+/// unfinished multipart uploads that can be aborted by id. Each layer of the stack serves the
+/// extensions of the layer below it, and no others.
+#[derive(Clone)]
+pub struct Backend {
+    /// The store.
+    pub store: Arc<dyn ObjectStore>,
+    /// Its page-at-a-time listing, where it has one.
+    pub pages: Option<Arc<dyn PaginatedListStore>>,
+    /// Its multipart API, where unfinished uploads outlive a crash.
+    pub multipart: Option<Arc<dyn MultipartStore>>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({}, pages: {}, multipart: {})", self.store, self.pages.is_some(), self.multipart.is_some())
+    }
+}
+
+impl Backend {
+    /// A store without extensions.
+    pub fn plain(store: Arc<dyn ObjectStore>) -> Self {
+        Backend { store, pages: None, multipart: None }
+    }
+
+    /// The stack with `layer` on top of `self`: it serves the extensions `self` has.
+    pub fn wrap<L: ObjectStore + PaginatedListStore + MultipartStore>(&self, layer: L) -> Backend {
+        let layer = Arc::new(layer);
+        Backend {
+            store: layer.clone(),
+            pages: self.pages.is_some().then(|| layer.clone() as Arc<dyn PaginatedListStore>),
+            multipart: self.multipart.is_some().then(|| layer as Arc<dyn MultipartStore>),
+        }
+    }
+
+    /// The paged listing, for a layer forwarding it (`NotImplemented` where there is none).
+    pub(crate) fn paged(&self) -> object_store::Result<&dyn PaginatedListStore> {
+        self.pages.as_deref().ok_or(object_store::Error::NotImplemented)
+    }
+
+    /// The multipart API, for a layer forwarding it (`NotImplemented` where there is none).
+    pub(crate) fn parts(&self) -> object_store::Result<&dyn MultipartStore> {
+        self.multipart.as_deref().ok_or(object_store::Error::NotImplemented)
+    }
+
+    /// The whole stack over `self` (the backend), from the bottom up.
+    pub fn stack(self, prefix: &Path, cfg: &StoreConfig, metrics: &Metrics) -> Backend {
+        let mut b = self;
+        if prefix.parts().next().is_some() {
+            b = b.wrap(prefix::Prefixed::new(b.clone(), prefix.clone()));
+        }
+        let b = b.wrap(compat::Compat::new(b.clone()));
+        let b = b.wrap(limit::Limit::new(b.clone(), cfg.max_requests, metrics.store().clone()));
+        let b = b.wrap(retry::Retry::new(b.clone(), cfg.retry, metrics.store().clone()));
+        b.wrap(instrument::Instrumented::new(b.clone(), metrics.store().clone()))
+    }
+}
+
+/// An opened store: the top of its stack, and what is known of the bucket under it.
+#[derive(Clone)]
+pub struct Bucket {
+    /// The store; keys are relative to the bucket's prefix.
+    pub store: Arc<dyn ObjectStore>,
+    /// What it was opened from, for messages.
+    pub describe: String,
+    /// The same store's page-at-a-time listing, where it has one (S3): large directories are then
+    /// listed as the reader of the directory gets to them.
+    pub pages: Option<Arc<dyn PaginatedListStore>>,
+    /// The local-directory store, when the bucket is one (for `cleanup`).
+    pub local: Option<Arc<LocalStore>>,
+    /// The same store's multipart API, where unfinished uploads outlive a crash (S3): uploads are
+    /// then announced by markers in the bucket (`uploads`), so a cleanup can abort them.
+    pub multipart: Option<Arc<dyn MultipartStore>>,
+    /// Whether new multipart uploads start through `multipart` (announced by markers). False where
+    /// they must carry what that API cannot (a storage class): they then start through `store`,
+    /// and one a crash interrupts is left to the bucket's lifecycle rule, not to `cleanup`.
+    pub tracks_uploads: bool,
+    /// Longest key the store takes, in bytes, prefix included: S3's 1,024; for a local directory
+    /// what the host's `PATH_MAX` leaves after the directory's own path.
+    pub max_key_len: usize,
+    /// Bytes of the prefix every key has in the backend, with its slash (0 without a prefix).
+    pub prefix_len: usize,
+    /// The metrics the stack records into (the mount's registry).
+    pub metrics: Arc<Metrics>,
+}
+
+/// Longest S3 object key, in bytes.
+pub const S3_MAX_KEY_LEN: usize = 1024;
+
+/// Why a bucket could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// No source gave AWS credentials.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// Anything else: a bad endpoint or prefix, a missing local directory, a builder error.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for OpenError {
+    fn from(s: String) -> Self {
+        OpenError::Other(s)
+    }
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bucket({}, paged listing: {})", self.describe, self.pages.is_some())
+    }
+}
+
+/// Opens the store a source names, with the stack `s3.store` describes. Local directories must
+/// exist. For S3 this finds the credentials (logging where they came from, once), which may run a
+/// `credential_process` or ask STS, SSO or the instance metadata service.
+pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> {
+    let cfg = &s3.store;
+    match source {
+        Source::Memory => {
+            Ok(Bucket::stack(Backend::plain(Arc::new(InMemory::new())), &Path::default(), "memory://", cfg))
+        }
+        Source::Local(dir) => {
+            let meta = std::fs::metadata(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            if !meta.is_dir() {
+                return Err(format!("bucket directory {} is not a directory", dir.display()).into());
+            }
+            let store = LocalStore::new(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            let store = Arc::new(store);
+            let mut bucket =
+                Bucket::stack(Backend::plain(store.clone()), &Path::default(), &dir.display().to_string(), cfg);
+            bucket.local = Some(store);
+            // A file's path is the directory's, a slash and the key, within PATH_MAX with its NUL.
+            let root = std::path::absolute(dir).map_or(dir.as_os_str().len(), |p| p.as_os_str().len());
+            bucket.max_key_len = (libc::PATH_MAX as usize).saturating_sub(root + 2);
+            Ok(bucket)
+        }
+        Source::S3 { bucket, prefix } => {
+            let b = s3::s3_builder(bucket, s3)?;
+            let b = if s3.credentials.env.is_true("AWS_SKIP_SIGNATURE") {
+                // Unsigned requests (public buckets): no credentials to look for.
+                let env = &s3.credentials.env;
+                let region = s3.region.as_deref().or(env.get("AWS_REGION")).or(env.get("AWS_DEFAULT_REGION"));
+                b.with_region(region.unwrap_or(credentials::DEFAULT_REGION))
+            } else {
+                let found = credentials::resolve(&s3.credentials, s3.region.as_deref()).await?;
+                b.with_credentials(found.provider).with_region(found.region)
+            };
+            let store = b.build().map_err(|e| format!("s3://{bucket}: {}", one_line(&e.to_string())))?;
+            let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
+            let describe = format!("s3://{bucket}/{prefix}");
+            let s3_store = Arc::new(store);
+            let (store, tracks_uploads): (Arc<dyn ObjectStore>, bool) = match &s3.storage_class {
+                Some(class) => (Arc::new(StorageClassStore::new(s3_store.clone(), class)), false),
+                None => (s3_store.clone(), true),
+            };
+            let backend = Backend { store, pages: Some(s3_store.clone()), multipart: Some(s3_store) };
+            let mut bucket = Bucket::stack(backend, &prefix, &describe, cfg);
+            bucket.tracks_uploads = tracks_uploads;
+            Ok(bucket)
+        }
+    }
+}
+
+impl Bucket {
+    /// A bucket over `store` whose keys all start with `prefix`, listed without pagination and
+    /// never retried (a store in memory, or one a test steers).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {
+        Bucket::stack(Backend::plain(store), &prefix, describe, &StoreConfig::unretried())
+    }
+
+    /// A bucket over the stack `cfg` describes on `backend`, its keys under `prefix`, recording
+    /// into a fresh registry.
+    pub fn stack(backend: Backend, prefix: &Path, describe: &str, cfg: &StoreConfig) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let top = backend.stack(prefix, cfg, &metrics);
+        let prefix_len = if prefix.as_ref().is_empty() { 0 } else { prefix.as_ref().len() + 1 };
+        Bucket {
+            store: top.store,
+            describe: describe.to_owned(),
+            pages: top.pages,
+            local: None,
+            multipart: top.multipart,
+            tracks_uploads: true,
+            max_key_len: S3_MAX_KEY_LEN,
+            prefix_len,
+            metrics,
+        }
+    }
+
+    /// Lists one key: fails clearly when the bucket is missing, the credentials are refused or
+    /// the endpoint cannot be reached.
+    pub async fn check_reachable(&self) -> Result<(), String> {
+        let mut list = self.store.list(None);
+        let first = tokio::time::timeout(std::time::Duration::from_secs(30), list.next()).await;
+        match first {
+            Err(_) => Err(format!("{}: no answer within 30 s (is the endpoint reachable?)", self.describe)),
+            Ok(Some(Err(e))) => Err(format!("{}: {}", self.describe, one_line(&e.to_string()))),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Removes what interrupted writes left behind (temporary files of a local-directory bucket
+    /// older than `older_than`, so another mount's writes in progress survive). On S3, see
+    /// `abort_stale_uploads`.
+    pub fn cleanup(&self, older_than: std::time::Duration) -> std::io::Result<Cleanup> {
+        match &self.local {
+            Some(local) => local.cleanup(older_than),
+            None => Ok(Cleanup::default()),
+        }
+    }
+
+    /// Aborts the multipart uploads that crashed mounts left (their markers older than
+    /// `older_than`); returns how many.
+    pub async fn abort_stale_uploads(&self, older_than: std::time::Duration) -> object_store::Result<u64> {
+        match &self.multipart {
+            Some(mp) => {
+                crate::uploads::abort_stale(self.store.as_ref(), mp.as_ref(), &self.upload_markers(), older_than).await
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// Where this bucket's upload markers live.
+    pub fn upload_markers(&self) -> Path {
+        crate::uploads::marker_dir(&Path::default())
+    }
+
+    /// The key of a path of the filesystem (relative to the prefix, like every key of `store`).
+    pub fn key(&self, rel: &str) -> Path {
+        Path::from_iter(rel.split('/').filter(|s| !s.is_empty()))
+    }
+
+    /// The path of the filesystem a key names.
+    pub fn rel(&self, key: &Path) -> String {
+        key.as_ref().to_owned()
+    }
+}
+
+/// Squeezes a multi-line error into one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use object_store::aws::AmazonS3ConfigKey;
+
+    use super::*;
+    use crate::credentials::CredentialsConfig;
+
+    #[test]
+    fn sources_parse() {
+        assert_eq!(Source::parse("s3://b/p/q/").unwrap(), Source::S3 { bucket: "b".into(), prefix: "p/q".into() });
+        assert_eq!(Source::parse("s3://b").unwrap(), Source::S3 { bucket: "b".into(), prefix: "".into() });
+        assert_eq!(Source::parse("memory://").unwrap(), Source::Memory);
+        assert_eq!(Source::parse("/data").unwrap(), Source::Local("/data".into()));
+        assert!(Source::parse("s3://").is_err());
+        assert!(Source::parse("gs://x").is_err());
+    }
+
+    #[tokio::test]
+    async fn keys_are_relative_and_the_prefix_is_the_stack_s() {
+        let mem = Arc::new(InMemory::new());
+        let b = Bucket::new(mem.clone(), Path::from("base/dir"), "");
+        assert_eq!(b.key("a/b.txt").as_ref(), "a/b.txt");
+        assert_eq!(b.rel(&Path::from("a/b.txt")), "a/b.txt");
+        assert_eq!(b.prefix_len, "base/dir/".len());
+        b.store.put(&b.key("a/b.txt"), "x".into()).await.unwrap();
+        assert!(mem.head(&Path::from("base/dir/a/b.txt")).await.is_ok(), "stored under the prefix");
+    }
+
+    /// Options with static keys in their environment: opening a bucket looks no further for
+    /// credentials (and never at the instance metadata service).
+    fn with_keys(s3: S3Options) -> S3Options {
+        let env = [("AWS_ACCESS_KEY_ID", "AKTEST"), ("AWS_SECRET_ACCESS_KEY", "secret")];
+        let env = crate::credentials::AwsEnv::new(env.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        S3Options { credentials: CredentialsConfig { env, ..CredentialsConfig::default() }, ..s3 }
+    }
+
+    #[tokio::test]
+    async fn timeouts_reach_the_client_options_and_environment_settings_are_kept() {
+        use object_store::ClientConfigKey;
+        let s3 = S3Options {
+            store: StoreConfig {
+                request_timeout: Duration::from_secs(300),
+                connect_timeout: Duration::from_millis(2500),
+                ..StoreConfig::default()
+            },
+            ..S3Options::default()
+        };
+        let env = [
+            ("AWS_PROXY_URL".to_string(), "http://proxy:3128".to_string()),
+            ("AWS_TIMEOUT".to_string(), "1s".to_string()),
+            ("AWS_REGION".to_string(), "eu-west-1".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ];
+        let o = client_options(&s3, env);
+        assert_eq!(
+            o.get_config_value(&ClientConfigKey::Timeout).as_deref(),
+            Some("5m"),
+            "the flag wins over AWS_TIMEOUT"
+        );
+        assert_eq!(o.get_config_value(&ClientConfigKey::ConnectTimeout).as_deref(), Some("2s 500ms"));
+        assert_eq!(o.get_config_value(&ClientConfigKey::ProxyUrl).as_deref(), Some("http://proxy:3128"));
+        // And the builder takes them: an S3 bucket opens with them without error.
+        let b = open(&Source::S3 { bucket: "b".into(), prefix: "p".into() }, &with_keys(s3)).await.unwrap();
+        assert!(b.pages.is_some() && b.tracks_uploads);
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_is_not_a_url_is_an_error_not_a_panic_later() {
+        let s3b = Source::S3 { bucket: "b".into(), prefix: String::new() };
+        for bad in ["not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999"] {
+            let s3 = with_keys(S3Options { endpoint_url: Some(bad.into()), ..S3Options::default() });
+            let e = open(&s3b, &s3).await.unwrap_err().to_string();
+            assert!(e.contains("--endpoint-url") && e.contains("http(s)://HOST"), "{bad}: {e}");
+        }
+        let s3 = with_keys(S3Options { endpoint_url: Some("http://127.0.0.1:9000".into()), ..S3Options::default() });
+        assert!(open(&s3b, &s3).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn every_s3_option_reaches_the_builder() {
+        let s3b = Source::S3 { bucket: "b".into(), prefix: "p".into() };
+        let key = CustomerKey::from_base64(&"QUFB".repeat(8)).unwrap_err();
+        assert!(key.contains("24 bytes"), "{key}");
+        let key = CustomerKey::from_base64("MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n").unwrap();
+        assert_eq!(format!("{key:?}"), "CustomerKey(..)");
+        for encryption in [
+            Encryption::S3,
+            Encryption::Kms(None),
+            Encryption::Kms(Some("arn:aws:kms:us-east-1:1:key/k".into())),
+            Encryption::DsseKms(None),
+            Encryption::Customer(key),
+        ] {
+            let s3 = with_keys(S3Options {
+                encryption: encryption.clone(),
+                storage_class: Some("STANDARD_IA".into()),
+                requester_pays: true,
+                virtual_hosted_style: true,
+                ..S3Options::default()
+            });
+            let b = open(&s3b, &s3).await.unwrap_or_else(|e| panic!("{encryption:?}: {e}"));
+            assert!(!b.tracks_uploads, "a storage class starts uploads through the classed store");
+            assert!(b.store.to_string().contains("STANDARD_IA"), "{}", b.store);
+        }
+        let b =
+            s3::s3_builder("b", &S3Options { encryption: Encryption::Kms(Some("k1".into())), ..S3Options::default() })
+                .unwrap();
+        let get = |k: &str| b.get_config_value(&k.parse().unwrap());
+        assert_eq!(get(s3::SSE_TYPE).as_deref(), Some("aws:kms"));
+        assert_eq!(get(s3::SSE_KMS_KEY_ID).as_deref(), Some("k1"));
+        let b = s3::s3_builder("b", &S3Options { requester_pays: true, ..S3Options::default() }).unwrap();
+        assert_eq!(b.get_config_value(&AmazonS3ConfigKey::RequestPayer).as_deref(), Some("true"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_local_bucket_is_a_clear_error() {
+        let e = open(&Source::Local("/nonexistent/bucket".into()), &S3Options::default()).await.unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/bucket"), "{e}");
+    }
+}

@@ -1,0 +1,179 @@
+//! Retries of store requests that failed for a passing reason (`compat::is_transient`), backing
+//! off per the [`RetryPolicy`]: the one place a request is tried again, for every backend (S3's
+//! own client retries are off), so every failed try and every retry is counted. A bounded or
+//! suffix GET reads its body inside the retry, so a connection cut mid-body is retried too.
+
+use std::future::Future;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+
+use super::Backend;
+use super::compat::{is_transient, outcome};
+use super::config::RetryPolicy;
+use crate::metrics::{Outcome, StoreMetrics};
+
+/// Tries requests again per `policy`.
+#[derive(Debug)]
+pub struct Retry {
+    inner: Backend,
+    policy: RetryPolicy,
+    metrics: StoreMetrics,
+}
+
+/// Runs `f` until it succeeds, fails for good, or `policy` allows no more tries.
+async fn again<T, F, Fut>(policy: RetryPolicy, metrics: &StoreMetrics, kind: &'static str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let start = Instant::now();
+    let mut retry = 0;
+    loop {
+        let r = f().await;
+        if outcome(&r) == Outcome::Error {
+            metrics.error(kind);
+        }
+        match r {
+            Err(e) if is_transient(&e) && policy.allows(retry + 1, start.elapsed()) => {
+                retry += 1;
+                metrics.retry(kind);
+                tracing::debug!(kind, retry, error = %e, "store request failed; trying again");
+                tokio::time::sleep(policy.backoff(retry)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+impl Retry {
+    /// The layer over `inner`.
+    pub fn new(inner: Backend, policy: RetryPolicy, metrics: StoreMetrics) -> Self {
+        Retry { inner, policy, metrics }
+    }
+
+    async fn again<T, F, Fut>(&self, kind: &'static str, f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        again(self.policy, &self.metrics, kind, f).await
+    }
+}
+
+impl std::fmt::Display for Retry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Retry({})", self.inner.store)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Retry {
+    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+        self.again("put", || self.inner.store.put_opts(location, payload.clone(), opts.clone())).await
+    }
+
+    /// Parts of an upload through this API are not retried one by one (a part cannot be sent
+    /// twice through `MultipartUpload`); the writer starts such an upload again instead.
+    async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+        self.again("multipart_start", || self.inner.store.put_multipart_opts(location, opts.clone())).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let kind = super::instrument::get_kind(&options);
+        let buffer = options.range.is_some() && !options.head;
+        self.again(kind, || async {
+            let got = self.inner.store.get_opts(location, options.clone()).await?;
+            if !buffer {
+                return Ok(got);
+            }
+            let GetResult { payload, meta, range, attributes } = got;
+            let bytes = GetResult { payload, meta: meta.clone(), range: range.clone(), attributes: attributes.clone() }
+                .bytes()
+                .await?;
+            super::compat::check_body(&range, &bytes)?;
+            let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
+            Ok(GetResult { payload: GetResultPayload::Stream(stream), meta, range, attributes })
+        })
+        .await
+    }
+
+    async fn delete(&self, location: &Path) -> Result<()> {
+        self.again("delete", || self.inner.store.delete(location)).await
+    }
+
+    /// A listing is retried until its first entry (or its end) arrives; a failure later in a
+    /// long listing reaches the caller.
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (store, prefix, policy, metrics) =
+            (self.inner.store.clone(), prefix.cloned(), self.policy, self.metrics.clone());
+        futures::stream::once(async move {
+            let first = again(policy, &metrics, "list", || {
+                let mut s = store.list(prefix.as_ref());
+                async move {
+                    let first = s.try_next().await?;
+                    Ok((first, s))
+                }
+            })
+            .await;
+            match first {
+                Ok((first, rest)) => futures::stream::iter(first.map(Ok)).chain(rest).boxed(),
+                Err(e) => futures::stream::once(futures::future::ready(Err(e))).boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.again("list_delimiter", || self.inner.store.list_with_delimiter(prefix)).await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
+        self.again("copy", || self.inner.store.copy(from, to)).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> Result<()> {
+        self.again("copy", || self.inner.store.copy_if_not_exists(from, to)).await
+    }
+}
+
+#[async_trait]
+impl PaginatedListStore for Retry {
+    async fn list_paginated(&self, prefix: Option<&str>, opts: PaginatedListOptions) -> Result<PaginatedListResult> {
+        let paged = self.inner.paged()?;
+        self.again("list_page", || paged.list_paginated(prefix, opts.clone())).await
+    }
+}
+
+#[async_trait]
+impl MultipartStore for Retry {
+    async fn create_multipart(&self, path: &Path) -> Result<MultipartId> {
+        let mp = self.inner.parts()?;
+        self.again("multipart_start", || mp.create_multipart(path)).await
+    }
+
+    async fn put_part(&self, path: &Path, id: &MultipartId, part_idx: usize, data: PutPayload) -> Result<PartId> {
+        let mp = self.inner.parts()?;
+        self.again("put_part", || mp.put_part(path, id, part_idx, data.clone())).await
+    }
+
+    async fn complete_multipart(&self, path: &Path, id: &MultipartId, parts: Vec<PartId>) -> Result<PutResult> {
+        let mp = self.inner.parts()?;
+        self.again("multipart_complete", || mp.complete_multipart(path, id, parts.clone())).await
+    }
+
+    async fn abort_multipart(&self, path: &Path, id: &MultipartId) -> Result<()> {
+        let mp = self.inner.parts()?;
+        self.again("multipart_abort", || mp.abort_multipart(path, id)).await
+    }
+}
