@@ -216,6 +216,11 @@ impl Metrics {
             labels: Arc::default(),
             dirty: Arc::default(),
         };
+        // Every kind's errors and retries from zero: a scraper sees a rate, not a missing series.
+        for kind in STORE_KINDS {
+            let _ = m.store.errors.get_or_create(&KindLabel { kind });
+            let _ = m.store.retries.get_or_create(&KindLabel { kind });
+        }
         let r = &mut m.registry;
         r.register(FUSE_OP_DURATION, "FUSE operations by op and outcome, seconds", m.ops.clone());
         let s = &m.store;

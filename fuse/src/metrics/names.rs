@@ -6,6 +6,23 @@
 pub const FUSE_OP_DURATION: &str = "shrinkfs_fuse_op_duration_seconds";
 /// Store requests as the filesystem made them (retries included): latency by `kind` and `outcome`.
 pub const STORE_REQUEST_DURATION: &str = "shrinkfs_store_request_duration_seconds";
+/// The kinds of store request (the `kind` label), each counted from zero.
+pub const STORE_KINDS: [&str; 14] = [
+    "get",
+    "get_range",
+    "head",
+    "put",
+    "put_part",
+    "put_in_place",
+    "multipart_start",
+    "multipart_complete",
+    "multipart_abort",
+    "list",
+    "list_page",
+    "list_delimiter",
+    "copy",
+    "delete",
+];
 /// Store request tries that failed, by `kind` (each try of a retried request counts).
 pub const STORE_ERRORS: &str = "shrinkfs_store_errors";
 /// Store requests tried again after a passing failure, by `kind`.

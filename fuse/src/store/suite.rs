@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutPayload};
+use object_store::{GetOptions, GetRange, ObjectStore, PutPayload};
 
 /// Checks `store` under the empty key `base` (it must hold nothing there).
 pub async fn run(store: Arc<dyn ObjectStore>, base: &str) {
@@ -37,11 +37,8 @@ pub async fn run(store: Arc<dyn ObjectStore>, base: &str) {
         assert_eq!(store.get_opts(&a, pinned).await.unwrap().bytes().await.unwrap(), data[..4], "if-match");
     }
 
-    // Creating only where nothing is.
-    let created = store.put_opts(&b, "new".into(), PutMode::Create.into()).await;
-    assert!(created.is_ok(), "create of a new key: {created:?}");
-    let again = store.put_opts(&b, "again".into(), PutMode::Create.into()).await;
-    assert!(matches!(again, Err(object_store::Error::AlreadyExists { .. } | object_store::Error::NotImplemented)));
+    // (Conditional creates are not checked: the core makes none, and S3-compatible servers differ.)
+    store.put(&b, "new".into()).await.unwrap();
 
     // Listings: flat and by directory.
     store.put(&key("d/sub/c"), PutPayload::from_static(b"c")).await.unwrap();
@@ -117,9 +114,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let local = Arc::new(crate::localstore::LocalStore::new(dir.path()).unwrap());
         run(Backend::plain(local).stack(&Path::from("p/q"), &cfg, &m).store, "base").await;
-        // Three puts made and one refused (`Create` of a key that exists) in each run.
+        // Three puts in each run, each counted once.
         assert_eq!(m.value("shrinkfs_store_request_duration_seconds_count{kind=\"put\",outcome=\"ok\"}"), 6);
-        assert_eq!(m.value("shrinkfs_store_request_duration_seconds_count{kind=\"put\",outcome=\"expected\"}"), 2);
         assert!(m.value("shrinkfs_store_request_duration_seconds_count{kind=\"head\",outcome=\"expected\"}") >= 4);
     }
 }

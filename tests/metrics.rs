@@ -1,0 +1,146 @@
+//! The metrics endpoint of a real mount (`--metrics-addr`): only `GET /metrics` is served, in the
+//! format the `Accept` header asks for; both bodies parse with the prometheus-client package's
+//! Prometheus and OpenMetrics parsers (tools/parse_metrics.py) with every documented metric's type
+//! and help intact; expected answers (ENOENT on lookup, ENODATA on getxattr) are not errors; and
+//! the metrics only a mount moves (FUSE operations, mount and build labels, dirty bytes, the
+//! process) move.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{mount, mount_unavailable, text};
+
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = mount_unavailable() {
+            println!("SKIPPED: real mount not possible here: {why}");
+            return;
+        }
+    };
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The test tools' Python with tools/requirements.txt (scripts/setup.sh --test).
+fn python() -> PathBuf {
+    let p = std::env::var_os("SHRINKFS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/test-tools/bin/python"));
+    let ok = Command::new(&p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success());
+    assert!(ok, "{}: needs tools/requirements.txt installed: run scripts/setup.sh --test", p.display());
+    p
+}
+
+/// (status, content type, body) of `METHOD PATH` with `accept`.
+fn http(addr: &str, method: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let ctype = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+        .unwrap_or_default();
+    (status, ctype, body.to_owned())
+}
+
+/// What a parser saw: family -> (type, help).
+fn parse(kind: &str, body: &str) -> BTreeMap<String, (String, String)> {
+    let t = tempfile::NamedTempFile::new().unwrap();
+    fs::write(t.path(), body).unwrap();
+    let out =
+        Command::new(python()).arg(repo().join("tools/parse_metrics.py")).arg(kind).arg(t.path()).output().unwrap();
+    assert!(out.status.success(), "{kind} parser: {}\n{body}", String::from_utf8_lossy(&out.stderr));
+    let v: BTreeMap<String, (String, String, u64)> = serde_json::from_slice(&out.stdout).unwrap();
+    v.into_iter().map(|(k, (t, h, _))| (k, (t, h))).collect()
+}
+
+/// (name, type) of each metric docs/OPERATING.md lists.
+fn documented() -> Vec<(String, String)> {
+    let doc = fs::read_to_string(repo().join("docs/OPERATING.md")).unwrap();
+    let table = doc.split("## Metrics").nth(1).unwrap();
+    table
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split('|');
+            let name = cells.next()?.trim().trim_end_matches('`').to_owned();
+            Some((name, cells.next()?.trim().to_owned()))
+        })
+        .collect()
+}
+
+fn sum(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metric() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    fs::write(mnt.join("f"), text(1 << 20)).unwrap();
+    assert!(fs::read(mnt.join("f")).unwrap() == text(1 << 20));
+    // Expected answers: a missing name, a missing attribute.
+    assert!(fs::metadata(mnt.join("missing")).is_err());
+    let path = std::ffi::CString::new(mnt.join("f").to_str().unwrap()).unwrap();
+    let mut buf = [0u8; 16];
+    // SAFETY: a valid path, name and buffer.
+    let got = unsafe { libc::getxattr(path.as_ptr(), c"user.none".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!((got, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENODATA)));
+    // A file open for writing, some bytes in it, not closed: dirty.
+    let mut open = fs::File::create(mnt.join("open")).unwrap();
+    open.write_all(&text(300_000)).unwrap();
+
+    let (status, ctype, plain) = http(&addr, "GET", "/metrics", None);
+    assert_eq!((status, ctype.as_str()), (200, "text/plain; version=0.0.4; charset=utf-8"));
+    let om_accept = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let (status, ctype, om) = http(&addr, "GET", "/metrics", Some(om_accept));
+    assert_eq!((status, ctype.as_str()), (200, "application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    assert!(om.ends_with("# EOF\n") && !plain.contains("# EOF"));
+    assert_eq!(http(&addr, "GET", "/", None).0, 404);
+    assert_eq!(http(&addr, "POST", "/metrics", None).0, 405);
+
+    let (p, o) = (parse("prometheus", &plain), parse("openmetrics", &om));
+    for (name, kind) in documented() {
+        // The Python parsers name a counter's family without `_total`, an info's without `_info`
+        // (OpenMetrics); Prometheus text has no info type: a gauge.
+        let base = name.strip_suffix("_total").unwrap_or(&name);
+        let (pn, pt) = if kind == "info" { (name.as_str(), "gauge") } else { (base, kind.as_str()) };
+        let on = if kind == "info" { name.strip_suffix("_info").unwrap() } else { base };
+        let (t1, h1) = p.get(pn).unwrap_or_else(|| panic!("{name}: not in the Prometheus parse: {p:?}"));
+        let (t2, h2) = o.get(on).unwrap_or_else(|| panic!("{name}: not in the OpenMetrics parse: {o:?}"));
+        assert_eq!((t1.as_str(), t2.as_str()), (pt, kind.as_str()), "{name}: types");
+        assert!(!h1.is_empty() && h1 == h2, "{name}: help {h1:?} / {h2:?}");
+    }
+
+    // What only a mount moves.
+    let ops = "shrinkfs_fuse_op_duration_seconds_count";
+    assert!(sum(&plain, &format!("{ops}{{op=\"lookup\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
+    assert!(sum(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
+    assert_eq!(sum(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"error\"}}")), 0.0, "{plain}");
+    assert!(sum(&plain, &format!("{ops}{{op=\"write\",outcome=\"ok\"}}")) >= 1.0, "{plain}");
+    assert!(sum(&plain, "shrinkfs_dirty_bytes") >= 300_000.0, "{plain}");
+    let source = format!("source=\"{}\"", bucket.display());
+    assert!(plain.lines().any(|l| l.starts_with("shrinkfs_mount_info{") && l.contains(&source)), "{plain}");
+    assert!(plain.lines().any(|l| l.starts_with("shrinkfs_build_info{") && l.contains("version=\"")), "{plain}");
+    assert!(sum(&plain, "process_resident_memory_bytes") > 0.0 && sum(&plain, "process_cpu_seconds_total") > 0.0);
+    drop(open);
+    m.unmount();
+}
