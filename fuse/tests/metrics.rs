@@ -140,7 +140,7 @@ async fn the_filesystem_core_moves_every_documented_metric() {
     m.watch_dirty(Box::new(move || weak.upgrade().map_or(0, |fs| fs.dirty_bytes())));
     let before = samples(&Metrics::new().render(Format::Prometheus));
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    let mut look = |seen: &mut BTreeSet<String>| {
+    let look = |seen: &mut BTreeSet<String>| {
         for (family, lines) in samples(&m.render(Format::Prometheus)) {
             if before.get(&family) != Some(&lines) {
                 seen.insert(family);

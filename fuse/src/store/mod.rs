@@ -104,7 +104,7 @@ impl Backend {
         Backend {
             store: layer.clone(),
             pages: self.pages.is_some().then(|| layer.clone() as Arc<dyn PaginatedListStore>),
-            multipart: self.multipart.is_some().then(|| layer as Arc<dyn MultipartStore>),
+            multipart: self.multipart.is_some().then_some(layer as Arc<dyn MultipartStore>),
         }
     }
 
