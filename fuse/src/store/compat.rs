@@ -67,8 +67,10 @@ pub fn is_transient(e: &object_store::Error) -> bool {
         source = s.source();
     }
     let text = e.to_string();
-    // object_store's text of a status error: "... returned non-2xx status code: 503 ...".
-    ["status code: 5", "status code: 429", "timed out", "connection reset", "Connection refused"]
+    // object_store's texts: a status error ("... returned non-2xx status code: 503 ..."), a
+    // transport error ("... - HTTP error: error sending request"; its `HttpError` is not in the
+    // source chain, a transparent variant skips it).
+    ["status code: 5", "status code: 429", "HTTP error:", "timed out", "connection reset", "Connection refused"]
         .iter()
         .any(|t| text.contains(t))
 }
@@ -320,6 +322,9 @@ mod tests {
         assert_eq!(outcome::<()>(&Err(nf)), Outcome::Expected);
         assert!(is_transient(&status("Server returned non-2xx status code: 503 Service Unavailable")));
         assert!(is_transient(&status("Server returned non-2xx status code: 429")));
+        let refused =
+            "Error performing POST http://127.0.0.1:1/b/k?uploads= in 3ms - HTTP error: error sending request";
+        assert!(is_transient(&status(refused)));
         assert!(!is_transient(&status("Server returned non-2xx status code: 403 Forbidden")));
         assert_eq!(outcome::<()>(&Err(status("boom"))), Outcome::Error);
         assert_eq!(outcome(&Ok(())), Outcome::Ok);
