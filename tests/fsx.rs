@@ -46,7 +46,8 @@ fn fsx_runs_twenty_thousand_operations_per_seed_without_a_wrong_byte() {
             .output()
             .expect("run fsx");
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains("All operations completed A-OK!"), "seed {seed}: {text}");
+        let ok = out.status.success() && text.contains("All operations completed A-OK!");
+        assert!(ok, "seed {seed}: fsx {}: {text}\nmount log:\n{}", out.status, m.log());
         finals.push((file.clone(), std::fs::read(&file).unwrap()));
     }
     m.unmount();
