@@ -9,11 +9,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{mount, mount_unavailable, text};
+use common::{free_addr, http, metric, mount, mount_unavailable, text};
 
 macro_rules! require_fuse {
     () => {
@@ -36,22 +36,6 @@ fn python() -> PathBuf {
     let ok = Command::new(&p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success());
     assert!(ok, "{}: needs tools/requirements.txt installed: run scripts/setup.sh --test", p.display());
     p
-}
-
-/// (status, content type, body) of `METHOD PATH` with `accept`.
-fn http(addr: &str, method: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let ctype = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
-        .unwrap_or_default();
-    (status, ctype, body.to_owned())
 }
 
 /// What a parser saw: family -> (type, help).
@@ -79,21 +63,13 @@ fn documented() -> Vec<(String, String)> {
         .collect()
 }
 
-fn sum(body: &str, prefix: &str) -> f64 {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metric() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
     fs::create_dir(&bucket).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
     fs::write(mnt.join("f"), text(1 << 20)).unwrap();
     assert!(fs::read(mnt.join("f")).unwrap() == text(1 << 20));
@@ -132,15 +108,15 @@ fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metri
 
     // What only a mount moves.
     let ops = "shrinkfs_fuse_op_duration_seconds_count";
-    assert!(sum(&plain, &format!("{ops}{{op=\"lookup\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
-    assert!(sum(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
-    assert_eq!(sum(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"error\"}}")), 0.0, "{plain}");
-    assert!(sum(&plain, &format!("{ops}{{op=\"write\",outcome=\"ok\"}}")) >= 1.0, "{plain}");
-    assert!(sum(&plain, "shrinkfs_dirty_bytes") >= 300_000.0, "{plain}");
+    assert!(metric(&plain, &format!("{ops}{{op=\"lookup\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
+    assert!(metric(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"expected\"}}")) >= 1.0, "{plain}");
+    assert_eq!(metric(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"error\"}}")), 0.0, "{plain}");
+    assert!(metric(&plain, &format!("{ops}{{op=\"write\",outcome=\"ok\"}}")) >= 1.0, "{plain}");
+    assert!(metric(&plain, "shrinkfs_dirty_bytes") >= 300_000.0, "{plain}");
     let source = format!("source=\"{}\"", bucket.display());
     assert!(plain.lines().any(|l| l.starts_with("shrinkfs_mount_info{") && l.contains(&source)), "{plain}");
     assert!(plain.lines().any(|l| l.starts_with("shrinkfs_build_info{") && l.contains("version=\"")), "{plain}");
-    assert!(sum(&plain, "process_resident_memory_bytes") > 0.0 && sum(&plain, "process_cpu_seconds_total") > 0.0);
+    assert!(metric(&plain, "process_resident_memory_bytes") > 0.0 && metric(&plain, "process_cpu_seconds_total") > 0.0);
     drop(open);
     m.unmount();
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use common::{mount, mount_unavailable, s3_server, text};
+use common::{free_addr, metric, mount, mount_unavailable, s3_server, scrape, text};
 
 macro_rules! require_fuse {
     () => {
@@ -433,8 +433,7 @@ fn prometheus_metrics_count_what_the_mount_did() {
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
     fs::create_dir(&bucket).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
     fs::write(mnt.join("f.log"), text(3 << 20)).unwrap();
     assert!(fs::read(mnt.join("f.log")).unwrap() == text(3 << 20));
@@ -456,28 +455,13 @@ fn prometheus_metrics_count_what_the_mount_did() {
     m.unmount();
 }
 
-/// The body of the mount's metrics endpoint at `addr`.
-fn scrape(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
-/// The sum of the samples in `body` whose line starts with `name`.
-fn metric(body: &str, name: &str) -> f64 {
-    body.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-}
-
 #[test]
 fn with_the_writeback_cache_small_writes_arrive_as_large_requests_and_every_operation_works() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
     fs::create_dir(&bucket).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     // The kernel asks for attributes again after the TTL, and forgets then that a file has no
     // set-user-ID bit: with the default TTL that is once a second, not at every write.
     let args = ["--writeback-cache", "--metrics-addr", &addr, "--gpu", "off", "--metadata-ttl", "1"];

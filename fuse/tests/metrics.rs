@@ -3,6 +3,8 @@
 //! the adapter: tests/metrics.rs of the binary mounts for it) and the GPU's counters (moved only
 //! where there is a GPU).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,15 +87,7 @@ const NOT_MOVED_HERE: [&str; 9] = [
 ];
 
 fn data(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if i % 3 == 0 { (x >> 56) as u8 } else { b"abcdefghij"[i % 10] }
-        })
-        .collect()
+    common::data(n, seed, 3, b"abcdefghij")
 }
 
 async fn read_all(fs: &Fs, name: &str, piece: u32) -> Vec<u8> {

@@ -2,6 +2,8 @@
 //! a success from close or fsync is always followed by identical bytes, here and after a remount;
 //! a failure is reported, never hidden, and never costs the bytes of the open file.
 
+mod common;
+
 use std::sync::Arc;
 
 use object_store::ObjectStore;
@@ -35,15 +37,7 @@ fn remount(store: &Arc<InMemory>) -> Fs {
 
 /// Bytes that compress a little, different for each seed.
 fn data(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if i % 4 == 0 { (x >> 56) as u8 } else { b"abcdefgh"[i % 8] }
-        })
-        .collect()
+    common::data(n, seed, 4, b"abcdefgh")
 }
 
 async fn write_all(fs: &Fs, fh: u64, from: u64, bytes: &[u8]) {

@@ -4,6 +4,8 @@
 //! multipart upload loses nothing — and a failure that outlasts the retries reaches the
 //! application at read, fsync or close, with the metrics saying so.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,15 +48,7 @@ fn mount(mem: &Arc<InMemory>, retry: RetryPolicy) -> (Fs, Arc<FaultControl>) {
 }
 
 fn data(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if i % 3 == 0 { (x >> 56) as u8 } else { b"0123456789"[i % 10] }
-        })
-        .collect()
+    common::data(n, seed, 3, b"0123456789")
 }
 
 async fn write(fs: &Fs, name: &str, bytes: &[u8]) -> shrinkfs_fuse::Result<()> {

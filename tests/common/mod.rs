@@ -243,3 +243,39 @@ pub fn text(n: usize) -> Vec<u8> {
     out.truncate(n);
     out
 }
+
+/// A free local address for `--metrics-addr`.
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// (status, content type, body) of `METHOD PATH` at `addr`, asking for `accept`.
+pub fn http(addr: &str, method: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let ctype = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+        .unwrap_or_default();
+    (status, ctype, body.to_owned())
+}
+
+/// The body of the metrics endpoint at `addr` (Prometheus text).
+pub fn scrape(addr: &str) -> String {
+    http(addr, "GET", "/metrics", None).2
+}
+
+/// The sum of the samples in `body` whose line starts with `prefix`.
+pub fn metric(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
