@@ -57,6 +57,9 @@ pub enum Command {
     /// Remove what interrupted writes left in a bucket (temporary files of a local-directory
     /// bucket); a mount does this itself at start for leftovers older than an hour.
     Cleanup(CleanupArgs),
+    /// Show a running mount's throughput, ratio, cache hit rate, store latency and errors, GPU
+    /// share, memory and dirty bytes, live (read from the mount's metrics endpoint).
+    Stats(StatsArgs),
     /// Write one of the benchmark corpora (deterministic, made by shrinkfs itself).
     Corpus(CorpusArgs),
     /// Measure things.
@@ -65,6 +68,25 @@ pub enum Command {
     /// Write the man pages and shell completions into a directory (for packaging).
     #[command(hide = true)]
     PackageFiles(crate::manual::PackageFilesArgs),
+}
+
+/// `shrinkfs stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The mount point of a running shrinkfs mount that serves metrics (`--metrics-addr`).
+    pub mountpoint: PathBuf,
+    /// The mount's metrics address, instead of asking the mount point (e.g. 127.0.0.1:9464).
+    #[arg(long, value_parser = values::listen_addr)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Seconds between readings; rates are over this span (0.1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = values::seconds_in(0.1, 3600.0))]
+    pub interval: Duration,
+    /// One reading (two scrapes an interval apart), then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// One JSON object per reading instead of the view.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `shrinkfs bench ...`.

@@ -21,6 +21,7 @@ pub mod remote;
 pub mod settings;
 pub mod signals;
 pub mod size;
+pub mod stats;
 pub mod values;
 
 use std::io::Write;
@@ -110,6 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(a) => mount::run_mount(*a),
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Cleanup(a) => mount::run_cleanup(a),
+        Command::Stats(a) => stats::run(a),
         Command::PackageFiles(a) => manual::write_package_files(&a.dir),
         Command::Corpus(a) => {
             let size = usize::try_from(a.size).context("size too large for this machine")?;

@@ -263,6 +263,7 @@ fn serve(
         let listener =
             std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} for metrics"))?;
         listener.set_nonblocking(true).context("metrics socket")?;
+        fs.set_metrics_addr(listener.local_addr().map_or_else(|_| addr.to_string(), |a| a.to_string()));
         let metrics = fs.metrics().clone();
         rt.spawn(async move {
             match tokio::net::TcpListener::from_std(listener) {

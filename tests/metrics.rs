@@ -120,3 +120,50 @@ fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metri
     drop(open);
     m.unmount();
 }
+
+/// `shrinkfs stats MOUNTPOINT --once --json`, as JSON.
+fn stats(mnt: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(common::bin()).arg("stats").arg(mnt).args(["--once", "--interval", "1"]).args(extra).output().unwrap()
+}
+
+#[test]
+fn shrinkfs_stats_finds_the_mount_endpoint_and_shows_what_moves() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    let addr = free_addr();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    // A writer during the reading: the rates move.
+    let writer = {
+        let f = mnt.join("f.log");
+        std::thread::spawn(move || {
+            for i in 0..20 {
+                fs::write(&f, text((1 << 20) + i)).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(40));
+            }
+        })
+    };
+    let out = stats(&mnt, &["--json"]);
+    writer.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["written_bytes_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["store_written_bytes_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["ratio"].as_f64().unwrap() > 2.0, "text compresses: {r}");
+    assert!(r["fuse_ops_per_s"].as_f64().unwrap() > 0.0 && r["resident_bytes"].as_f64().unwrap() > 0.0, "{r}");
+    assert_eq!((r["store_errors"].as_f64(), r["fuse_errors"].as_f64()), (Some(0.0), Some(0.0)), "{r}");
+    // The view for people.
+    let out = stats(&mnt, &[]);
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && view.contains("ratio") && view.contains("hit rate"), "{view}");
+    m.unmount();
+
+    // A mount without an endpoint: one line, exit 3.
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    let out = stats(&mnt, &["--json"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("serves no metrics") && said.trim().lines().count() == 1, "{said}");
+    m.unmount();
+}

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{mount, mount_unavailable, s3_server, text};
+use common::{free_addr, mount, mount_unavailable, s3_server, text};
 
 macro_rules! require_fuse {
     () => {
@@ -313,7 +313,8 @@ fn a_ten_second_outage_of_the_s3_server_during_a_300_mib_write_is_ridden_out() {
     let mnt = t.path().join("mnt");
     let endpoint = server.endpoint.clone();
     let env = server.env();
-    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint], &env);
+    let addr = free_addr();
+    let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint, "--metrics-addr", &addr], &env);
     let src = t.path().join("src");
     let mut data = text(300 << 20);
     for (i, chunk) in data.chunks_mut(1 << 20).enumerate().filter(|(i, _)| i % 3 == 0) {
@@ -337,6 +338,16 @@ fn a_ten_second_outage_of_the_s3_server_during_a_300_mib_write_is_ridden_out() {
     server.restart();
     let out = writer.wait_with_output().unwrap();
     assert!(out.status.success(), "the write failed: {}", String::from_utf8_lossy(&out.stderr));
+    // The outage shows: failed tries and retries, in the metrics and in `shrinkfs stats`.
+    let out = Command::new(common::bin())
+        .arg("stats")
+        .arg(&mnt)
+        .args(["--once", "--json", "--interval", "0.2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["store_errors"].as_f64().unwrap() >= 1.0 && r["store_retries"].as_f64().unwrap() >= 1.0, "{r}");
     m.unmount();
     let m = mount("s3://bkt", &mnt, &["--endpoint-url", &endpoint], &env);
     assert!(fs::read(mnt.join("big")).unwrap() == data, "byte-identical after the outage");

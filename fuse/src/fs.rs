@@ -136,6 +136,8 @@ pub struct Fs {
     pub(crate) next_fh: AtomicU64,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) budget: Budget,
+    /// Where the mount serves its metrics, once it does (for `shrinkfs stats`).
+    pub(crate) metrics_addr: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -188,6 +190,7 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             metrics,
             budget,
+            metrics_addr: std::sync::OnceLock::new(),
         }
     }
 
@@ -840,8 +843,17 @@ impl Fs {
         self.inodes.lock().expect("inode lock").forget(ino, n);
     }
 
-    /// Extended attributes `user.shrinkfs.*` of a file.
+    /// Records where the mount serves its metrics: the root directory then names it in its
+    /// extended attribute `user.shrinkfs.metrics_addr`, where `shrinkfs stats` looks.
+    pub fn set_metrics_addr(&self, addr: String) {
+        let _ = self.metrics_addr.set(addr);
+    }
+
+    /// Extended attributes `user.shrinkfs.*` of a file, and of the root directory.
     pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        if ino == crate::inode::ROOT && name == METRICS_ADDR_XATTR {
+            return self.metrics_addr.get().map(|a| a.clone().into_bytes()).ok_or(Error::NoXattr);
+        }
         let i = self.inode(ino)?;
         if i.kind != Kind::File || !name.starts_with("user.shrinkfs.") {
             return Err(Error::NoXattr);
@@ -865,6 +877,9 @@ impl Fs {
 
     /// Names of the extended attributes of an inode, NUL-separated.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        if ino == crate::inode::ROOT && self.metrics_addr.get().is_some() {
+            return Ok(format!("{METRICS_ADDR_XATTR}\0").into_bytes());
+        }
         let i = self.inode(ino)?;
         if i.kind != Kind::File {
             return Ok(Vec::new());
@@ -872,6 +887,9 @@ impl Fs {
         Ok(b"user.shrinkfs.codec\0user.shrinkfs.stored_size\0user.shrinkfs.ratio\0user.shrinkfs.format\0".to_vec())
     }
 }
+
+/// The root directory's extended attribute naming the mount's metrics address.
+pub const METRICS_ADDR_XATTR: &str = "user.shrinkfs.metrics_addr";
 
 /// The data of a special node's object: a device's number (8 bytes, little-endian), nothing for
 /// a FIFO or socket.
