@@ -534,3 +534,35 @@ fn with_a_key_unsealed_input_is_refused_unless_allowed() {
         std::fs::remove_file(&out).unwrap();
     }
 }
+
+/// scripts/check-cycles.py finds a cycle between files, through `crate::` and `super::` paths and
+/// `use crate::{...}` lists, and none where references go one way.
+#[test]
+fn the_import_cycle_check_finds_cycles_between_files_and_passes_a_tree() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("store")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod store;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::{b::Thing, store};\n").unwrap();
+    std::fs::write(src.join("b.rs"), "pub struct Thing;\n").unwrap();
+    std::fs::write(src.join("store/mod.rs"), "pub mod leaf;\n// crate::a is only a comment\n").unwrap();
+    std::fs::write(src.join("store/leaf.rs"), "fn f() { let _ = super::super::b::Thing; }\n").unwrap();
+    let run = || {
+        Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check-cycles.py"))
+            .arg(&src)
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    std::fs::write(src.join("b.rs"), "pub struct Thing;\nfn g() { crate::store::leaf::f(); }\n").unwrap();
+    std::fs::write(src.join("store/leaf.rs"), "pub fn f() { let _ = crate::a::X; }\n").unwrap();
+    let o = run();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("cycle") && said.contains("a.rs") && said.contains("b.rs") && said.contains("leaf.rs"),
+        "{said}"
+    );
+}

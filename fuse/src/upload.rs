@@ -599,7 +599,7 @@ impl Upload {
         let put = if let Spill::InPlace(object) = &mut self.spill.spill {
             // The tail goes after the last frame (again, if an earlier try failed after it).
             object.file().write_all_at(&tail, self.stored)?;
-            self.sink.metrics.store().in_place(total, || object.publish())?
+            crate::store::instrument::in_place(self.sink.metrics.store(), total, || object.publish())?
         } else if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
             self.sink.store.put(&self.path, payload).await?

@@ -119,22 +119,6 @@ impl StoreMetrics {
         self.in_flight.inc_by(delta);
     }
 
-    /// Records the publication of an object written in place in a local-directory bucket (its
-    /// `total` bytes went to the bucket's disk without a store request).
-    pub fn in_place<T>(
-        &self,
-        total: u64,
-        publish: impl FnOnce() -> object_store::Result<T>,
-    ) -> object_store::Result<T> {
-        let start = std::time::Instant::now();
-        let r = publish();
-        self.request("put_in_place", crate::store::compat::outcome(&r), start.elapsed());
-        if r.is_ok() {
-            self.written(total);
-        }
-        r
-    }
-
     /// Counts body bytes read.
     pub fn read(&self, n: u64) {
         self.read_bytes.inc_by(n);

@@ -31,6 +31,23 @@ pub fn get_kind(options: &GetOptions) -> &'static str {
     }
 }
 
+/// Records the publication of an object written in place in a local-directory bucket into
+/// `metrics`: a `put_in_place` request whose `total` bytes went to the bucket's disk without a
+/// store request.
+pub fn in_place<T>(
+    metrics: &StoreMetrics,
+    total: u64,
+    publish: impl FnOnce() -> object_store::Result<T>,
+) -> object_store::Result<T> {
+    let start = Instant::now();
+    let r = publish();
+    metrics.request("put_in_place", outcome(&r), start.elapsed());
+    if r.is_ok() {
+        metrics.written(total);
+    }
+    r
+}
+
 /// Records every request into `metrics`.
 #[derive(Debug)]
 pub struct Instrumented {
