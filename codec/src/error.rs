@@ -1,6 +1,6 @@
 //! The one error type of the codec crate: every way stored bytes or options can be wrong.
 
-use crate::codec::CodecId;
+use crate::id::CodecId;
 
 /// What went wrong while encoding or decoding a shrinkfs object.
 ///
@@ -22,12 +22,14 @@ pub enum Error {
         detail: String,
     },
     /// The object was written by a newer format version than this build reads.
-    #[error("unsupported format version {version} (this build reads version {v}) [{rule}]", v = crate::format::VERSION)]
+    #[error("unsupported format version {version} (this build reads version {supported}) [{rule}]")]
     UnsupportedVersion {
         /// `HeaderVersion` or `FooterVersion`.
         rule: Rule,
         /// The version found.
         version: u16,
+        /// The version this build reads.
+        supported: u16,
     },
     /// A codec id this build does not know.
     #[error("unknown codec id {id} (written by a newer shrinkfs?) [{rule}]")]
@@ -113,15 +115,6 @@ impl Error {
     /// A `Malformed` error.
     pub fn malformed(rule: Rule, detail: impl Into<String>) -> Self {
         Error::Malformed { rule, detail: detail.into() }
-    }
-
-    /// An object of `len` bytes that starts with the header magic and has no footer.
-    pub fn no_footer(len: u64) -> Self {
-        Error::Truncated {
-            what: "object (it starts like a shrinkfs object and has no footer)",
-            expected: len + crate::format::FOOTER_LEN as u64,
-            actual: len,
-        }
     }
 
     /// The format rule this error reports broken, if it is about a malformed object.

@@ -3,8 +3,8 @@
 //! Everything is little-endian and fixed-size except the index, whose length follows from its
 //! entry count. Each structure carries a CRC-32C so a flipped byte is named, never decoded.
 
-use crate::codec::CodecId;
 use crate::error::{Error, Result, Rule};
+use crate::id::CodecId;
 
 /// Format version written by this build, and the newest one it reads.
 pub const VERSION: u16 = 1;
@@ -117,7 +117,7 @@ impl Header {
         }
         let version = u16_at(b, 8);
         if version != VERSION {
-            return Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version });
+            return Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version, supported: VERSION });
         }
         let flags = u16_at(b, 10);
         if flags & !FLAG_SEALED != 0 {
@@ -546,7 +546,7 @@ impl Footer {
         }
         let version = u16_at(b, 28);
         if version != VERSION {
-            return Err(Error::UnsupportedVersion { rule: Rule::FooterVersion, version });
+            return Err(Error::UnsupportedVersion { rule: Rule::FooterVersion, version, supported: VERSION });
         }
         let flags = u16_at(b, 30);
         if flags & !FLAG_SEALED != 0 {
@@ -587,6 +587,17 @@ impl Footer {
 /// CRC-32C as used throughout the format.
 pub fn checksum(bytes: &[u8]) -> u32 {
     crc(bytes)
+}
+
+impl Error {
+    /// An object of `len` bytes that starts with the header magic and has no footer.
+    pub fn no_footer(len: u64) -> Self {
+        Error::Truncated {
+            what: "object (it starts like a shrinkfs object and has no footer)",
+            expected: len + FOOTER_LEN as u64,
+            actual: len,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -637,6 +648,9 @@ mod tests {
         b[8] = 9;
         let c = crc(&b[..60]);
         b[60..64].copy_from_slice(&c.to_le_bytes());
-        assert!(matches!(Header::parse(&b), Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version: 9 })));
+        assert!(matches!(
+            Header::parse(&b),
+            Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version: 9, .. })
+        ));
     }
 }

@@ -7,7 +7,7 @@
 
 use std::io::Read;
 
-use crate::codec::DecodeFailure;
+use crate::id::DecodeFailure;
 
 /// Raw bytes per block in frames shrinkfs writes.
 pub const BLOCK: usize = 64 << 10;

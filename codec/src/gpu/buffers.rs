@@ -7,7 +7,7 @@ use cudarc::driver::result;
 use cudarc::driver::sys::CUdeviceptr;
 use rayon::prelude::*;
 
-use super::device::{GpuError, cuda};
+use super::error::{GpuError, cuda};
 
 pub(super) const ALIGN: usize = 256;
 

@@ -4,6 +4,7 @@
 mod buffers;
 mod copy;
 mod device;
+mod error;
 pub mod nvcomp;
 mod sync;
 

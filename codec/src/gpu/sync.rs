@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cudarc::driver::result;
 
-use super::device::{GpuError, cuda};
+use super::error::{GpuError, cuda};
 
 /// Where one lane's batch spent its time, logged at debug level: host set-up, staging into pinned
 /// memory, waiting on the GPU, bringing results back, copying them out; and from CUDA events the
