@@ -43,7 +43,9 @@ impl Scrape {
                 metric == name && labels.iter().all(|l| rest.contains(l))
             })
             .map(|(_, v)| v)
-            .sum()
+            .sum::<f64>()
+            // (An empty sum is -0.0, which would print as "-0".)
+            + 0.0
     }
 }
 
@@ -248,6 +250,7 @@ mod tests {
         assert_eq!(r.fuse_errors, 2.0, "expected answers are not errors");
         assert_eq!(r.gpu_share, Some(0.75));
         assert_eq!(r.store_latency_s, None, "no store request in the span");
+        assert!(r.store_errors.is_sign_positive(), "no samples: 0, not -0");
         assert!(r.render().contains("ratio 4.00x") && r.render().contains("hit rate 75.0%"));
     }
 }

@@ -392,6 +392,11 @@ impl Fs {
         {
             let i =
                 self.inodes.lock().expect("inode lock").upsert(parent, name, i.kind, i.attr.clone(), i.fetched, true);
+            // An open file's size and times are its live ones: the stored ones would make the
+            // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).
+            if let Some(a) = self.open_attrs(&i).await {
+                return Ok(a);
+            }
             return Ok(self.attrs_of(&i));
         }
         let rel = join(&dir.path, name);

@@ -108,6 +108,23 @@ async fn large_files_stream_as_multipart_and_nothing_is_visible_before_close() {
     assert_eq!(read_file(&fs, attr.ino).await, big);
 }
 
+/// A lookup of a file open with unstored changes reports its live size and mode, as getattr does
+/// (the stored ones would make the kernel shrink a file a program has mapped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_of_an_open_changed_file_reports_its_live_attributes() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let ino = write_file(&fs, ROOT, "f", &text(10_000), 4096).await;
+    let fh = fs.open(ino, true, false).await.unwrap();
+    fs.write(fh, 10_000, &text(50_000)).await.unwrap();
+    fs.setattr(ino, None, Some(0o600), None, None, None).await.unwrap();
+    let seen = fs.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((seen.size, seen.perm), (60_000, 0o600));
+    assert_eq!(fs.getattr(ino).await.unwrap().size, 60_000);
+    fs.release(fh).await.unwrap();
+    assert_eq!(fs.lookup(ROOT, "f").await.unwrap().size, 60_000, "and once stored");
+}
+
 /// With the kernel's write-back cache, writes that reach the core out of order (it sends several
 /// at once) keep the file streaming, and a hole nothing fills stages the file after a short wait;
 /// without it, a hole with no other write in progress stages it at once. The staging directory
