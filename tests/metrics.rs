@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{free_addr, http, metric, mount, mount_unavailable, text};
+use common::{http, metric, mount, mount_unavailable, mount_with_metrics, repo, text};
 
 macro_rules! require_fuse {
     () => {
@@ -24,18 +24,8 @@ macro_rules! require_fuse {
     };
 }
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The test tools' Python with tools/requirements.txt (scripts/setup.sh --test).
 fn python() -> PathBuf {
-    let p = std::env::var_os("SHRINKFS_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/test-tools/bin/python"));
-    let ok = Command::new(&p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success());
-    assert!(ok, "{}: needs tools/requirements.txt installed: run scripts/setup.sh --test", p.display());
-    p
+    common::python("prometheus_client")
 }
 
 /// What a parser saw: family -> (type, help).
@@ -67,10 +57,7 @@ fn documented() -> Vec<(String, String)> {
 fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metric() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    fs::create_dir(&bucket).unwrap();
-    let addr = free_addr();
-    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    let (m, bucket, mnt, addr) = mount_with_metrics(t.path(), &[]);
     fs::write(mnt.join("f"), text(1 << 20)).unwrap();
     assert!(fs::read(mnt.join("f")).unwrap() == text(1 << 20));
     // Expected answers: a missing name, a missing attribute.
@@ -130,10 +117,7 @@ fn stats(mnt: &Path, extra: &[&str]) -> std::process::Output {
 fn shrinkfs_stats_finds_the_mount_endpoint_and_shows_what_moves() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    fs::create_dir(&bucket).unwrap();
-    let addr = free_addr();
-    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    let (m, bucket, mnt, _) = mount_with_metrics(t.path(), &[]);
     // A writer during the reading: the rates move.
     let writer = {
         let f = mnt.join("f.log");

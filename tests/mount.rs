@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use common::{free_addr, metric, mount, mount_unavailable, s3_server, scrape, text};
+use common::{metric, mount, mount_unavailable, mount_with_metrics, s3_server, scrape, text};
 
 macro_rules! require_fuse {
     () => {
@@ -431,10 +431,7 @@ fn the_mount_helper_turns_fstab_options_into_flags() {
 fn prometheus_metrics_count_what_the_mount_did() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    fs::create_dir(&bucket).unwrap();
-    let addr = free_addr();
-    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
+    let (m, bucket, mnt, addr) = mount_with_metrics(t.path(), &[]);
     fs::write(mnt.join("f.log"), text(3 << 20)).unwrap();
     assert!(fs::read(mnt.join("f.log")).unwrap() == text(3 << 20));
     // 20 MiB that do not compress: written once, in place in the local bucket, in no parts.
@@ -459,13 +456,10 @@ fn prometheus_metrics_count_what_the_mount_did() {
 fn with_the_writeback_cache_small_writes_arrive_as_large_requests_and_every_operation_works() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    fs::create_dir(&bucket).unwrap();
-    let addr = free_addr();
     // The kernel asks for attributes again after the TTL, and forgets then that a file has no
     // set-user-ID bit: with the default TTL that is once a second, not at every write.
-    let args = ["--writeback-cache", "--metrics-addr", &addr, "--gpu", "off", "--metadata-ttl", "1"];
-    let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
+    let args = ["--writeback-cache", "--metadata-ttl", "1"];
+    let (m, bucket, mnt, addr) = mount_with_metrics(t.path(), &args);
     // 8 MiB in 4 KiB writes: the kernel gathers them, so far fewer requests reach the mount, and
     // (FUSE_HANDLE_KILLPRIV_V2) no `security.capability` lookup precedes each write.
     let data = text(8 << 20);

@@ -14,28 +14,15 @@ use shrinkfs_codec::format::{FOOTER_LEN, FRAME_HEADER_LEN, HEADER_LEN, INDEX_FIX
 use shrinkfs_codec::seal::{MasterKey, ObjectKey};
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, FileMeta, Layout, ObjectContext, ObjectWriter};
 
+mod common;
 #[path = "../codec/tests/common/mod.rs"]
 #[allow(dead_code)]
 mod vectors;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use common::repo;
 
-/// The Python with tools/requirements.txt installed (scripts/setup.sh --test puts it in
-/// target/test-tools); `SHRINKFS_PYTHON` overrides.
 fn python() -> PathBuf {
-    let p = std::env::var_os("SHRINKFS_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/test-tools/bin/python"));
-    let ok =
-        Command::new(&p).args(["-c", "import zstandard, lz4, cryptography"]).output().is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "{}: the second decoder needs tools/requirements.txt installed: run scripts/setup.sh --test",
-        p.display()
-    );
-    p
+    common::python("zstandard, lz4, cryptography")
 }
 
 /// Which decoder a command runs.

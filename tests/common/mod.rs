@@ -279,3 +279,31 @@ pub fn metric(body: &str, prefix: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The repository root.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The test tools' Python (scripts/setup.sh --test puts it in target/test-tools;
+/// `SHRINKFS_PYTHON` overrides), checked to import `modules` (a comma-separated list).
+pub fn python(modules: &str) -> PathBuf {
+    let p = std::env::var_os("SHRINKFS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/test-tools/bin/python"));
+    let ok = Command::new(&p).args(["-c", &format!("import {modules}")]).output().is_ok_and(|o| o.status.success());
+    assert!(ok, "{}: needs tools/requirements.txt installed ({modules}): run scripts/setup.sh --test", p.display());
+    p
+}
+
+/// Mounts a new local-directory bucket under `dir` with its metrics served and the GPU off (and
+/// `extra`): the mount, the bucket, the mount point and the metrics address.
+pub fn mount_with_metrics(dir: &Path, extra: &[&str]) -> (Mounted, PathBuf, PathBuf, String) {
+    let (bucket, mnt) = (dir.join("bucket"), dir.join("mnt"));
+    std::fs::create_dir(&bucket).unwrap();
+    let addr = free_addr();
+    let args: Vec<&str> =
+        ["--metrics-addr", addr.as_str(), "--gpu", "off"].into_iter().chain(extra.iter().copied()).collect();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
+    (m, bucket, mnt, addr)
+}
