@@ -218,17 +218,9 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // With FUSE_HANDLE_KILLPRIV_V2 the mount clears set-user-ID and set-group-ID bits itself:
-        // on a change of owner, and on a truncate by an unprivileged process.
-        let kill = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
-        let r = self.run("setattr", ino.0, async {
-            let mode = match mode {
-                None if kill => self.fs.mode_without_suidgid(ino.0).await?,
-                m => m,
-            };
-            self.fs.setattr(ino.0, size, mode, uid, gid, time(mtime)).await
-        });
-        match r {
+        // With FUSE_HANDLE_KILLPRIV_V2 the core clears set-user-ID bits itself, by who asks.
+        let privileged = req.uid() == 0;
+        match self.run("setattr", ino.0, self.fs.setattr_as(ino.0, size, mode, uid, gid, time(mtime), privileged)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -308,17 +300,7 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        // An unprivileged truncating open clears set-user-ID and set-group-ID bits (as setattr).
-        let kill = write && truncate && req.uid() != 0;
-        let r = self.run("open", ino.0, async {
-            let fh = self.fs.open(ino.0, write, truncate).await?;
-            if kill && let Err(e) = self.fs.clear_suidgid(ino.0).await {
-                let _ = self.fs.release(fh).await;
-                return Err(e);
-            }
-            Ok(fh)
-        });
-        match r {
+        match self.run("open", ino.0, self.fs.open_as(ino.0, write, truncate, req.uid() == 0)) {
             Ok(fh) => {
                 self.fs.set_owner(fh, process_of(req.pid()));
                 reply.opened(FileHandle(fh), FopenFlags::empty())

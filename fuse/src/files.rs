@@ -679,9 +679,46 @@ impl Fs {
         }
     }
 
+    /// [`Self::setattr`] asked by a caller who is `privileged` (uid 0) or not: a change of owner,
+    /// or a truncate by an unprivileged caller, also clears the set-user-ID and set-group-ID bits
+    /// as [`Self::clear_suidgid`] says (unless the call sets the mode itself).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn setattr_as(
+        &self,
+        ino: u64,
+        size: Option<u64>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mtime: Option<SystemTime>,
+        privileged: bool,
+    ) -> Result<FileAttrs> {
+        let kill = uid.is_some() || gid.is_some() || (size.is_some() && !privileged);
+        let mode = match mode {
+            None if kill => self.mode_without_suidgid(ino).await?,
+            m => m,
+        };
+        self.setattr(ino, size, mode, uid, gid, mtime).await
+    }
+
+    /// [`Self::open`] asked by a caller who is `privileged` (uid 0) or not: an unprivileged
+    /// truncating open also clears the set-user-ID and set-group-ID bits.
+    pub async fn open_as(&self, ino: u64, write: bool, truncate: bool, privileged: bool) -> Result<u64> {
+        let fh = self.open(ino, write, truncate).await?;
+        if write
+            && truncate
+            && !privileged
+            && let Err(e) = self.clear_suidgid(ino).await
+        {
+            let _ = self.release(fh).await;
+            return Err(e);
+        }
+        Ok(fh)
+    }
+
     /// The permission bits regular file `ino` keeps once its set-user-ID and set-group-ID bits are
     /// cleared as [`Self::clear_suidgid`] says, or None when that changes nothing.
-    pub async fn mode_without_suidgid(&self, ino: u64) -> Result<Option<u32>> {
+    async fn mode_without_suidgid(&self, ino: u64) -> Result<Option<u32>> {
         let a = self.getattr(ino).await?;
         if a.kind != Kind::File {
             return Ok(None);
