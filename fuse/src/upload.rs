@@ -1,27 +1,30 @@
 //! Writing one object while its bytes arrive: frames are cut, encoded on the dispatcher (a bounded
-//! number in flight), appended to an unlinked spill file, and shipped to the store from there — one
-//! PUT for small objects, multipart parts for large ones — so memory stays within the mount's
-//! budget whatever the file size. On a local-directory bucket the spill is the object's own staged
-//! file in the bucket (appended off the writer's thread), published by fsync and rename: its bytes
-//! are written once and never shipped. The object appears under its key only when `finish`
-//! completes; an aborted upload leaves nothing visible.
+//! number in flight), kept in memory until shipped to the store — one PUT for small objects,
+//! multipart parts for large ones — and copied, off the writer's thread, to an unlinked spill
+//! file, so memory stays within the mount's budget whatever the file size. On a local-directory
+//! bucket the spill is the object's own staged file in the bucket, published by fsync and rename:
+//! its bytes are written once and never shipped. The object appears under its key only when
+//! `finish` completes; an aborted upload leaves nothing visible.
 //!
 //! Failure never loses bytes: the spill keeps every stored byte until the upload is finished or
 //! dropped, so a failed part (or a failed `finish`) only starts shipping again from the first byte
-//! with a new multipart upload — at the next write or the retried `finish` — and `recover_into`
-//! can always rebuild the file. A part failure during a write is not the write's error (its bytes
-//! are safe in the spill): it is reported by `finish` if shipping again fails too.
+//! with a new multipart upload — at the next write or the retried `finish`, reading back from the
+//! spill what is no longer in memory — and `recover_into` can always rebuild the file. A part
+//! failure during a write is not the write's error (its bytes are safe in the spill): it is
+//! reported by `finish` if shipping again fails too. An append to the spill that fails (a full
+//! staging disk) keeps its bytes in memory and is written again before the next write takes any.
 //!
 //! Memory: a raw frame holds budget room from the moment it is cut until it is encoded (released by
 //! the encoder, so a writer blocked on the budget never holds room it alone could give back); a part
-//! holds room while it is uploaded (released when its upload task ends). Encoded frames waiting to
-//! be appended to the spill are bounded per file by the dispatcher's frames in flight.
+//! holds room while it is uploaded (released when its upload task ends). Encoded frames not yet
+//! shipped are bounded per file by a part plus the dispatcher's frames in flight.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
@@ -52,8 +55,8 @@ enum Spill {
 
 struct SpillBuf {
     spill: Spill,
-    /// A second handle on the in-place file, for appends off the writer's thread.
-    in_place_writer: Option<Arc<File>>,
+    /// A second handle on the spill or in-place file, for appends off the writer's thread.
+    writer: Option<Arc<File>>,
     dir: std::path::PathBuf,
     /// Write in place into this local bucket (under `key`) once the bytes outgrow memory.
     in_place: Option<(Arc<LocalStore>, Path)>,
@@ -72,36 +75,38 @@ impl Spill {
 }
 
 impl SpillBuf {
-    /// Appends `bytes` whole, or fails having appended none of them (a partial write past the end
-    /// is overwritten by the next append).
-    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match &mut self.spill {
-            Spill::Memory(v) if v.len() + bytes.len() <= SPILL_IN_MEMORY => v.extend_from_slice(bytes),
-            Spill::Memory(v) => {
-                let spill = match &self.in_place {
-                    Some((local, key)) => Spill::InPlace(local.write_in_place(key).map_err(|e| {
-                        crate::localstore::os_error(&e)
-                            .map_or_else(|| std::io::Error::other(e), std::io::Error::from_raw_os_error)
-                    })?),
-                    None => Spill::File(tempfile::tempfile_in(&self.dir)?),
-                };
-                let f = spill.file().expect("a file");
-                f.write_all_at(v, 0)?;
-                f.write_all_at(bytes, v.len() as u64)?;
-                if matches!(spill, Spill::InPlace(_)) {
-                    self.in_place_writer = Some(Arc::new(f.try_clone()?));
-                }
-                self.spill = spill;
-            }
-            Spill::File(_) | Spill::InPlace(_) => {
-                self.spill.file().expect("a file").write_all_at(bytes, self.len)?;
-            }
-        }
-        self.len += bytes.len() as u64;
-        Ok(())
+    /// Whether `n` more bytes still fit in memory (no file was needed yet).
+    fn fits_in_memory(&self, n: usize) -> bool {
+        matches!(&self.spill, Spill::Memory(v) if v.len() + n <= SPILL_IN_MEMORY)
     }
 
-    /// Reads `buf.len()` stored bytes from offset `at`.
+    /// Appends bytes that `fits_in_memory`.
+    fn append_in_memory(&mut self, bytes: &[u8]) {
+        let Spill::Memory(v) = &mut self.spill else { unreachable!("checked by fits_in_memory") };
+        v.extend_from_slice(bytes);
+        self.len += bytes.len() as u64;
+    }
+
+    /// The bytes outgrew memory: moves them into a spill file (or, for a local bucket, the
+    /// object's own staged file) and returns them, so a caller shipping from memory keeps them.
+    /// On failure nothing changed.
+    fn overflow(&mut self) -> std::io::Result<Bytes> {
+        let Spill::Memory(v) = &mut self.spill else { return Ok(Bytes::new()) };
+        let spill = match &self.in_place {
+            Some((local, key)) => Spill::InPlace(local.write_in_place(key).map_err(|e| {
+                crate::localstore::os_error(&e)
+                    .map_or_else(|| std::io::Error::other(e), std::io::Error::from_raw_os_error)
+            })?),
+            None => Spill::File(tempfile::tempfile_in(&self.dir)?),
+        };
+        let f = spill.file().expect("a file");
+        f.write_all_at(v, 0)?;
+        self.writer = Some(Arc::new(f.try_clone()?));
+        let Spill::Memory(v) = std::mem::replace(&mut self.spill, spill) else { unreachable!("matched above") };
+        Ok(Bytes::from(v))
+    }
+
+    /// Reads `buf.len()` stored bytes from offset `at` (of a file: those its appends wrote).
     fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
         match &self.spill {
             Spill::Memory(v) => {
@@ -114,10 +119,10 @@ impl SpillBuf {
         }
     }
 
-    /// Once the bytes are written in place: the next `n` bytes' offset, and the handle to write
-    /// them through off this thread (the caller writes them; `None` for other spills).
-    fn reserve_in_place(&mut self, n: usize) -> Option<(Arc<File>, u64)> {
-        let file = self.in_place_writer.clone()?;
+    /// Once the bytes are in a file: the next `n` bytes' offset, and the handle to write them
+    /// through off this thread (the caller writes them; `None` while they are in memory).
+    fn reserve(&mut self, n: usize) -> Option<(Arc<File>, u64)> {
+        let file = self.writer.clone()?;
         let at = self.len;
         self.len += n as u64;
         Some((file, at))
@@ -217,19 +222,23 @@ pub struct Upload {
     released: u64,
     /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
-    /// Appends to the in-place file in flight.
+    /// Stored bytes not shipped yet, in order from their offset on, kept in memory so parts are
+    /// shipped from here rather than read back from the spill file (empty for in-place and
+    /// in-memory spills).
+    recent: VecDeque<(u64, Bytes)>,
+    /// Appends to the spill or in-place file in flight.
     appends: JoinSet<Appended>,
     /// Appends that failed (a full disk), with their offsets: written again before anything else.
-    unstored: Vec<(u64, Vec<u8>)>,
+    unstored: Vec<(u64, Bytes)>,
 }
 
 /// What a part upload reports: the spill range it carried, and how it went.
 type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 
-/// What an append to the in-place file reports: where, the bytes (kept only if it failed), how.
-type Appended = (u64, Vec<u8>, std::io::Result<()>);
+/// What an append to the spill or in-place file reports: where, the bytes, how.
+type Appended = (u64, Bytes, std::io::Result<()>);
 
-/// Frames being appended to an in-place file at once, off the writer's thread.
+/// Frames being appended to a spill or in-place file at once, off the writer's thread.
 const APPENDS_IN_FLIGHT: usize = 4;
 
 impl std::fmt::Debug for Upload {
@@ -243,19 +252,14 @@ impl Upload {
     /// until they are uploaded.
     pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
         let in_place = sink.local.clone().map(|l| (l, path.clone()));
-        let mut spill = SpillBuf {
-            spill: Spill::Memory(Vec::new()),
-            in_place_writer: None,
-            dir: staging.to_path_buf(),
-            in_place,
-            len: 0,
-        };
+        let mut spill =
+            SpillBuf { spill: Spill::Memory(Vec::new()), writer: None, dir: staging.to_path_buf(), in_place, len: 0 };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
         let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
-        spill.append(&header)?;
+        spill.append_in_memory(&header);
         Ok(Upload {
             sink,
             path,
@@ -279,6 +283,7 @@ impl Upload {
             confirmed: 0,
             released: 0,
             broken: false,
+            recent: VecDeque::new(),
             appends: JoinSet::new(),
             unstored: Vec::new(),
         })
@@ -373,21 +378,29 @@ impl Upload {
                     }
                 }
             };
-            // In place: the frame's offset is decided now, and a blocking thread writes it there.
-            if let Some((file, at)) = self.spill.reserve_in_place(frame.bytes.len()) {
+            let n = frame.bytes.len();
+            if self.spill.fits_in_memory(n) {
+                self.spill.append_in_memory(&frame.bytes);
                 self.record(&frame);
-                self.append_in_place(file, at, frame.bytes).await;
                 continue;
             }
-            // The frame is recorded only once its bytes are in the spill; a failed append keeps it.
-            if let Err(e) = self.spill.append(&frame.bytes) {
-                let retried = staging_full(&e) && self.make_room().await && self.spill.append(&frame.bytes).is_ok();
-                if !retried {
+            // The bytes outgrow memory: from now on they go to a file, off the writer's thread.
+            // A file that cannot be made keeps the frame for the next try.
+            match self.spill.overflow() {
+                Ok(kept) if !kept.is_empty() && !self.spill.in_place() => self.recent.push_back((0, kept)),
+                Ok(_) => {}
+                Err(e) => {
                     self.pending.push_front(Pending::Ready(frame));
                     return Err(e.into());
                 }
             }
+            let (file, at) = self.spill.reserve(n).expect("a file spill after overflow");
             self.record(&frame);
+            let bytes = Bytes::from(frame.bytes);
+            if !self.spill.in_place() {
+                self.recent.push_back((at, bytes.clone()));
+            }
+            self.append_off_thread(file, at, bytes).await;
         }
         Ok(())
     }
@@ -399,11 +412,12 @@ impl Upload {
         self.sink.metrics.frame_encoded(frame.header.codec.name());
     }
 
-    /// Writes `bytes` at `at` of the in-place file on a blocking thread, a bounded number at once.
-    async fn append_in_place(&mut self, file: Arc<File>, at: u64, bytes: Vec<u8>) {
+    /// Writes `bytes` at `at` of the spill or in-place file on a blocking thread, a bounded number
+    /// at once.
+    async fn append_off_thread(&mut self, file: Arc<File>, at: u64, bytes: Bytes) {
         self.appends.spawn_blocking(move || {
             let res = file.write_all_at(&bytes, at);
-            (at, if res.is_ok() { Vec::new() } else { bytes }, res)
+            (at, bytes, res)
         });
         while self.appends.len() > APPENDS_IN_FLIGHT {
             let done = self.appends.join_next().await.expect("appends in flight");
@@ -414,7 +428,7 @@ impl Upload {
         }
     }
 
-    /// Records how an append to the in-place file ended: a failed one is kept to be written again.
+    /// Records how an append ended: a failed one is kept to be written again.
     fn settle_append(&mut self, done: std::result::Result<Appended, tokio::task::JoinError>) {
         match done {
             Ok((_, _, Ok(()))) => {}
@@ -429,22 +443,62 @@ impl Upload {
         }
     }
 
-    /// Waits for every append to the in-place file and writes the failed ones again: `Ok` once
-    /// every frame so far is in the file.
-    async fn store_unstored(&mut self) -> Result<()> {
+    /// Waits for every append in flight (a failed one is then in `unstored`).
+    async fn join_appends(&mut self) {
         while let Some(done) = self.appends.join_next().await {
             self.settle_append(done);
         }
+    }
+
+    /// Waits for every append and writes the failed ones again (a full staging disk first gives
+    /// back what the store already confirmed): `Ok` once every frame so far is in the file.
+    async fn store_unstored(&mut self) -> Result<()> {
+        self.join_appends().await;
         if self.broken {
             return Err(Error::Local(std::io::Error::other("an append was lost: the file cannot be stored")));
         }
-        let Some(file) = self.spill.in_place_writer.clone() else { return Ok(()) };
+        let Some(file) = self.spill.writer.clone() else { return Ok(()) };
         self.unstored.sort_by_key(|u| u.0);
-        while let Some((at, bytes)) = self.unstored.first() {
-            file.write_all_at(bytes, *at)?;
-            self.unstored.remove(0);
+        loop {
+            // Bytes given back to a full disk are never needed from the spill again.
+            let released = self.released;
+            self.unstored.retain(|(at, b)| at + b.len() as u64 > released);
+            let Some((at, bytes)) = self.unstored.first() else { return Ok(()) };
+            match file.write_all_at(bytes, *at) {
+                Ok(()) => {
+                    self.unstored.remove(0);
+                }
+                Err(e) if staging_full(&e) && !self.spill.in_place() && self.make_room().await => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(())
+    }
+
+    /// Stored bytes `from..to`, as pieces: from memory where they are still kept, else read back
+    /// from the spill (after its appends settle; a failed append's bytes are still in memory).
+    async fn stored_range(&mut self, from: u64, to: u64) -> Result<Vec<Bytes>> {
+        let in_memory_from = self.recent.front().map_or(to, |(at, _)| *at).clamp(from, to);
+        let mut pieces = Vec::new();
+        if from < in_memory_from {
+            self.join_appends().await;
+            let mut buf = vec![0u8; (in_memory_from - from) as usize];
+            self.spill.read_exact_at(&mut buf, from)?;
+            for (at, bytes) in &self.unstored {
+                let (s, e) = ((*at).max(from), (at + bytes.len() as u64).min(in_memory_from));
+                if s < e {
+                    buf[(s - from) as usize..(e - from) as usize]
+                        .copy_from_slice(&bytes[(s - at) as usize..(e - at) as usize]);
+                }
+            }
+            pieces.push(Bytes::from(buf));
+        }
+        for (at, bytes) in &self.recent {
+            let (s, e) = ((*at).max(in_memory_from), (at + bytes.len() as u64).min(to));
+            if s < e {
+                pieces.push(bytes.slice((s - at) as usize..(e - at) as usize));
+            }
+        }
+        Ok(pieces)
     }
 
     /// Ships every full part of the spill. A failure is not the writer's error (the bytes stay in
@@ -460,18 +514,17 @@ impl Upload {
         }
     }
 
-    /// Reads the next `len` unshipped bytes of the spill (and `tail` after them), holding budget
-    /// room for them.
+    /// The next `len` unshipped stored bytes (and `tail` after them), holding budget room for them.
     async fn unshipped(&mut self, len: usize, tail: Option<&[u8]>) -> Result<(PutPayload, crate::budget::Held)> {
         let extra = tail.map_or(0, <[u8]>::len);
         let held = self.sink.budget.take((len + extra) as u64).await;
-        let mut buf = vec![0u8; len + extra];
-        self.spill.read_exact_at(&mut buf[..len], self.shipped)?;
-        if let Some(t) = tail {
-            buf[len..].copy_from_slice(t);
-        }
+        let mut pieces = self.stored_range(self.shipped, self.shipped + len as u64).await?;
+        pieces.extend(tail.map(Bytes::copy_from_slice));
         self.shipped += len as u64;
-        Ok((PutPayload::from(buf), held))
+        while self.recent.front().is_some_and(|(at, b)| at + b.len() as u64 <= self.shipped) {
+            self.recent.pop_front();
+        }
+        Ok((pieces.into_iter().collect(), held))
     }
 
     /// Uploads the next `len` bytes of the spill (then `tail`) as one multipart part; fails if an
@@ -547,6 +600,8 @@ impl Upload {
         if self.broken || self.confirmed <= self.released {
             return false;
         }
+        // (An append still writing below `confirmed` would fill the hole again.)
+        self.join_appends().await;
         if let Err(e) = self.spill.punch(self.released, self.confirmed) {
             tracing::warn!(key = %self.path, error = %e, "cannot give spill space back");
             return false;
@@ -572,7 +627,10 @@ impl Upload {
             self.sealed = true;
         }
         self.collect(true).await?;
-        self.store_unstored().await?;
+        if self.spill.in_place() {
+            // The file is the object: every frame must be in it.
+            self.store_unstored().await?;
+        }
         // Parts shipped while the file was written: one that failed means shipping again.
         while let Some(done) = self.parts.join_next().await {
             if let Err(e) = self.settle(done) {
@@ -643,18 +701,18 @@ impl Upload {
             return Err(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)));
         }
         self.collect(true).await?;
-        self.store_unstored().await?;
         let mut dec = StreamDecoder::new(None, vec![]);
         let mut at = 0u64;
-        let mut chunk = vec![0u8; 1 << 20];
         let mut raw = Vec::new();
         let mut read = 0u64;
-        let codec_err = |e| Error::Codec { key: self.path.to_string(), source: e };
+        let key = self.path.to_string();
+        let codec_err = |e| Error::Codec { key: key.clone(), source: e };
         while read < self.stored {
-            let n = ((self.stored - read) as usize).min(chunk.len());
-            self.spill.read_exact_at(&mut chunk[..n], read)?;
-            read += n as u64;
-            dec.feed(&chunk[..n]);
+            let n = (self.stored - read).min(1 << 20);
+            for piece in self.stored_range(read, read + n).await? {
+                dec.feed(&piece);
+            }
+            read += n;
             while let Some(item) = dec.next_item().map_err(codec_err)? {
                 if let Item::Frame { frame, header, payload } = item {
                     decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw).map_err(codec_err)?;
