@@ -400,7 +400,8 @@ fn mount_syscall(mountpoint: &Path, opts: &KernelOptions) -> io::Result<OwnedFd>
 /// Mounts through the setuid `fusermount3`, which sends the opened `/dev/fuse` back over a
 /// socket named by `_FUSE_COMMFD` (the protocol libfuse uses).
 fn mount_fusermount(mountpoint: &Path, opts: &KernelOptions) -> io::Result<OwnedFd> {
-    use nix::sys::socket::{AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType};
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType};
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     let (ours, theirs) = nix::sys::socket::socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty())?;
     nix::fcntl::fcntl(&ours, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
     let words = opts.fusermount_words().join(",");
@@ -430,14 +431,15 @@ fn mount_fusermount(mountpoint: &Path, opts: &KernelOptions) -> io::Result<Owned
         }
         let mut buf = [0u8; 8];
         let mut iov = [io::IoSliceMut::new(&mut buf)];
-        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let msg = nix::sys::socket::recvmsg::<()>(ours.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::empty())?;
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = c
-                && let Some(&fd) = fds.first()
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        // rustix hands the received descriptor over as an `OwnedFd`: no raw descriptor to adopt.
+        rustix::net::recvmsg(&ours, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+        for c in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(mut fds) = c
+                && let Some(fd) = fds.next()
             {
-                // SAFETY: the descriptor was just received and is owned by nobody else.
-                return Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+                return Ok(fd);
             }
         }
         return Err(io::Error::other(format!("{tool} sent no /dev/fuse descriptor")));

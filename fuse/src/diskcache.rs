@@ -121,13 +121,11 @@ impl DiskCache {
 }
 
 fn free_fraction(dir: &Path) -> Option<f64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: valid path and out-pointer.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 || st.f_blocks == 0 {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    if st.blocks() == 0 {
         return None;
     }
-    Some(st.f_bavail as f64 / st.f_blocks as f64)
+    Some(st.blocks_available() as f64 / st.blocks() as f64)
 }
 
 #[cfg(test)]

@@ -64,8 +64,7 @@ pub struct FsConfig {
 
 impl Default for FsConfig {
     fn default() -> Self {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
         FsConfig {
             encode: EncodeConfig::default(),
             dicts: Vec::new(),

@@ -1,5 +1,9 @@
 //! shrinkfs-fuse: the filesystem core over an object store (kernel-free, async) and the thin
 //! fuser adapter that mounts it.
+//!
+//! No `unsafe` here: system calls go through nix and rustix.
+
+#![forbid(unsafe_code)]
 
 pub mod adapter;
 pub mod budget;
