@@ -19,22 +19,9 @@ use shrinkfs_codec::{
 };
 
 use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
+use crate::diskcache::Cached;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-
-/// Cheap checks of a stored frame from the disk cache before it is decoded: its header parses,
-/// agrees with the index, and its payload matches its checksum.
-fn stored_frame_ok(b: &[u8], frame: usize, layout: &Layout) -> bool {
-    let entry = &layout.entries[frame];
-    match FrameHeader::parse(b, frame as u64, layout.header.sealed()) {
-        Ok(h) => {
-            entry.matches(&h)
-                && b.len() == FRAME_HEADER_LEN + h.stored_len as usize
-                && shrinkfs_codec::format::checksum(&b[FRAME_HEADER_LEN..]) == h.stored_crc
-        }
-        Err(_) => false,
-    }
-}
 
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
@@ -287,15 +274,14 @@ impl Reader {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
         for &f in frames {
-            match self.disk.as_ref().and_then(|d| d.get(&info.id, f as u32)) {
-                Some(b) if stored_frame_ok(&b, f, layout) => slices.push((f, b)),
-                Some(_) => {
-                    // A damaged or foreign entry: drop it and fetch the frame again.
+            match self.disk.as_ref().map_or(Cached::Miss, |d| d.get(&info.id, f, layout)) {
+                Cached::Verified(b) => slices.push((f, b)),
+                Cached::Damaged => {
+                    // A damaged or foreign entry (the cache dropped it): fetch the frame again.
                     self.metrics.disk_cache_bad();
-                    self.disk.as_ref().expect("entry came from it").remove(&info.id, f as u32);
                     missing.push(f);
                 }
-                None => missing.push(f),
+                Cached::Miss => missing.push(f),
             }
         }
         if self.disk.is_some() {
