@@ -19,18 +19,13 @@ use shrinkfs_codec::{
 };
 
 use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
+use crate::config::ReaderConfig;
 use crate::diskcache::Cached;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
-
-/// Fewest frames in a read batch worth a GPU launch.
-pub const GPU_DECODE_MIN_FRAMES: usize = 8;
-
-/// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
-pub const MAX_FETCH: u64 = 8 << 20;
 
 /// One version of one object, ready to read.
 #[derive(Debug, Clone)]
@@ -107,8 +102,8 @@ pub struct Reader {
     pub budget: crate::budget::Budget,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
-    /// With a key, objects that are not sealed are served too.
-    pub allow_unsealed: bool,
+    /// Cache sizes, fetch sizes, and whether unsealed objects are served with a key.
+    pub cfg: ReaderConfig,
 }
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
@@ -129,6 +124,34 @@ fn etag_of(meta: &ObjectMeta) -> Arc<str> {
 }
 
 impl Reader {
+    /// A reader of `store` as `cfg` says, decoding with `key` and `dicts` on `dispatcher`'s GPU
+    /// or the CPU pool, keeping stored frames in `disk` too, within `budget`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        cfg: ReaderConfig,
+        key: Option<MasterKey>,
+        dicts: Vec<Arc<Dictionary>>,
+        metrics: Arc<Metrics>,
+        dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
+        disk: Option<crate::diskcache::DiskCache>,
+        budget: crate::budget::Budget,
+    ) -> Self {
+        Reader {
+            store,
+            chunks: ChunkCache::new(cfg.cache_bytes),
+            layouts: LayoutCache::new(cfg.layout_entries),
+            key,
+            dicts,
+            metrics,
+            dispatcher,
+            disk,
+            budget,
+            inflight: Arc::default(),
+            cfg,
+        }
+    }
+
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
@@ -159,7 +182,7 @@ impl Reader {
     /// it there. Checked before a layout enters the cache, so `known` never serves one either.
     fn check_sealed(&self, path: &Path, parsed: &Parsed) -> Result<()> {
         let sealed = matches!(parsed, Parsed::Framed { layout, .. } if layout.header.sealed());
-        if self.key.is_some() && !self.allow_unsealed && !sealed {
+        if self.key.is_some() && !self.cfg.allow_unsealed && !sealed {
             return Err(codec_err(path, shrinkfs_codec::Error::NotSealed));
         }
         Ok(())
@@ -291,7 +314,7 @@ impl Reader {
         // each), or from a fetch stored as it is throughout (a view then keeps no other frame's
         // bytes alive beyond what the frame cache counts).
         let mut views: Vec<usize> = slices.iter().map(|(f, _)| *f).collect();
-        let fetches = layout.fetches(&missing, MAX_FETCH);
+        let fetches = layout.fetches(&missing, self.cfg.max_fetch);
         for fetch in &fetches {
             if fetch.frames.clone().all(|f| layout.entries[f].codec == CodecId::None) {
                 views.extend(fetch.frames.clone());
@@ -376,7 +399,7 @@ impl Reader {
             Some((f, _)) => layout.entries[*f].codec,
             None => return Ok(None),
         };
-        let eligible = slices.len() >= GPU_DECODE_MIN_FRAMES
+        let eligible = slices.len() >= self.cfg.gpu_decode_min_frames
             && ctx.dict().is_none()
             && self.dispatcher.gpu_for(codec)
             && slices.iter().all(|(f, _)| layout.entries[*f].codec == codec);

@@ -1,0 +1,197 @@
+//! Open directories: a directory's entries, listed from the store a page at a time as `readdir`
+//! reaches them (pages of `page_keys` where the store pages, S3), then the entries that exist only
+//! here (files still being written, new empty directories). Offsets are positions in that order and
+//! never change while the directory is open.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use object_store::list::PaginatedListOptions;
+use object_store::{ListResult, ObjectMeta};
+
+use super::{DIR_MARKER, IsOpen, Namespace};
+use crate::attrs::{DirEntry, attr_from_object};
+use crate::error::{Error, Result};
+use crate::inode::{Attr, Kind, ROOT};
+
+/// Where the store listing stands.
+#[derive(Debug)]
+enum Next {
+    Start,
+    Token(String),
+    Done,
+}
+
+/// One open directory.
+#[derive(Debug)]
+pub struct Listing {
+    ino: u64,
+    path: String,
+    entries: Vec<DirEntry>,
+    seen: HashSet<String>,
+    next: Next,
+}
+
+/// A listed page as (name, kind, object) triples, marker objects left out.
+fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
+    let dirs = page
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename())
+        .filter(|n| *n != crate::localstore::TMP_DIR)
+        .map(|n| (n.to_owned(), Kind::Dir, None));
+    let files = page
+        .objects
+        .into_iter()
+        .filter_map(|o| Some((o.location.filename()?.to_owned(), o)))
+        .filter(|(n, _)| n != DIR_MARKER)
+        .map(|(n, o)| (n, Kind::File, Some(o)));
+    dirs.chain(files).collect()
+}
+
+impl Namespace {
+    /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
+    /// fails here.
+    pub async fn opendir(&self, ino: u64, is_open: IsOpen<'_>) -> Result<u64> {
+        let dir = self.inode(ino)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let mut l = Listing { ino, path: dir.path, entries: Vec::new(), seen: HashSet::new(), next: Next::Start };
+        self.list_more(&mut l, is_open).await?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().expect("dirs lock").insert(fh, Arc::new(tokio::sync::Mutex::new(l)));
+        Ok(fh)
+    }
+
+    /// Entries of an open directory from position `offset` ("." and ".." come first), listing
+    /// further pages only as far as this call needs.
+    pub async fn readdir(&self, fh: u64, ino: u64, offset: u64, is_open: IsOpen<'_>) -> Result<Vec<(u64, DirEntry)>> {
+        let listing = self.dirs.lock().expect("dirs lock").get(&fh).cloned().ok_or(Error::Stale)?;
+        let mut l = listing.lock().await;
+        let offset = offset as usize;
+        let batch = self.cfg.readdir_batch;
+        while l.entries.len() + 2 < offset + batch && !matches!(l.next, Next::Done) {
+            self.list_more(&mut l, is_open).await?;
+        }
+        let parent = self.inode(ino)?.parent;
+        let dots = [
+            DirEntry { ino, kind: Kind::Dir, name: ".".into() },
+            DirEntry { ino: if parent == 0 { ROOT } else { parent }, kind: Kind::Dir, name: "..".into() },
+        ];
+        let out = (offset..(l.entries.len() + 2).min(offset + batch))
+            .map(|i| {
+                let e = if i < 2 { dots[i].clone() } else { l.entries[i - 2].clone() };
+                (i as u64 + 1, e)
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// Up to `n` keys under directory `rel` (at any depth): enough to tell whether it exists or is
+    /// empty without listing it all.
+    pub async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
+        let prefix = self.key(rel);
+        if let Some(pages) = &self.bucket.pages {
+            let opts = PaginatedListOptions { max_keys: Some(n), ..Default::default() };
+            let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
+            let got = pages.list_paginated(under.as_deref(), opts).await?;
+            return Ok(got.result.objects.into_iter().map(|o| o.location).take(n).collect());
+        }
+        use futures::TryStreamExt;
+        let mut keys = Vec::new();
+        let mut list = self.bucket.store.list(Some(&prefix));
+        while keys.len() < n {
+            match list.try_next().await? {
+                Some(o) => keys.push(o.location),
+                None => break,
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Forgets an open directory.
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().expect("dirs lock").remove(&fh);
+    }
+
+    /// Lists the next page into `l`; after the last one, adds the entries only this mount has.
+    async fn list_more(&self, l: &mut Listing, is_open: IsOpen<'_>) -> Result<()> {
+        let prefix = self.key(&l.path);
+        let first = matches!(l.next, Next::Start);
+        let mut page = match (&self.bucket.pages, &l.next) {
+            (_, Next::Done) => return Ok(()),
+            (Some(pages), next) => {
+                let token = match next {
+                    Next::Token(t) => Some(t.clone()),
+                    _ => None,
+                };
+                let opts = PaginatedListOptions {
+                    delimiter: Some("/".into()),
+                    max_keys: Some(self.cfg.page_keys),
+                    page_token: token,
+                    ..Default::default()
+                };
+                let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
+                let got = pages.list_paginated(under.as_deref(), opts).await?;
+                l.next = got.page_token.map_or(Next::Done, Next::Token);
+                names(got.result)
+            }
+            (None, _) => {
+                let got = self.bucket.store.list_with_delimiter(Some(&prefix)).await?;
+                l.next = Next::Done;
+                let mut all = names(got);
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                all
+            }
+        };
+        if matches!(l.next, Next::Done) {
+            let t = self.table();
+            let mut local: Vec<(String, Kind, Option<ObjectMeta>)> = t
+                .children(l.ino)
+                .filter(|c| is_open(c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
+                .map(|c| (c.name.clone(), c.kind, None))
+                .collect();
+            local.sort_by(|a, b| a.0.cmp(&b.0));
+            page.extend(local);
+        }
+        let mut files = Vec::new();
+        let mut t = self.table();
+        for (name, kind, object) in page {
+            if !l.seen.insert(name.clone()) {
+                continue;
+            }
+            // An object version this mount wrote or read before: its attributes are known.
+            let open_here = |t: &crate::inode::InodeTable| t.child(l.ino, &name).is_some_and(|c| is_open(c.ino));
+            let known = object.as_ref().and_then(|o| self.reader.known(o)).filter(|_| !open_here(&t));
+            let i = match (known, t.child(l.ino, &name)) {
+                (Some(info), _) => {
+                    let (kind, attr) = attr_from_object(&info);
+                    t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
+                }
+                // Symlinks list as files until looked up; keep what a lookup learned.
+                (None, Some(i))
+                    if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
+                {
+                    i.clone()
+                }
+                _ => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
+            };
+            if i.kind != Kind::Dir && i.fetched.is_none() {
+                files.push(name.clone());
+            }
+            l.entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
+        }
+        drop(t);
+        // The first lookup in this directory fetches these files' attributes together (`ls -l`).
+        let mut listed = self.listed.lock().expect("listed lock");
+        if first {
+            listed.insert(l.ino, files);
+        } else {
+            listed.entry(l.ino).or_default().extend(files);
+        }
+        Ok(())
+    }
+}
