@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use shrinkfs_fuse::connection::{self, Atime, KernelOptions};
+use shrinkfs_fuse::diskcache::DiskCache;
 use shrinkfs_fuse::session;
 use shrinkfs_fuse::store::{self, Source};
-use shrinkfs_fuse::{Fs, FsConfig};
+use shrinkfs_fuse::{Fs, FsConfig, Services};
 
 use crate::cli::{MountArgs, UnmountArgs};
 use crate::daemon::Readiness;
@@ -57,21 +58,22 @@ fn memory_split(limit: Option<u64>, cache: Option<u64>) -> anyhow::Result<(u64, 
     Ok((cache, limit - cache))
 }
 
-/// The filesystem configuration the arguments describe.
-pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
+/// The filesystem configuration the arguments describe, and the disk cache they name (opened
+/// now, so a bad cache directory fails before the mount starts).
+pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)> {
     let encode = a.codec.to_config()?;
     let dicts = crate::cli::load_dict(&a.codec.dict)?.into_iter().collect();
-    // The dispatcher (and its GPU thread) starts in `serve`, after a --daemon fork: threads and
-    // CUDA contexts do not survive fork.
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
-    cfg.allow_unsealed = a.allow_unsealed;
-    cfg.writeback_cache = a.writeback_cache;
-    cfg.uid = a.uid.unwrap_or(cfg.uid);
-    cfg.gid = a.gid.unwrap_or(cfg.gid);
-    cfg.file_mode = a.file_mode.unwrap_or(cfg.file_mode);
-    cfg.dir_mode = a.dir_mode.unwrap_or(cfg.dir_mode);
-    cfg.metadata_ttl = a.metadata_ttl;
-    (cfg.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
+    cfg.reader.allow_unsealed = a.allow_unsealed;
+    cfg.writer.writeback_cache = a.writeback_cache;
+    let ns = &mut cfg.namespace;
+    ns.uid = a.uid.unwrap_or(ns.uid);
+    ns.gid = a.gid.unwrap_or(ns.gid);
+    ns.file_mode = a.file_mode.unwrap_or(ns.file_mode);
+    ns.dir_mode = a.dir_mode.unwrap_or(ns.dir_mode);
+    ns.metadata_ttl = a.metadata_ttl;
+    (cfg.reader.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
+    let mut disk_cache = None;
     if let Some(dir) = &a.cache_dir {
         if !(0.0..1.0).contains(&a.cache_min_free) {
             bail!(UsageError(format!("--cache-min-free must be between 0 and 1, not {}", a.cache_min_free)));
@@ -81,17 +83,17 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<FsConfig> {
             max_bytes: a.cache_size,
             min_free: a.cache_min_free,
         };
-        let cache = shrinkfs_fuse::diskcache::DiskCache::open(&dc)
-            .with_context(|| format!("cache directory {}", dir.display()))?;
-        cfg.disk_cache = Some(cache);
+        let cache = DiskCache::open(&dc).with_context(|| format!("cache directory {}", dir.display()))?;
+        disk_cache = Some(cache);
     }
     if let Some(d) = &a.staging_dir {
-        cfg.staging_dir = d.clone();
+        cfg.writer.staging_dir = d.clone();
     }
-    let probe = tempfile::tempfile_in(&cfg.staging_dir)
-        .with_context(|| format!("staging directory {} is not writable", cfg.staging_dir.display()))?;
+    let staging = &cfg.writer.staging_dir;
+    let probe = tempfile::tempfile_in(staging)
+        .with_context(|| format!("staging directory {} is not writable", staging.display()))?;
     drop(probe);
-    Ok(cfg)
+    Ok((cfg, disk_cache))
 }
 
 /// The kernel's view of the mount: `-o` words over the safe defaults.
@@ -163,7 +165,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     absolute_paths(&mut a)?;
     let source = Source::parse(&a.source).map_err(UsageError)?;
     // Option values first: a bad one is a usage error whatever the mount point.
-    let cfg = fs_config(&a)?;
+    let (cfg, disk_cache) = fs_config(&a)?;
     let s3 = s3_options(&a)?;
     let mut kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
     kernel.writeback_cache = a.writeback_cache;
@@ -179,7 +181,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     // After the log is in place: clearing a dead mount there is logged.
     let result = connection::prepare(&a.mountpoint)
         .map_err(anyhow::Error::from)
-        .and_then(|mountpoint| serve(a, source, cfg, s3, kernel, mountpoint, &mut ready, log.as_ref()));
+        .and_then(|mountpoint| serve(a, source, (cfg, disk_cache), s3, kernel, mountpoint, &mut ready, log.as_ref()));
     if let Err(e) = &result
         && ready.failed(e)
     {
@@ -221,14 +223,16 @@ fn s3_options(a: &MountArgs) -> anyhow::Result<store::S3Options> {
 fn serve(
     a: MountArgs,
     source: Source,
-    mut cfg: FsConfig,
+    (mut cfg, disk_cache): (FsConfig, Option<DiskCache>),
     s3: store::S3Options,
     mut kernel: KernelOptions,
     mountpoint: std::path::PathBuf,
     ready: &mut Readiness,
     log: Option<&std::fs::File>,
 ) -> anyhow::Result<()> {
-    cfg.dispatcher = Arc::new(a.codec.dispatcher()?);
+    // The dispatcher (and its GPU thread) starts here, after a --daemon fork: threads and CUDA
+    // contexts do not survive fork.
+    let services = Services { dispatcher: Arc::new(a.codec.dispatcher()?), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
     rt.block_on(bucket.check_reachable()).map_err(Unavailable)?;
@@ -250,7 +254,7 @@ fn serve(
     }
     let describe = bucket.describe.clone();
     cfg.read_only = kernel.read_only;
-    let fs = Arc::new(Fs::new(bucket, cfg));
+    let fs = Arc::new(Fs::new(bucket, cfg, services));
     fs.metrics().set_labels(shrinkfs_fuse::metrics::collect::Labels {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         commit: option_env!("SHRINKFS_COMMIT").unwrap_or("unknown").to_owned(),

@@ -79,7 +79,7 @@ fn name(n: &OsStr) -> Result<&str> {
 impl FuseAdapter {
     /// An adapter running core futures on `rt`.
     pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
-        let ttl = fs.config().metadata_ttl;
+        let ttl = fs.config().namespace.metadata_ttl;
         FuseAdapter { fs, rt, ttl, writeback_cache: false }
     }
 

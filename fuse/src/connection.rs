@@ -400,7 +400,7 @@ fn mount_syscall(mountpoint: &Path, opts: &KernelOptions) -> io::Result<OwnedFd>
 /// Mounts through the setuid `fusermount3`, which sends the opened `/dev/fuse` back over a
 /// socket named by `_FUSE_COMMFD` (the protocol libfuse uses).
 fn mount_fusermount(mountpoint: &Path, opts: &KernelOptions) -> io::Result<OwnedFd> {
-    use nix::sys::socket::{AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType};
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType};
     let (ours, theirs) = nix::sys::socket::socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty())?;
     nix::fcntl::fcntl(&ours, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
     let words = opts.fusermount_words().join(",");
@@ -428,21 +428,28 @@ fn mount_fusermount(mountpoint: &Path, opts: &KernelOptions) -> io::Result<Owned
             let msg = String::from_utf8_lossy(&out.stderr);
             return Err(io::Error::other(format!("{tool}: {}", msg.lines().next().unwrap_or("failed").trim())));
         }
-        let mut buf = [0u8; 8];
-        let mut iov = [io::IoSliceMut::new(&mut buf)];
-        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let msg = nix::sys::socket::recvmsg::<()>(ours.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::empty())?;
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = c
-                && let Some(&fd) = fds.first()
-            {
-                // SAFETY: the descriptor was just received and is owned by nobody else.
-                return Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
-            }
-        }
-        return Err(io::Error::other(format!("{tool} sent no /dev/fuse descriptor")));
+        return received_fd(&ours)?.ok_or_else(|| io::Error::other(format!("{tool} sent no /dev/fuse descriptor")));
     }
     Err(last)
+}
+
+/// The descriptor sent over `socket` (`SCM_RIGHTS`), if the message carried one. rustix hands it
+/// over as an `OwnedFd`: no raw descriptor is adopted.
+fn received_fd(socket: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut buf = [0u8; 8];
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    for c in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = c
+            && let Some(fd) = fds.next()
+        {
+            return Ok(Some(fd));
+        }
+    }
+    Ok(None)
 }
 
 /// Remounts `mountpoint` with the generic options of `opts` (`mount -o remount,ro`): the
@@ -455,6 +462,36 @@ pub fn remount(mountpoint: &Path, opts: &KernelOptions) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_sent_over_the_socket_is_received_owned() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType};
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        use std::io::{Read, Seek, Write};
+        let (ours, theirs) =
+            nix::sys::socket::socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty()).unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"sent").unwrap();
+        let fds = [std::os::fd::AsFd::as_fd(&file)];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+        rustix::net::sendmsg(&theirs, &[io::IoSlice::new(b"\0")], &mut control, SendFlags::empty()).unwrap();
+        let mut got = std::fs::File::from(received_fd(&ours).unwrap().expect("a descriptor"));
+        got.rewind().unwrap();
+        let mut s = String::new();
+        got.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "sent");
+        // A message without one.
+        rustix::net::sendmsg(
+            &theirs,
+            &[io::IoSlice::new(b"\0")],
+            &mut SendAncillaryBuffer::default(),
+            SendFlags::empty(),
+        )
+        .unwrap();
+        assert!(received_fd(&ours).unwrap().is_none());
+    }
 
     #[test]
     fn mountinfo_lines_parse_with_escapes() {

@@ -1,8 +1,9 @@
 //! The persistent chunk cache: frames *as stored* (compressed, and still sealed when the mount has a
 //! key) kept on local disk, keyed by object identity (key + ETag) and frame number, evicted least
 //! recently used by total bytes, keeping a share of the disk free, and found again after a remount.
-//! Entries are verified when read (frame header and payload checksums, agreement with the index);
-//! a bad entry is deleted and the frame fetched from the store again, never served.
+//! The cache verifies its own entries when they are read (frame header and payload checksums,
+//! agreement with the object's index): `get` answers a checked frame, a miss, or `Damaged` after
+//! deleting the bad entry — never unchecked bytes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,8 @@ use bytes::Bytes;
 use moka::notification::RemovalCause;
 use moka::sync::Cache;
 
-use shrinkfs_codec::format::checksum;
+use shrinkfs_codec::Layout;
+use shrinkfs_codec::format::{FRAME_HEADER_LEN, FrameHeader, checksum};
 
 use crate::cache::ObjectId;
 
@@ -25,6 +27,17 @@ pub struct DiskCacheConfig {
     pub max_bytes: u64,
     /// Fraction of the disk's space to leave free (0.05 = 5%): no frame is added below it.
     pub min_free: f64,
+}
+
+/// What the cache has for a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cached {
+    /// The stored frame, checked against the object's index and its checksum.
+    Verified(Bytes),
+    /// Not cached.
+    Miss,
+    /// An entry was there but failed its checks (damaged, or another object's): it is deleted.
+    Damaged,
 }
 
 /// Frames on disk.
@@ -42,8 +55,8 @@ impl std::fmt::Debug for DiskCache {
 }
 
 /// The file name of a frame: a stable hash of the object identity (CRC-32C of key and ETag, and
-/// the key's length), then the frame number. A collision can only produce a miss: the caller checks
-/// every entry against the object's index and checksums before using it.
+/// the key's length), then the frame number. A collision can only produce a miss: `get` checks
+/// every entry against the object's index and checksums before answering it.
 fn entry_name(id: &ObjectId, frame: u32) -> String {
     let (k, e) = (checksum(id.key.as_bytes()), checksum(id.etag.as_bytes()));
     format!("{k:08x}{e:08x}{:08x}-{frame}.frame", id.key.len())
@@ -74,8 +87,20 @@ impl DiskCache {
         Ok(cache)
     }
 
-    /// The stored bytes of a frame, if cached.
-    pub fn get(&self, id: &ObjectId, frame: u32) -> Option<Bytes> {
+    /// Stored frame `frame` of object version `id`, whose layout is `layout`, checked before it is
+    /// answered; a damaged entry is deleted.
+    pub fn get(&self, id: &ObjectId, frame: usize, layout: &Layout) -> Cached {
+        let Some(stored) = self.read(id, frame as u32) else { return Cached::Miss };
+        if stored_frame_ok(&stored, frame, layout) {
+            Cached::Verified(stored)
+        } else {
+            self.remove(id, frame as u32);
+            Cached::Damaged
+        }
+    }
+
+    /// The bytes of an entry as they are on disk, unchecked.
+    fn read(&self, id: &ObjectId, frame: u32) -> Option<Bytes> {
         let name = entry_name(id, frame);
         self.index.get(&name)?;
         match fs::read(self.dir.join(&name)) {
@@ -102,8 +127,8 @@ impl DiskCache {
         }
     }
 
-    /// Drops an entry that failed verification.
-    pub fn remove(&self, id: &ObjectId, frame: u32) {
+    /// Drops an entry.
+    fn remove(&self, id: &ObjectId, frame: u32) {
         let name = entry_name(id, frame);
         self.index.invalidate(&name);
         let _ = fs::remove_file(self.dir.join(name));
@@ -120,14 +145,26 @@ impl DiskCache {
     }
 }
 
+/// Cheap checks of a stored frame before it is decoded: its header parses, agrees with the index,
+/// and its payload matches its checksum.
+fn stored_frame_ok(b: &[u8], frame: usize, layout: &Layout) -> bool {
+    let Some(entry) = layout.entries.get(frame) else { return false };
+    match FrameHeader::parse(b, frame as u64, layout.header.sealed()) {
+        Ok(h) => {
+            entry.matches(&h)
+                && b.len() == FRAME_HEADER_LEN + h.stored_len as usize
+                && checksum(&b[FRAME_HEADER_LEN..]) == h.stored_crc
+        }
+        Err(_) => false,
+    }
+}
+
 fn free_fraction(dir: &Path) -> Option<f64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: valid path and out-pointer.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 || st.f_blocks == 0 {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    if st.blocks() == 0 {
         return None;
     }
-    Some(st.f_bavail as f64 / st.f_blocks as f64)
+    Some(st.blocks_available() as f64 / st.blocks() as f64)
 }
 
 #[cfg(test)]
@@ -138,17 +175,31 @@ mod tests {
         ObjectId { key: "k".into(), etag: e.into() }
     }
 
+    /// An object of 4 KiB frames, its layout, and its stored frames.
+    fn object() -> (Layout, Vec<Bytes>) {
+        let cfg = shrinkfs_codec::EncodeConfig { frame_size: 4096, ..Default::default() };
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let obj = shrinkfs_codec::encode_all_with(&cfg, &data, &Default::default()).unwrap();
+        let layout = Layout::parse(&obj, obj.len() as u64).unwrap();
+        let frames = layout
+            .entries
+            .iter()
+            .map(|e| Bytes::copy_from_slice(&obj[e.stored_range().start as usize..e.stored_range().end as usize]))
+            .collect();
+        (layout, frames)
+    }
+
     #[test]
     fn frames_survive_a_reopen_and_are_evicted_by_size() {
         let d = tempfile::tempdir().unwrap();
         let cfg = DiskCacheConfig { dir: d.path().join("c"), max_bytes: 10_000, min_free: 0.0 };
         let c = DiskCache::open(&cfg).unwrap();
         c.put(&id("a"), 0, &[1; 3000]);
-        assert_eq!(c.get(&id("a"), 0).unwrap().len(), 3000);
-        assert!(c.get(&id("b"), 0).is_none(), "another version must miss");
+        assert_eq!(c.read(&id("a"), 0).unwrap().len(), 3000);
+        assert!(c.read(&id("b"), 0).is_none(), "another version must miss");
         drop(c);
         let c = DiskCache::open(&cfg).unwrap();
-        assert_eq!(c.get(&id("a"), 0).unwrap().len(), 3000, "lost across a reopen");
+        assert_eq!(c.read(&id("a"), 0).unwrap().len(), 3000, "lost across a reopen");
         for f in 1..20 {
             c.put(&id("a"), f, &[2; 3000]);
         }
@@ -156,6 +207,28 @@ mod tests {
         let files = fs::read_dir(&cfg.dir).unwrap().count();
         assert!(files <= 4, "evicted entries left {files} files");
         c.remove(&id("a"), 19);
-        assert!(c.get(&id("a"), 19).is_none());
+        assert!(c.read(&id("a"), 19).is_none());
+    }
+
+    #[test]
+    fn only_checked_frames_are_served_and_a_bad_entry_is_deleted() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = DiskCacheConfig { dir: d.path().join("c"), max_bytes: 1 << 20, min_free: 0.0 };
+        let c = DiskCache::open(&cfg).unwrap();
+        let (layout, frames) = object();
+        assert!(frames.len() >= 3);
+        assert_eq!(c.get(&id("a"), 0, &layout), Cached::Miss);
+        c.put(&id("a"), 0, &frames[0]);
+        assert_eq!(c.get(&id("a"), 0, &layout), Cached::Verified(frames[0].clone()));
+        // A flipped payload byte, and another frame's bytes under this frame's name.
+        let mut bad = frames[1].to_vec();
+        *bad.last_mut().unwrap() ^= 1;
+        c.put(&id("a"), 1, &bad);
+        c.put(&id("a"), 2, &frames[0]);
+        for f in [1, 2] {
+            assert_eq!(c.get(&id("a"), f, &layout), Cached::Damaged, "frame {f}");
+            assert_eq!(c.get(&id("a"), f, &layout), Cached::Miss, "frame {f}: the bad entry stays");
+        }
+        assert_eq!(c.get(&id("a"), 99, &layout), Cached::Miss, "a frame the layout has not");
     }
 }

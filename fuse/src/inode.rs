@@ -1,5 +1,6 @@
 //! The inode table: inode numbers for the names the kernel has looked up, their cached
-//! attributes, and the bookkeeping of lookups, renames and forgets.
+//! attributes, an index of each directory's children, and the bookkeeping of lookups, renames
+//! and forgets.
 
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime};
@@ -83,10 +84,15 @@ pub struct Inode {
 }
 
 /// All inodes the kernel knows.
+///
+/// Invariant: `children[p][n] == ino` exactly when inode `ino` is held, is not the root, and has
+/// `parent == p` and `name == n`. An inode whose name went away (unlinked, or replaced by one of
+/// another kind) has `parent == 0` and is in no directory's index. So a directory's entries and a
+/// moved subtree are found through the index, never by scanning every inode.
 #[derive(Debug)]
 pub struct InodeTable {
     by_ino: HashMap<u64, Inode>,
-    by_name: HashMap<(u64, String), u64>,
+    children: HashMap<u64, HashMap<String, u64>>,
     next: u64,
 }
 
@@ -114,7 +120,24 @@ impl InodeTable {
             fetched: None,
             lookups: 1,
         };
-        InodeTable { by_ino: HashMap::from([(ROOT, root)]), by_name: HashMap::new(), next: ROOT + 1 }
+        InodeTable { by_ino: HashMap::from([(ROOT, root)]), children: HashMap::new(), next: ROOT + 1 }
+    }
+
+    fn named(&self, parent: u64, name: &str) -> Option<u64> {
+        self.children.get(&parent)?.get(name).copied()
+    }
+
+    fn unname(&mut self, parent: u64, name: &str) -> Option<u64> {
+        let names = self.children.get_mut(&parent)?;
+        let ino = names.remove(name);
+        if names.is_empty() {
+            self.children.remove(&parent);
+        }
+        ino
+    }
+
+    fn name(&mut self, parent: u64, name: &str, ino: u64) {
+        self.children.entry(parent).or_default().insert(name.to_owned(), ino);
     }
 
     /// The inode with this number.
@@ -129,12 +152,26 @@ impl InodeTable {
 
     /// The inode named `name` in `parent`, if known.
     pub fn child(&self, parent: u64, name: &str) -> Option<&Inode> {
-        self.by_name.get(&(parent, name.to_owned())).and_then(|i| self.by_ino.get(i))
+        self.named(parent, name).and_then(|i| self.by_ino.get(&i))
     }
 
-    /// Inodes known under `parent`.
+    /// Inodes known under `parent` (from its index: the other inodes are not visited).
     pub fn children(&self, parent: u64) -> impl Iterator<Item = &Inode> {
-        self.by_ino.values().filter(move |i| i.parent == parent && i.ino != ROOT)
+        self.children.get(&parent).into_iter().flat_map(|names| names.values().filter_map(|i| self.by_ino.get(i)))
+    }
+
+    /// Inode `ino` and every inode known below it, found through the index (the rest of the
+    /// table is not visited).
+    pub fn subtree(&self, ino: u64) -> Vec<u64> {
+        let mut out = vec![ino];
+        let mut next = 0;
+        while let Some(&dir) = out.get(next) {
+            next += 1;
+            if let Some(names) = self.children.get(&dir) {
+                out.extend(names.values().copied());
+            }
+        }
+        out
     }
 
     /// Records `name` in `parent` with these attributes, keeping its inode number when the kind is
@@ -149,8 +186,7 @@ impl InodeTable {
         lookup: bool,
     ) -> Inode {
         let path = join(&self.by_ino.get(&parent).map(|p| p.path.clone()).unwrap_or_default(), name);
-        let key = (parent, name.to_owned());
-        let ino = match self.by_name.get(&key).copied() {
+        let ino = match self.named(parent, name) {
             Some(ino) if self.by_ino.get(&ino).is_some_and(|i| i.kind == kind) => ino,
             other => {
                 if let Some(old) = other {
@@ -174,7 +210,7 @@ impl InodeTable {
                         lookups: 0,
                     },
                 );
-                self.by_name.insert(key, ino);
+                self.name(parent, name, ino);
                 ino
             }
         };
@@ -190,7 +226,7 @@ impl InodeTable {
 
     /// Forgets the name `name` in `parent` (after unlink, rmdir, or when the store says it is gone).
     pub fn remove_name(&mut self, parent: u64, name: &str) {
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_owned()))
+        if let Some(ino) = self.unname(parent, name)
             && let Some(i) = self.by_ino.get_mut(&ino)
         {
             i.parent = 0;
@@ -200,26 +236,31 @@ impl InodeTable {
         }
     }
 
-    /// Moves a name; the paths of everything below a moved directory follow.
-    pub fn rename(&mut self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
+    /// Moves a name; the paths of everything below a moved directory follow (found through the
+    /// index). Returns the inodes whose path changed: the moved one and those below it.
+    pub fn rename(&mut self, parent: u64, name: &str, new_parent: u64, new_name: &str) -> Vec<u64> {
         self.remove_name(new_parent, new_name);
-        let Some(ino) = self.by_name.remove(&(parent, name.to_owned())) else {
-            return;
+        let Some(ino) = self.unname(parent, name) else {
+            return Vec::new();
         };
         let new_path = join(&self.by_ino.get(&new_parent).map(|p| p.path.clone()).unwrap_or_default(), new_name);
         let Some(i) = self.by_ino.get_mut(&ino) else {
-            return;
+            return Vec::new();
         };
         let old_path = std::mem::replace(&mut i.path, new_path.clone());
         i.parent = new_parent;
         i.name = new_name.to_owned();
-        self.by_name.insert((new_parent, new_name.to_owned()), ino);
+        self.name(new_parent, new_name, ino);
         let old_prefix = format!("{old_path}/");
-        for other in self.by_ino.values_mut() {
-            if let Some(rest) = other.path.strip_prefix(&old_prefix) {
+        let moved = self.subtree(ino);
+        for below in &moved[1..] {
+            if let Some(other) = self.by_ino.get_mut(below)
+                && let Some(rest) = other.path.strip_prefix(&old_prefix)
+            {
                 other.path = format!("{new_path}/{rest}");
             }
         }
+        moved
     }
 
     /// The kernel dropped `n` lookups of `ino`; unreferenced, unnamed inodes are freed.
@@ -230,9 +271,9 @@ impl InodeTable {
         if let Some(i) = self.by_ino.get_mut(&ino) {
             i.lookups = i.lookups.saturating_sub(n);
             if i.lookups == 0 {
-                let key = (i.parent, i.name.clone());
-                if self.by_name.get(&key) == Some(&ino) {
-                    self.by_name.remove(&key);
+                let (parent, name) = (i.parent, i.name.clone());
+                if self.named(parent, &name) == Some(ino) {
+                    self.unname(parent, &name);
                 }
                 self.by_ino.remove(&ino);
             }
@@ -267,5 +308,58 @@ mod tests {
         assert_eq!(t.child(ROOT, "e").unwrap().ino, d.ino);
         t.forget(f.ino, 2);
         assert!(t.get(f.ino).is_none());
+    }
+
+    /// Every (parent, name) the index holds, checked against the inodes themselves.
+    fn indexed(t: &InodeTable) -> usize {
+        let mut n = 0;
+        for (parent, names) in &t.children {
+            for (name, ino) in names {
+                let i = t.get(*ino).expect("the index names a held inode");
+                assert_eq!((i.parent, &i.name), (*parent, name));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn listing_and_renaming_a_directory_visit_only_its_own_entries() {
+        let mut t = InodeTable::new();
+        // A large table: 5,000 files in one directory, and a small directory beside it.
+        let big = t.upsert(ROOT, "big", Kind::Dir, Attr::empty(), None, true);
+        for k in 0..5000 {
+            t.upsert(big.ino, &format!("f{k}"), Kind::File, Attr::empty(), None, true);
+        }
+        let d = t.upsert(ROOT, "d", Kind::Dir, Attr::empty(), None, true);
+        let sub = t.upsert(d.ino, "sub", Kind::Dir, Attr::empty(), None, true);
+        let a = t.upsert(d.ino, "a", Kind::File, Attr::empty(), None, true);
+        let b = t.upsert(sub.ino, "b", Kind::File, Attr::empty(), None, true);
+        assert_eq!(t.children.get(&d.ino).map(HashMap::len), Some(2), "d's index holds its two entries");
+        let mut names: Vec<_> = t.children(d.ino).map(|i| i.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "sub"]);
+        assert_eq!(t.children(ROOT).count(), 2);
+
+        // The rename walks d's subtree through the index: 4 inodes, not the 5,000 others.
+        let mut moved = t.rename(ROOT, "d", big.ino, "e");
+        moved.sort();
+        let mut want = vec![d.ino, sub.ino, a.ino, b.ino];
+        want.sort();
+        assert_eq!(moved, want);
+        assert_eq!(t.get(b.ino).unwrap().path, "big/e/sub/b");
+        assert_eq!(t.get(a.ino).unwrap().path, "big/e/a");
+        assert!(t.children.get(&ROOT).is_some_and(|n| !n.contains_key("d")));
+        assert_eq!(t.child(big.ino, "e").unwrap().ino, d.ino);
+        assert_eq!(t.children(big.ino).count(), 5001);
+
+        // Unlink, replacement by another kind and forget keep the index exact.
+        t.remove_name(sub.ino, "b");
+        assert!(!t.children.contains_key(&sub.ino), "an emptied directory leaves the index");
+        t.upsert(d.ino, "a", Kind::Dir, Attr::empty(), None, false);
+        assert_eq!(t.get(a.ino).unwrap().parent, 0, "the replaced file is orphaned");
+        t.forget(sub.ino, 1);
+        assert!(t.child(d.ino, "sub").is_none());
+        assert_eq!(indexed(&t), t.len() - 1 - 2, "all but the root and the two orphans are indexed");
     }
 }

@@ -19,31 +19,13 @@ use shrinkfs_codec::{
 };
 
 use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
+use crate::config::ReaderConfig;
+use crate::diskcache::Cached;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
-/// Cheap checks of a stored frame from the disk cache before it is decoded: its header parses,
-/// agrees with the index, and its payload matches its checksum.
-fn stored_frame_ok(b: &[u8], frame: usize, layout: &Layout) -> bool {
-    let entry = &layout.entries[frame];
-    match FrameHeader::parse(b, frame as u64, layout.header.sealed()) {
-        Ok(h) => {
-            entry.matches(&h)
-                && b.len() == FRAME_HEADER_LEN + h.stored_len as usize
-                && shrinkfs_codec::format::checksum(&b[FRAME_HEADER_LEN..]) == h.stored_crc
-        }
-        Err(_) => false,
-    }
-}
-
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
-
-/// Fewest frames in a read batch worth a GPU launch.
-pub const GPU_DECODE_MIN_FRAMES: usize = 8;
-
-/// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
-pub const MAX_FETCH: u64 = 8 << 20;
 
 /// One version of one object, ready to read.
 #[derive(Debug, Clone)]
@@ -120,8 +102,8 @@ pub struct Reader {
     pub budget: crate::budget::Budget,
     /// Frames being prefetched, so a window is not fetched twice.
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
-    /// With a key, objects that are not sealed are served too.
-    pub allow_unsealed: bool,
+    /// Cache sizes, fetch sizes, and whether unsealed objects are served with a key.
+    pub cfg: ReaderConfig,
 }
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
@@ -142,6 +124,34 @@ fn etag_of(meta: &ObjectMeta) -> Arc<str> {
 }
 
 impl Reader {
+    /// A reader of `store` as `cfg` says, decoding with `key` and `dicts` on `dispatcher`'s GPU
+    /// or the CPU pool, keeping stored frames in `disk` too, within `budget`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        cfg: ReaderConfig,
+        key: Option<MasterKey>,
+        dicts: Vec<Arc<Dictionary>>,
+        metrics: Arc<Metrics>,
+        dispatcher: Arc<shrinkfs_codec::dispatch::Dispatcher>,
+        disk: Option<crate::diskcache::DiskCache>,
+        budget: crate::budget::Budget,
+    ) -> Self {
+        Reader {
+            store,
+            chunks: ChunkCache::new(cfg.cache_bytes),
+            layouts: LayoutCache::new(cfg.layout_entries),
+            key,
+            dicts,
+            metrics,
+            dispatcher,
+            disk,
+            budget,
+            inflight: Arc::default(),
+            cfg,
+        }
+    }
+
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
@@ -172,7 +182,7 @@ impl Reader {
     /// it there. Checked before a layout enters the cache, so `known` never serves one either.
     fn check_sealed(&self, path: &Path, parsed: &Parsed) -> Result<()> {
         let sealed = matches!(parsed, Parsed::Framed { layout, .. } if layout.header.sealed());
-        if self.key.is_some() && !self.allow_unsealed && !sealed {
+        if self.key.is_some() && !self.cfg.allow_unsealed && !sealed {
             return Err(codec_err(path, shrinkfs_codec::Error::NotSealed));
         }
         Ok(())
@@ -287,15 +297,14 @@ impl Reader {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
         for &f in frames {
-            match self.disk.as_ref().and_then(|d| d.get(&info.id, f as u32)) {
-                Some(b) if stored_frame_ok(&b, f, layout) => slices.push((f, b)),
-                Some(_) => {
-                    // A damaged or foreign entry: drop it and fetch the frame again.
+            match self.disk.as_ref().map_or(Cached::Miss, |d| d.get(&info.id, f, layout)) {
+                Cached::Verified(b) => slices.push((f, b)),
+                Cached::Damaged => {
+                    // A damaged or foreign entry (the cache dropped it): fetch the frame again.
                     self.metrics.disk_cache_bad();
-                    self.disk.as_ref().expect("entry came from it").remove(&info.id, f as u32);
                     missing.push(f);
                 }
-                None => missing.push(f),
+                Cached::Miss => missing.push(f),
             }
         }
         if self.disk.is_some() {
@@ -305,7 +314,7 @@ impl Reader {
         // each), or from a fetch stored as it is throughout (a view then keeps no other frame's
         // bytes alive beyond what the frame cache counts).
         let mut views: Vec<usize> = slices.iter().map(|(f, _)| *f).collect();
-        let fetches = layout.fetches(&missing, MAX_FETCH);
+        let fetches = layout.fetches(&missing, self.cfg.max_fetch);
         for fetch in &fetches {
             if fetch.frames.clone().all(|f| layout.entries[f].codec == CodecId::None) {
                 views.extend(fetch.frames.clone());
@@ -390,7 +399,7 @@ impl Reader {
             Some((f, _)) => layout.entries[*f].codec,
             None => return Ok(None),
         };
-        let eligible = slices.len() >= GPU_DECODE_MIN_FRAMES
+        let eligible = slices.len() >= self.cfg.gpu_decode_min_frames
             && ctx.dict().is_none()
             && self.dispatcher.gpu_for(codec)
             && slices.iter().all(|(f, _)| layout.entries[*f].codec == codec);

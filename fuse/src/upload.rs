@@ -135,15 +135,13 @@ impl SpillBuf {
 
     /// Gives the stored bytes `from..to` back to the staging disk (they read as zeros after).
     fn punch(&self, from: u64, to: u64) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
+        use nix::fcntl::FallocateFlags;
         // (An in-place file is the object itself: nothing of it is ever given back.)
         let Spill::File(f) = &self.spill else { return Ok(()) };
         let (off, len) = (i64::try_from(from), i64::try_from(to.saturating_sub(from)));
         let (Ok(off), Ok(len)) = (off, len) else { return Err(std::io::ErrorKind::InvalidInput.into()) };
-        // SAFETY: fallocate on a descriptor `f` owns; punching a hole changes no memory of ours.
-        let rc =
-            unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len) };
-        if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        Ok(nix::fcntl::fallocate(f, mode, off, len)?)
     }
 }
 

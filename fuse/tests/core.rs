@@ -9,20 +9,25 @@ use object_store::path::Path;
 use shrinkfs_codec::{EncodeConfig, MasterKey};
 use shrinkfs_fuse::inode::{Kind, ROOT};
 use shrinkfs_fuse::store::Bucket;
-use shrinkfs_fuse::{Error, Fs, FsConfig};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
 
 fn bucket(store: &Arc<InMemory>) -> Bucket {
     Bucket::new(store.clone(), Path::from("pre"), "memory")
 }
 
 fn fs_on(store: &Arc<InMemory>, cfg: FsConfig) -> Fs {
-    Fs::new(bucket(store), cfg)
+    Fs::new(bucket(store), cfg, Services::default())
+}
+
+/// A namespace trusting attributes for `metadata_ttl`.
+fn namespace_ttl(metadata_ttl: std::time::Duration) -> NamespaceConfig {
+    NamespaceConfig { metadata_ttl, ..NamespaceConfig::default() }
 }
 
 fn small_frames() -> FsConfig {
     FsConfig {
         encode: EncodeConfig { frame_size: 4096, ..Default::default() },
-        metadata_ttl: std::time::Duration::ZERO,
+        namespace: namespace_ttl(std::time::Duration::ZERO),
         ..FsConfig::default()
     }
 }
@@ -135,8 +140,8 @@ async fn writes_slightly_out_of_order_keep_streaming_and_a_lone_gap_stages_at_on
     let staging = tempfile::tempdir().unwrap();
     let mut cfg = small_frames();
     cfg.encode.frame_size = 64 << 10;
-    cfg.staging_dir = staging.path().join("gone");
-    cfg.writeback_cache = true;
+    cfg.writer.staging_dir = staging.path().join("gone");
+    cfg.writer.writeback_cache = true;
     let fs = Arc::new(fs_on(&store, cfg.clone()));
     let piece = 256 << 10;
     let data = text(16 * piece);
@@ -164,12 +169,12 @@ async fn writes_slightly_out_of_order_keep_streaming_and_a_lone_gap_stages_at_on
     let e = fs.write(fh, 2 * piece as u64, &data[..piece]).await.unwrap_err();
     assert!(matches!(e, Error::Local(_)), "{e}");
     let waited = started.elapsed();
-    let wait = shrinkfs_fuse::files::REORDER_WAIT;
+    let wait = shrinkfs_fuse::WriterConfig::default().reorder_wait;
     assert!(waited >= wait && waited < 20 * wait, "waited {waited:?}");
     fs.release(fh).await.unwrap();
 
     // Without the write-back cache nothing else is in flight, so nothing is waited for.
-    cfg.writeback_cache = false;
+    cfg.writer.writeback_cache = false;
     let fs = fs_on(&store, cfg);
     let (_, fh) = fs.create(ROOT, "h", 0o644, 0, 0).await.unwrap();
     fs.write(fh, 0, &data[..piece]).await.unwrap();
@@ -407,7 +412,7 @@ async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_o
     for i in 0..200 {
         store.put(&Path::from(format!("pre/dir/f{i:03}")), vec![b'x'; i].into()).await.unwrap();
     }
-    let cfg = FsConfig { metadata_ttl: std::time::Duration::from_secs(60), ..small_frames() };
+    let cfg = FsConfig { namespace: namespace_ttl(std::time::Duration::from_secs(60)), ..small_frames() };
     let fs = fs_on(&store, cfg);
     let d = fs.lookup(ROOT, "dir").await.unwrap();
     let fh = fs.opendir(d.ino).await.unwrap();
@@ -433,11 +438,11 @@ async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
     let store = Arc::new(InMemory::new());
     let dir = tempfile::tempdir().unwrap();
     let dc = DiskCacheConfig { dir: dir.path().join("cache"), max_bytes: 1 << 30, min_free: 0.0 };
-    let with_cache = || FsConfig { disk_cache: Some(DiskCache::open(&dc).unwrap()), ..small_frames() };
+    let with_cache = || Services { disk_cache: Some(DiskCache::open(&dc).unwrap()), ..Services::default() };
     let data = text(100_000);
     write_file(&fs_on(&store, small_frames()), ROOT, "f", &data, 10_000).await;
     // First mount: frames come from the store and land on disk.
-    let fs = fs_on(&store, with_cache());
+    let fs = Fs::new(bucket(&store), small_frames(), with_cache());
     let a = fs.lookup(ROOT, "f").await.unwrap();
     assert_eq!(read_file(&fs, a.ino).await, data);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await; // the disk writes run in the background
@@ -450,7 +455,7 @@ async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
     bytes[last] ^= 0xff;
     std::fs::write(victim, bytes).unwrap();
     // "Remount": a new filesystem over the same cache directory reads from disk, not the store.
-    let fs2 = fs_on(&store, with_cache());
+    let fs2 = Fs::new(bucket(&store), small_frames(), with_cache());
     let a2 = fs2.lookup(ROOT, "f").await.unwrap();
     assert_eq!(read_file(&fs2, a2.ino).await, data, "a damaged entry must never be served");
     let m = fs2.metrics();
@@ -484,7 +489,7 @@ async fn interleaved_writers_under_a_tiny_memory_budget_wait_but_never_deadlock(
             ..Default::default()
         },
     );
-    let fs = Fs::new(Bucket::new(Arc::new(slow), Path::from("pre"), "slow"), cfg);
+    let fs = Fs::new(Bucket::new(Arc::new(slow), Path::from("pre"), "slow"), cfg, Services::default());
     // Incompressible, so parts fill as fast as frames arrive.
     let data: Vec<Vec<u8>> = (0..4u64)
         .map(|k| {
@@ -579,7 +584,7 @@ async fn a_directory_of_100k_entries_is_listed_page_by_page_as_readdir_reaches_i
     let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(paged.clone()), multipart: None };
     let cfg = shrinkfs_fuse::store::StoreConfig::unretried();
     let b = Bucket::stack(backend, &Path::from("pre"), "paged", &cfg);
-    let fs = Fs::new(b, small_frames());
+    let fs = Fs::new(b, small_frames(), Services::default());
     let dir = fs.lookup(ROOT, "big").await.unwrap();
     let (_, writing) = fs.create(dir.ino, "zz-being-written", 0o644, 0, 0).await.unwrap();
     let before = paged.pages.load(std::sync::atomic::Ordering::SeqCst);
@@ -609,7 +614,7 @@ async fn a_directory_of_100k_entries_is_listed_page_by_page_as_readdir_reaches_i
 async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
     let store = Arc::new(InMemory::new());
     let ttl = std::time::Duration::from_millis(300);
-    let here = fs_on(&store, FsConfig { metadata_ttl: ttl, ..small_frames() });
+    let here = fs_on(&store, FsConfig { namespace: namespace_ttl(ttl), ..small_frames() });
     let other = fs_on(&store, small_frames());
     write_file(&other, ROOT, "shared.log", &text(10_000), 4096).await;
     write_file(&other, ROOT, "doomed.log", b"bye", 4096).await;
@@ -643,7 +648,7 @@ async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_of_objects_this_mount_knows_needs_no_request_per_file() {
     let store = Arc::new(InMemory::new());
-    let fs = fs_on(&store, FsConfig { metadata_ttl: std::time::Duration::from_secs(60), ..small_frames() });
+    let fs = fs_on(&store, FsConfig { namespace: namespace_ttl(std::time::Duration::from_secs(60)), ..small_frames() });
     let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap();
     for k in 0..20 {
         write_file(&fs, d.ino, &format!("f{k}"), &text(5000 + k), 4096).await;

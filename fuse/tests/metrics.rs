@@ -17,7 +17,7 @@ use shrinkfs_fuse::metrics::collect::Labels;
 use shrinkfs_fuse::metrics::{Format, Metrics};
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
 use shrinkfs_fuse::store::{Backend, Bucket, RetryPolicy, StoreConfig};
-use shrinkfs_fuse::{Fs, FsConfig};
+use shrinkfs_fuse::{Fs, FsConfig, NamespaceConfig, Services};
 
 /// (name, type) of each metric the operating guide lists.
 fn documented() -> BTreeMap<String, String> {
@@ -118,16 +118,16 @@ async fn the_filesystem_core_moves_every_documented_metric() {
     .unwrap();
     let cfg = FsConfig {
         encode: EncodeConfig { frame_size: 64 << 10, ..Default::default() },
-        metadata_ttl: Duration::ZERO,
-        disk_cache: Some(disk),
+        namespace: NamespaceConfig { metadata_ttl: Duration::ZERO, ..NamespaceConfig::default() },
         // A budget of a few frames: read-ahead finds it full, writers wait for it.
         io_budget: 1 << 20,
         ..FsConfig::default()
     };
+    let services = Services { disk_cache: Some(disk), ..Services::default() };
     let retry = RetryPolicy { init_backoff: Duration::from_millis(1), ..RetryPolicy::default() };
     let backend = FaultStore::layer(Backend { store: mem.clone(), pages: None, multipart: Some(mem) }, ctl.clone());
     let bucket = Bucket::stack(backend, &Path::from("pre"), "metrics", &StoreConfig { retry, ..Default::default() });
-    let fs = Arc::new(Fs::new(bucket.clone(), cfg.clone()));
+    let fs = Arc::new(Fs::new(bucket.clone(), cfg.clone(), services.clone()));
     let m = fs.metrics().clone();
     m.set_labels(Labels { version: "1".into(), commit: "c".into(), source: "memory".into(), mountpoint: "/m".into() });
     let weak = Arc::downgrade(&fs);
@@ -190,7 +190,7 @@ async fn the_filesystem_core_moves_every_documented_metric() {
     for e in entries.iter().step_by(2) {
         std::fs::write(e, b"damaged").unwrap();
     }
-    let fs2 = Fs::new(bucket, cfg);
+    let fs2 = Fs::new(bucket, cfg, services);
     assert!(read_all(&fs2, "f2", 1 << 20).await == bytes);
     look(&mut seen);
 

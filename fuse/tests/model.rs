@@ -20,7 +20,7 @@ use shrinkfs_codec::EncodeConfig;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore};
-use shrinkfs_fuse::{Error, Fs, FsConfig};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, ReaderConfig, Services};
 
 /// What all cases did together: proof that the sequences reach commits, failures and reads.
 static COMMITS: AtomicU64 = AtomicU64::new(0);
@@ -119,8 +119,8 @@ impl Model {
 fn config() -> FsConfig {
     FsConfig {
         encode: EncodeConfig { frame_size: 4096, ..Default::default() },
-        metadata_ttl: std::time::Duration::ZERO,
-        cache_bytes: 1 << 20,
+        namespace: NamespaceConfig { metadata_ttl: std::time::Duration::ZERO, ..NamespaceConfig::default() },
+        reader: ReaderConfig { cache_bytes: 1 << 20, ..ReaderConfig::default() },
         io_budget: 16 << 20,
         ..FsConfig::default()
     }
@@ -156,7 +156,7 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let store = Arc::new(InMemory::new());
     let faults = FaultStore::new(store.clone());
     let ctl: Arc<FaultControl> = faults.control();
-    let fs = Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "model"), config());
+    let fs = Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "model"), config(), Services::default());
     let mut m = Model::default();
     let result = steps_on(&fs, &ctl, &store, &mut m, steps).await;
     FAILED.fetch_add(ctl.failures(), Relaxed);

@@ -13,12 +13,12 @@ use shrinkfs_codec::EncodeConfig;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
-use shrinkfs_fuse::{Error, Fs, FsConfig};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
 
 fn config(frame_size: u32) -> FsConfig {
     FsConfig {
         encode: EncodeConfig { frame_size, ..Default::default() },
-        metadata_ttl: std::time::Duration::ZERO,
+        namespace: NamespaceConfig { metadata_ttl: std::time::Duration::ZERO, ..NamespaceConfig::default() },
         ..FsConfig::default()
     }
 }
@@ -27,12 +27,12 @@ fn config(frame_size: u32) -> FsConfig {
 fn faulty(store: &Arc<InMemory>, cfg: FsConfig) -> (Arc<Fs>, Arc<FaultControl>) {
     let faults = FaultStore::new(store.clone());
     let ctl = faults.control();
-    (Arc::new(Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "faulty"), cfg)), ctl)
+    (Arc::new(Fs::new(Bucket::new(Arc::new(faults), Path::from("pre"), "faulty"), cfg, Services::default())), ctl)
 }
 
 /// A second mount of the same bucket, with nothing injected.
 fn remount(store: &Arc<InMemory>) -> Fs {
-    Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(1 << 20))
+    Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(1 << 20), Services::default())
 }
 
 /// Bytes that compress a little, different for each seed.
@@ -122,14 +122,14 @@ async fn a_rewrite_that_cannot_be_staged_keeps_the_streamed_bytes() {
     let store = Arc::new(InMemory::new());
     let staging = tempfile::tempdir().unwrap();
     let mut cfg = config(1 << 20);
-    cfg.staging_dir = staging.path().join("gone");
-    std::fs::create_dir(&cfg.staging_dir).unwrap();
-    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone());
+    cfg.writer.staging_dir = staging.path().join("gone");
+    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default());
     let bytes = data(16 << 20, 16);
     let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
     write_all(&fs, fh, 0, &bytes).await;
     // The staging directory disappears (as a full disk would refuse): patching the header fails.
-    std::fs::remove_dir(&cfg.staging_dir).unwrap();
+    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
     let e = fs.write(fh, 0, &[0u8; 512]).await.unwrap_err();
     assert!(matches!(e, Error::Local(_)), "{e}");
     assert_eq!(fs.getattr(a.ino).await.unwrap().size, bytes.len() as u64);
@@ -305,7 +305,7 @@ async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
 async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
     let store = Arc::new(InMemory::new());
     // Someone with write access puts an unsealed object and a plain one into a sealed bucket.
-    let plain = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10));
+    let plain = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
     for name in ["unsealed", "sealed"] {
         let (_, fh) = plain.create(ROOT, name, 0o644, 0, 0).await.unwrap();
         plain.write(fh, 0, b"attacker's bytes").await.unwrap();
@@ -315,8 +315,8 @@ async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
     let keyed = |allow: bool| {
         let mut cfg = config(64 << 10);
         cfg.encode.key = Some(shrinkfs_codec::MasterKey::from_bytes(&[9; 32]).unwrap());
-        cfg.allow_unsealed = allow;
-        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg)
+        cfg.reader.allow_unsealed = allow;
+        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg, Services::default())
     };
     let strict = keyed(false);
     for name in ["unsealed", "plain"] {

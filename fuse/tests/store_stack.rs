@@ -16,7 +16,7 @@ use shrinkfs_codec::EncodeConfig;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
 use shrinkfs_fuse::store::{Backend, Bucket, RetryPolicy, StoreConfig};
-use shrinkfs_fuse::{Fs, FsConfig};
+use shrinkfs_fuse::{Fs, FsConfig, NamespaceConfig, Services};
 
 /// Retries that give up after a second, waiting 1 to 20 ms between tries.
 fn quick() -> RetryPolicy {
@@ -31,7 +31,7 @@ fn quick() -> RetryPolicy {
 fn config() -> FsConfig {
     FsConfig {
         encode: EncodeConfig { frame_size: 64 << 10, ..Default::default() },
-        metadata_ttl: Duration::ZERO,
+        namespace: NamespaceConfig { metadata_ttl: Duration::ZERO, ..NamespaceConfig::default() },
         ..FsConfig::default()
     }
 }
@@ -44,7 +44,7 @@ fn mount(mem: &Arc<InMemory>, retry: RetryPolicy) -> (Fs, Arc<FaultControl>) {
     let cfg = StoreConfig { retry, ..StoreConfig::default() };
     let bucket = Bucket::stack(FaultStore::layer(backend, ctl.clone()), &Path::from("pre"), "faulty", &cfg);
     assert!(bucket.multipart.is_some(), "the stack forwards the multipart API");
-    (Fs::new(bucket, config()), ctl)
+    (Fs::new(bucket, config(), Services::default()), ctl)
 }
 
 fn data(n: usize, seed: u64) -> Vec<u8> {

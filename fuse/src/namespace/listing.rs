@@ -1,25 +1,20 @@
 //! Open directories: a directory's entries, listed from the store a page at a time as `readdir`
-//! reaches them (pages of `PAGE_KEYS` where the store pages, S3), then the entries that exist only
+//! reaches them (pages of `page_keys` where the store pages, S3), then the entries that exist only
 //! here (files still being written, new empty directories). Offsets are positions in that order and
 //! never change while the directory is open.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use object_store::list::PaginatedListOptions;
 use object_store::{ListResult, ObjectMeta};
-use std::time::Instant;
 
+use super::{DIR_MARKER, IsOpen, Namespace};
+use crate::attrs::{DirEntry, attr_from_object};
 use crate::error::{Error, Result};
-use crate::fs::{DIR_MARKER, DirEntry, Fs};
 use crate::inode::{Attr, Kind, ROOT};
-
-/// Keys asked for per listing request.
-pub const PAGE_KEYS: usize = 1000;
-
-/// Most entries one `readdir` call returns (the kernel's buffer takes fewer).
-pub const READDIR_BATCH: usize = 512;
 
 /// Where the store listing stands.
 #[derive(Debug)]
@@ -31,7 +26,7 @@ enum Next {
 
 /// One open directory.
 #[derive(Debug)]
-pub(crate) struct Listing {
+pub struct Listing {
     ino: u64,
     path: String,
     entries: Vec<DirEntry>,
@@ -56,20 +51,16 @@ fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
     dirs.chain(files).collect()
 }
 
-impl Fs {
-    fn is_open_name(&self, t: &crate::inode::InodeTable, dir: u64, name: &str) -> bool {
-        t.child(dir, name).is_some_and(|c| self.open.lock().expect("open lock").contains_key(&c.ino))
-    }
-
+impl Namespace {
     /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
     /// fails here.
-    pub async fn opendir(&self, ino: u64) -> Result<u64> {
+    pub async fn opendir(&self, ino: u64, is_open: IsOpen<'_>) -> Result<u64> {
         let dir = self.inode(ino)?;
         if dir.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
         let mut l = Listing { ino, path: dir.path, entries: Vec::new(), seen: HashSet::new(), next: Next::Start };
-        self.list_more(&mut l).await?;
+        self.list_more(&mut l, is_open).await?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().expect("dirs lock").insert(fh, Arc::new(tokio::sync::Mutex::new(l)));
         Ok(fh)
@@ -77,19 +68,20 @@ impl Fs {
 
     /// Entries of an open directory from position `offset` ("." and ".." come first), listing
     /// further pages only as far as this call needs.
-    pub async fn readdir(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry)>> {
+    pub async fn readdir(&self, fh: u64, ino: u64, offset: u64, is_open: IsOpen<'_>) -> Result<Vec<(u64, DirEntry)>> {
         let listing = self.dirs.lock().expect("dirs lock").get(&fh).cloned().ok_or(Error::Stale)?;
         let mut l = listing.lock().await;
         let offset = offset as usize;
-        while l.entries.len() + 2 < offset + READDIR_BATCH && !matches!(l.next, Next::Done) {
-            self.list_more(&mut l).await?;
+        let batch = self.cfg.readdir_batch;
+        while l.entries.len() + 2 < offset + batch && !matches!(l.next, Next::Done) {
+            self.list_more(&mut l, is_open).await?;
         }
         let parent = self.inode(ino)?.parent;
         let dots = [
             DirEntry { ino, kind: Kind::Dir, name: ".".into() },
             DirEntry { ino: if parent == 0 { ROOT } else { parent }, kind: Kind::Dir, name: "..".into() },
         ];
-        let out = (offset..(l.entries.len() + 2).min(offset + READDIR_BATCH))
+        let out = (offset..(l.entries.len() + 2).min(offset + batch))
             .map(|i| {
                 let e = if i < 2 { dots[i].clone() } else { l.entries[i - 2].clone() };
                 (i as u64 + 1, e)
@@ -100,7 +92,7 @@ impl Fs {
 
     /// Up to `n` keys under directory `rel` (at any depth): enough to tell whether it exists or is
     /// empty without listing it all.
-    pub(crate) async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
+    pub async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
         let prefix = self.key(rel);
         if let Some(pages) = &self.bucket.pages {
             let opts = PaginatedListOptions { max_keys: Some(n), ..Default::default() };
@@ -126,7 +118,7 @@ impl Fs {
     }
 
     /// Lists the next page into `l`; after the last one, adds the entries only this mount has.
-    async fn list_more(&self, l: &mut Listing) -> Result<()> {
+    async fn list_more(&self, l: &mut Listing, is_open: IsOpen<'_>) -> Result<()> {
         let prefix = self.key(&l.path);
         let first = matches!(l.next, Next::Start);
         let mut page = match (&self.bucket.pages, &l.next) {
@@ -138,7 +130,7 @@ impl Fs {
                 };
                 let opts = PaginatedListOptions {
                     delimiter: Some("/".into()),
-                    max_keys: Some(PAGE_KEYS),
+                    max_keys: Some(self.cfg.page_keys),
                     page_token: token,
                     ..Default::default()
                 };
@@ -156,28 +148,27 @@ impl Fs {
             }
         };
         if matches!(l.next, Next::Done) {
-            let t = self.inodes.lock().expect("inode lock");
-            let open = self.open.lock().expect("open lock");
+            let t = self.table();
             let mut local: Vec<(String, Kind, Option<ObjectMeta>)> = t
                 .children(l.ino)
-                .filter(|c| open.contains_key(&c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
+                .filter(|c| is_open(c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
                 .map(|c| (c.name.clone(), c.kind, None))
                 .collect();
             local.sort_by(|a, b| a.0.cmp(&b.0));
             page.extend(local);
         }
         let mut files = Vec::new();
-        let mut t = self.inodes.lock().expect("inode lock");
+        let mut t = self.table();
         for (name, kind, object) in page {
             if !l.seen.insert(name.clone()) {
                 continue;
             }
             // An object version this mount wrote or read before: its attributes are known.
-            let known =
-                object.as_ref().and_then(|o| self.reader.known(o)).filter(|_| !self.is_open_name(&t, l.ino, &name));
+            let open_here = |t: &crate::inode::InodeTable| t.child(l.ino, &name).is_some_and(|c| is_open(c.ino));
+            let known = object.as_ref().and_then(|o| self.reader.known(o)).filter(|_| !open_here(&t));
             let i = match (known, t.child(l.ino, &name)) {
                 (Some(info), _) => {
-                    let (kind, attr) = Self::attr_from_object(&info);
+                    let (kind, attr) = attr_from_object(&info);
                     t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
                 }
                 // Symlinks list as files until looked up; keep what a lookup learned.

@@ -1,0 +1,139 @@
+//! How a filesystem is set up, as plain data: the mount's `FsConfig` and one config per component
+//! (namespace, object reader, file writer) holding its tunables, with defaults a user would expect.
+//! Nothing here is a live object: those are the `fs::Services` a filesystem is given.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shrinkfs_codec::{Dictionary, EncodeConfig};
+
+/// How the filesystem behaves; every field has a default a user would expect.
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    /// How new objects are encoded (codec, level, frame size, key).
+    pub encode: EncodeConfig,
+    /// zstd dictionaries for reading.
+    pub dicts: Vec<Arc<Dictionary>>,
+    /// Refuse every change.
+    pub read_only: bool,
+    /// Bytes that writes, uploads and fetches may hold at once (`--memory-limit` less the cache).
+    pub io_budget: u64,
+    /// Names, attributes and listings.
+    pub namespace: NamespaceConfig,
+    /// Reading objects.
+    pub reader: ReaderConfig,
+    /// Writing files.
+    pub writer: WriterConfig,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            encode: EncodeConfig::default(),
+            dicts: Vec::new(),
+            read_only: false,
+            io_budget: 768 << 20,
+            namespace: NamespaceConfig::default(),
+            reader: ReaderConfig::default(),
+            writer: WriterConfig::default(),
+        }
+    }
+}
+
+/// The namespace: who owns what by default, how long attributes are trusted, how listings page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    /// Owner of files whose objects record none.
+    pub uid: u32,
+    /// Group of files whose objects record none.
+    pub gid: u32,
+    /// Permission bits of files whose objects record none.
+    pub file_mode: u16,
+    /// Permission bits of directories.
+    pub dir_mode: u16,
+    /// How long attributes and directory entries are trusted before asking the store again.
+    pub metadata_ttl: Duration,
+    /// Attribute fetches in flight when a listed directory's files are looked up.
+    pub prefetch_concurrency: usize,
+    /// Keys asked for per listing request.
+    pub page_keys: usize,
+    /// Most entries one `readdir` call returns (the kernel's buffer takes fewer).
+    pub readdir_batch: usize,
+}
+
+impl Default for NamespaceConfig {
+    fn default() -> Self {
+        NamespaceConfig {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            file_mode: 0o644,
+            dir_mode: 0o755,
+            metadata_ttl: Duration::from_secs(1),
+            prefetch_concurrency: 32,
+            page_keys: 1000,
+            readdir_batch: 512,
+        }
+    }
+}
+
+/// The object reader: its caches, its fetches, its read-ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaderConfig {
+    /// Bytes of decoded frames kept in memory.
+    pub cache_bytes: u64,
+    /// Parsed object layouts kept in memory.
+    pub layout_entries: u64,
+    /// With a key, serve objects that are not sealed too (refused with EACCES otherwise).
+    pub allow_unsealed: bool,
+    /// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
+    pub max_fetch: u64,
+    /// Fewest frames in a read batch worth a GPU launch.
+    pub gpu_decode_min_frames: usize,
+    /// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
+    pub max_readahead_frames: usize,
+}
+
+impl Default for ReaderConfig {
+    fn default() -> Self {
+        ReaderConfig {
+            cache_bytes: 256 << 20,
+            layout_entries: 100_000,
+            allow_unsealed: false,
+            max_fetch: 8 << 20,
+            gpu_decode_min_frames: 8,
+            max_readahead_frames: 16,
+        }
+    }
+}
+
+/// The file writer: where rewritten files are staged, and how writes arriving out of order wait.
+/// (The upload's own sizes — in-memory spill, part size, parts and appends in flight — are still
+/// constants of `upload.rs`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// Where files being rewritten at random offsets are staged.
+    pub staging_dir: PathBuf,
+    /// The kernel caches writes (`--writeback-cache`): writes arriving out of order are expected.
+    pub writeback_cache: bool,
+    /// How far ahead of a streaming upload's end a write may land and still wait for the writes
+    /// before it (the kernel's write-back sends up to `max_background` requests at once, and the
+    /// FUSE threads may take them up in any order).
+    pub reorder_window: u64,
+    /// How long such a write waits for the gap before it to be filled — with the write-back cache
+    /// always, else only while another write of the file is in progress; after that the file is
+    /// staged and written at any offset (with the write-back cache, a file with a hole pays this
+    /// once).
+    pub reorder_wait: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            staging_dir: std::env::temp_dir(),
+            writeback_cache: false,
+            reorder_window: 64 << 20,
+            reorder_wait: Duration::from_millis(50),
+        }
+    }
+}

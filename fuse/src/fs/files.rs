@@ -1,0 +1,433 @@
+//! The file operations of the core: create, open, read, write, flush, fsync, release, setattr
+//! (truncate, chmod, chown, utimens, all persisted with the object), and the uploads at unmount —
+//! the open handles, the writer and the reader coordinated for each.
+//!
+//! Only a writer's flush or fsync publishes: a reader's close never commits another process's
+//! partial rewrite. A failed upload leaves the file dirty with all its bytes (see `writer`).
+
+use std::os::unix::fs::FileExt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use shrinkfs_codec::FileMeta;
+use shrinkfs_codec::format::S_IFREG;
+
+use super::{FileAttrs, Fs};
+use crate::error::{Error, Result};
+use crate::inode::{Attr, Inode, Kind, join};
+use crate::namespace::check_name;
+use crate::openfile::{Body, FileCell, OpenFile, now_meta};
+use crate::readahead::max_frames;
+
+impl Fs {
+    /// Creates and opens a new, empty file.
+    pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        let (gid, _) = self.names.inherited_group(&dir, gid);
+        let meta =
+            FileMeta { mode: Some(S_IFREG | (mode & 0o7777)), uid: Some(uid), gid: Some(gid), mtime: Some(now_meta()) };
+        let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        let of = OpenFile {
+            body: Body::Streaming(Box::new(self.writer.new_upload(&rel)?)),
+            meta,
+            dirty: true,
+            unlinked: false,
+            base: None,
+        };
+        let i = self.names.created(parent, name, Kind::File, attr, None);
+        let file = self.handles.attach_new(i.ino, of);
+        let fh = self.handles.new_handle(i.ino, true, file);
+        Ok((self.names.attrs_of(&i), fh))
+    }
+
+    /// The state of file `i` not yet open: the object as stored now (`replace`: a damaged object
+    /// may still be opened, to be replaced).
+    async fn load(&self, i: &Inode, replace: bool) -> Result<OpenFile> {
+        self.writer.load(&i.path, replace, &self.names.attrs_of(i)).await
+    }
+
+    /// Opens a file; `truncate` (O_TRUNC) empties it.
+    pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64> {
+        let i = self.names.inode(ino)?;
+        if i.kind == Kind::Dir {
+            return Err(Error::IsDir);
+        }
+        if write {
+            self.writable()?;
+        }
+        let file = match self.handles.attach(ino, write, None) {
+            Some(f) => f,
+            None => {
+                let fresh = self.load(&i, write && truncate).await?;
+                self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
+            }
+        };
+        let fh = self.handles.new_handle(ino, write, file.clone());
+        if truncate && write {
+            let mut of = file.lock().await;
+            if let Err(e) = self.writer.truncate(&mut of, &i.path, 0).await {
+                drop(of);
+                let _ = self.release(fh).await;
+                return Err(e);
+            }
+        }
+        Ok(fh)
+    }
+
+    /// [`Self::open`] asked by a caller who is `privileged` (uid 0) or not: an unprivileged
+    /// truncating open also clears the set-user-ID and set-group-ID bits.
+    pub async fn open_as(&self, ino: u64, write: bool, truncate: bool, privileged: bool) -> Result<u64> {
+        let fh = self.open(ino, write, truncate).await?;
+        if write
+            && truncate
+            && !privileged
+            && let Err(e) = self.clear_suidgid(ino).await
+        {
+            let _ = self.release(fh).await;
+            return Err(e);
+        }
+        Ok(fh)
+    }
+
+    /// Reads up to `size` bytes at `offset`.
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let h = self.handles.handle(fh)?;
+        let mut of = h.file.lock().await;
+        if let Body::Streaming(u) = &of.body {
+            if offset >= u.len() {
+                // The kernel's write-back asks for the page at the end of a file being written.
+                return Ok(Bytes::new());
+            }
+            self.writer.stage(&mut of).await?;
+        }
+        let base = match &of.body {
+            Body::Staged { file, len } => {
+                let end = offset.saturating_add(size as u64).min(*len);
+                if offset >= end {
+                    return Ok(Bytes::new());
+                }
+                let mut buf = vec![0u8; (end - offset) as usize];
+                file.read_exact_at(&mut buf, offset)?;
+                return Ok(buf.into());
+            }
+            Body::Clean => of.base.clone(),
+            Body::Streaming(_) => unreachable!("staged above"),
+        };
+        drop(of);
+        let Some(info) = base else { return Ok(Bytes::new()) };
+        let end = offset.saturating_add(size as u64);
+        let data = self.reader.read(&info, offset..end).await?;
+        // Sequential readers get frames fetched ahead in the background (see `readahead`).
+        let c = &self.cfg.reader;
+        let max = max_frames(c.cache_bytes, self.cfg.encode.frame_size, c.max_readahead_frames);
+        let window = self.handles.read_ahead(fh, offset, end, max);
+        if window > 0 {
+            self.reader.prefetch(&info, end, window);
+        }
+        Ok(data)
+    }
+
+    /// Writes `data` at `offset`; returns the bytes written. A write that lands a little past the
+    /// end of a streaming upload while other writes of the file are in progress (the kernel's
+    /// write-back sends several at once) waits for them, briefly, so the upload keeps streaming.
+    /// An error leaves the file as it was, except a full staging disk while a sequential upload
+    /// spills (see `Upload::write`).
+    pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handles.handle(fh)?;
+        if !h.write {
+            return Err(Error::Invalid("handle not open for writing".into()));
+        }
+        let _writing = h.file.begin_write();
+        let mut of = self.writer.lock(&h.file, offset).await;
+        let i = self.names.inode(h.ino)?;
+        self.writer.write(&mut of, &i.path, offset, data).await?;
+        Ok(data.len() as u32)
+    }
+
+    /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
+    /// this returns, and the inode describes it.
+    async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+        if let Some(info) = self.writer.commit(of, &i.path).await? {
+            self.names.committed(i.ino, &info);
+        }
+        Ok(())
+    }
+
+    /// Uploads the pending state of `ino`, if any.
+    pub(super) async fn commit_ino(&self, ino: u64) -> Result<()> {
+        let Some(of) = self.handles.file(ino) else {
+            return Ok(());
+        };
+        let mut of = of.lock().await;
+        let i = self.names.inode(ino)?;
+        self.commit(&i, &mut of).await
+    }
+
+    /// close(): a writer's close uploads everything written through any handle of the file; a
+    /// reader's close publishes nothing.
+    pub async fn flush(&self, fh: u64) -> Result<()> {
+        let h = self.handles.handle(fh)?;
+        if !h.write {
+            return Ok(());
+        }
+        let mut of = h.file.lock().await;
+        let i = self.names.inode(h.ino)?;
+        self.commit(&i, &mut of).await
+    }
+
+    /// Records the process that opened handle `fh`.
+    pub fn set_owner(&self, fh: u64, process: u32) {
+        self.handles.set_owner(fh, process);
+    }
+
+    /// close() of one descriptor of handle `fh` by `process`. The kernel sends this for every copy
+    /// of a descriptor, including the close-on-exec in each child a writer forks: such a close
+    /// publishes nothing while the process that opened the file is still running (`alive`), or a
+    /// half-written file would appear whenever the writer starts a program. The opener's own close,
+    /// fsync and the last release still upload everything.
+    pub async fn flush_by(&self, fh: u64, process: u32, alive: impl Fn(u32) -> bool) -> Result<()> {
+        let h = self.handles.handle(fh)?;
+        if let Some(owner) = h.owner
+            && owner != process
+            && alive(owner)
+        {
+            tracing::debug!(fh, owner, process, "close by another process: nothing published");
+            return Ok(());
+        }
+        self.flush(fh).await
+    }
+
+    /// fsync(): the same guarantee as a writer's flush.
+    pub async fn fsync(&self, fh: u64) -> Result<()> {
+        self.flush(fh).await
+    }
+
+    /// Drops a handle. The last one uploads anything still pending (changes a failed close left)
+    /// and frees the state — unless the file was opened again meanwhile.
+    pub async fn release(&self, fh: u64) -> Result<()> {
+        let (h, last) = self.handles.release(fh)?;
+        if !last {
+            return Ok(());
+        }
+        let mut of = h.file.lock().await;
+        let res = match self.names.inode(h.ino) {
+            Ok(i) => self.commit(&i, &mut of).await,
+            Err(_) => Ok(()),
+        };
+        if self.handles.retire(h.ino, &h.file) {
+            if let Err(e) = &res {
+                tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
+            }
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
+                u.abort().await;
+            }
+        }
+        res
+    }
+
+    /// An open file whose name is going away (unlink, or replaced by a rename): its bytes move to a
+    /// staging file if they live only in the store, and it uploads nothing any more. Runs `remove`
+    /// (which deletes the object) while the file is locked, and marks the file only if it succeeds.
+    pub(super) async fn detach_open<F, T>(&self, ino: u64, remove: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let Some(file) = self.handles.file(ino) else {
+            return remove.await;
+        };
+        let mut of = file.lock().await;
+        // Local bytes only: nothing more goes to the store for a file that has no name.
+        if matches!(of.body, Body::Streaming(_)) || matches!(of.body, Body::Clean) && of.base.is_some() {
+            self.writer.stage(&mut of).await?;
+        }
+        let out = remove.await?;
+        of.unlinked = true;
+        of.dirty = false;
+        Ok(out)
+    }
+
+    /// Clears the set-user-ID bit of regular file `ino`, and its set-group-ID bit where its group
+    /// may execute it, as the kernel asks when an unprivileged process writes or truncates a file
+    /// and whenever its owner changes (the mount handles these itself, so the kernel needs no
+    /// `security.capability` lookup before every write).
+    pub async fn clear_suidgid(&self, ino: u64) -> Result<()> {
+        match self.mode_without_suidgid(ino).await? {
+            Some(m) => self.setattr(ino, None, Some(m), None, None, None).await.map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::setattr`] asked by a caller who is `privileged` (uid 0) or not: a change of owner,
+    /// or a truncate by an unprivileged caller, also clears the set-user-ID and set-group-ID bits
+    /// as [`Self::clear_suidgid`] says (unless the call sets the mode itself).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn setattr_as(
+        &self,
+        ino: u64,
+        size: Option<u64>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mtime: Option<SystemTime>,
+        privileged: bool,
+    ) -> Result<FileAttrs> {
+        let kill = uid.is_some() || gid.is_some() || (size.is_some() && !privileged);
+        let mode = match mode {
+            None if kill => self.mode_without_suidgid(ino).await?,
+            m => m,
+        };
+        self.setattr(ino, size, mode, uid, gid, mtime).await
+    }
+
+    /// The permission bits regular file `ino` keeps once its set-user-ID and set-group-ID bits are
+    /// cleared as [`Self::clear_suidgid`] says, or None when that changes nothing.
+    async fn mode_without_suidgid(&self, ino: u64) -> Result<Option<u32>> {
+        let a = self.getattr(ino).await?;
+        if a.kind != Kind::File {
+            return Ok(None);
+        }
+        let m = u32::from(a.perm);
+        let mut kept = m & !0o4000;
+        if m & 0o010 != 0 {
+            kept &= !0o2000;
+        }
+        Ok((kept != m).then_some(kept))
+    }
+
+    /// Changes size, mode, owner or times; persisted with the object on the next upload (at once
+    /// when no handle is open).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn setattr(
+        &self,
+        ino: u64,
+        size: Option<u64>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mtime: Option<SystemTime>,
+    ) -> Result<FileAttrs> {
+        let i = self.names.inode(ino)?;
+        if size.is_none() && mode.is_none() && uid.is_none() && gid.is_none() && mtime.is_none() {
+            return self.getattr(ino).await;
+        }
+        self.writable()?;
+        if i.kind != Kind::File {
+            return self.setattr_node(&i, size, mode, uid, gid, mtime).await;
+        }
+        let (of_arc, temporary) = match self.handles.file(ino) {
+            Some(of) => (of, false),
+            None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
+        };
+        let mut of = of_arc.lock().await;
+        if let Some(s) = size {
+            self.writer.truncate(&mut of, &i.path, s).await?;
+        }
+        if let Some(m) = mode {
+            of.meta.mode = Some(S_IFREG | (m & 0o7777));
+            of.dirty = true;
+        }
+        if uid.is_some() {
+            of.meta.uid = uid;
+            of.dirty = true;
+        }
+        if gid.is_some() {
+            of.meta.gid = gid;
+            of.dirty = true;
+        }
+        if let Some(t) = mtime {
+            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+            of.meta.mtime = Some((d.as_secs() as i64, d.subsec_nanos()));
+            of.dirty = true;
+        }
+        if temporary {
+            self.commit(&i, &mut of).await?;
+            let i = self.names.inode(ino)?;
+            return Ok(self.names.attrs_of(&i));
+        }
+        let cached = self.names.attrs_of(&i);
+        Ok(of.live_attrs(cached))
+    }
+
+    /// [`Self::setattr`] of a directory, symbolic link or special node: directories keep their
+    /// attributes in their marker object, links and nodes in their own object.
+    async fn setattr_node(
+        &self,
+        i: &Inode,
+        size: Option<u64>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mtime: Option<SystemTime>,
+    ) -> Result<FileAttrs> {
+        if size.is_some() {
+            return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::Invalid("truncate a link".into()) });
+        }
+        let attr = {
+            let mut t = self.names.table();
+            let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
+            if let Some(m) = mode {
+                cur.attr.perm = Some((m & 0o7777) as u16);
+            }
+            cur.attr.uid = uid.or(cur.attr.uid);
+            cur.attr.gid = gid.or(cur.attr.gid);
+            cur.attr.mtime = mtime.unwrap_or(cur.attr.mtime);
+            cur.attr.clone()
+        };
+        match i.kind {
+            Kind::Dir if i.parent != 0 => self.put_dir_marker(&i.path, &attr).await?,
+            Kind::Symlink | Kind::Special(_) => self.rewrite_node(i, &attr).await?,
+            _ => {}
+        }
+        let i = self.names.inode(i.ino)?;
+        Ok(self.names.attrs_of(&i))
+    }
+
+    /// At unmount or on a signal: uploads files with pending changes that no writer holds open
+    /// any more (a close whose upload failed, retried once more). A file still open for writing is
+    /// never published half-written: its upload is left to its writer's close.
+    pub async fn flush_all(&self) -> Result<()> {
+        let mut first_err = None;
+        for (ino, file, writers) in self.handles.open_files() {
+            if writers > 0 {
+                let path = self.names.path_of(ino);
+                tracing::warn!(path = %format!("/{path}"), "still open for writing at unmount: stored when its writer closes it");
+                continue;
+            }
+            let mut of = file.lock().await;
+            let res = match self.names.inode(ino) {
+                Ok(i) => self.commit(&i, &mut of).await,
+                Err(_) => Ok(()),
+            };
+            if let Err(e) = res {
+                self.log_error(&e, "flush_all", ino, None);
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// When the mount ends: cancels the uploads of files still open for writing, so no partial
+    /// object and no unfinished multipart upload is left behind; returns how many there were.
+    pub async fn abandon_open(&self) -> usize {
+        let mut n = 0;
+        for (ino, file) in self.handles.drain() {
+            let mut of = file.lock().await;
+            if of.dirty && !of.unlinked {
+                let path = self.names.path_of(ino);
+                tracing::warn!(path = %format!("/{path}"), "unmounted while open for writing: unsaved changes discarded, the previous version stays");
+                n += 1;
+            }
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
+                u.abort().await;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,259 @@
+//! The kernel-free filesystem core: a thin coordinator of the collaborators it is built from — the
+//! namespace (inodes, lookups, listings), the open handles, the file writer and the object reader —
+//! with one method per kernel operation: namespace operations in `names`, file contents in `files`.
+
+mod files;
+mod names;
+
+use std::sync::{Arc, OnceLock};
+
+use shrinkfs_codec::dispatch::Dispatcher;
+
+pub use crate::attrs::{DirEntry, FileAttrs};
+use crate::budget::Budget;
+use crate::cache::Parsed;
+pub use crate::config::FsConfig;
+use crate::diskcache::DiskCache;
+use crate::error::{Error, Result};
+use crate::handles::OpenHandles;
+use crate::inode::{Inode, Kind, ROOT, join};
+use crate::metrics::Metrics;
+pub use crate::namespace::DIR_MARKER;
+use crate::namespace::Namespace;
+use crate::objects::Reader;
+use crate::store::Bucket;
+use crate::writer::FileWriter;
+
+/// The root directory's extended attribute naming the mount's metrics address.
+pub const METRICS_ADDR_XATTR: &str = "user.shrinkfs.metrics_addr";
+
+/// The live objects a filesystem uses, made by its owner (the binary makes the dispatcher after
+/// a `--daemon` fork, and opens the disk cache before it).
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// Routes frames to the GPU or the CPU pool.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Keeps stored frames on local disk too.
+    pub disk_cache: Option<DiskCache>,
+}
+
+impl Default for Services {
+    /// The CPU pool only, no disk cache.
+    fn default() -> Self {
+        Services { dispatcher: Arc::new(Dispatcher::cpu_only("CPU only")), disk_cache: None }
+    }
+}
+
+/// The filesystem.
+pub struct Fs {
+    bucket: Bucket,
+    cfg: FsConfig,
+    names: Namespace,
+    handles: OpenHandles,
+    writer: FileWriter,
+    reader: Reader,
+    metrics: Arc<Metrics>,
+    budget: Budget,
+    /// Where the mount serves its metrics, once it does (for `shrinkfs stats`).
+    metrics_addr: OnceLock<String>,
+}
+
+impl std::fmt::Debug for Fs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fs({})", self.bucket.describe)
+    }
+}
+
+impl Fs {
+    /// A filesystem over `bucket`, set up as `cfg` says, using `services`.
+    pub fn new(bucket: Bucket, cfg: FsConfig, services: Services) -> Self {
+        let Services { dispatcher, disk_cache } = services;
+        let metrics = bucket.metrics.clone();
+        metrics.watch_codec(dispatcher.counters().clone());
+        let budget = Budget::new(cfg.io_budget, metrics.clone());
+        let reader = Reader::new(
+            bucket.store.clone(),
+            cfg.reader.clone(),
+            cfg.encode.key.clone(),
+            cfg.dicts.clone(),
+            metrics.clone(),
+            dispatcher.clone(),
+            disk_cache,
+            budget.clone(),
+        );
+        let names = Namespace::new(bucket.clone(), reader.clone(), cfg.namespace.clone());
+        let writer = FileWriter::new(
+            bucket.clone(),
+            reader.clone(),
+            dispatcher,
+            budget.clone(),
+            cfg.encode.clone(),
+            cfg.dicts.clone(),
+            cfg.writer.clone(),
+        );
+        Fs {
+            bucket,
+            cfg,
+            names,
+            handles: OpenHandles::default(),
+            writer,
+            reader,
+            metrics,
+            budget,
+            metrics_addr: OnceLock::new(),
+        }
+    }
+
+    /// The mount's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    /// Directory `dir` gained, lost or renamed an entry: its modification time is now (in this
+    /// mount's memory; docs/SEMANTICS.md says what persists).
+    pub fn entries_changed(&self, dir: u64) {
+        self.names.entries_changed(dir);
+    }
+
+    /// Logs `e` from operation `op` on inode `ino` (or on its entry `name`), naming the path
+    /// from the mount root and the object key.
+    pub fn log_error(&self, e: &Error, op: &'static str, ino: u64, name: Option<&str>) {
+        let dir = self.names.path_of(ino);
+        let path = match name {
+            Some(n) => join(&dir, n),
+            None => dir,
+        };
+        e.log(op, &format!("/{path}"), self.names.key(&path).as_ref());
+    }
+
+    /// The mount's state now, on one line (what SIGUSR1 logs).
+    pub fn state_line(&self) -> String {
+        let (files, writers, handles) = self.handles.counts();
+        let inodes = self.names.table().len();
+        format!(
+            "bucket {}: {files} open file(s), {writers} open for writing, {handles} handle(s), {inodes} inode(s) known, \
+             {} of {} in-flight budget in use, frame cache {} bytes",
+            self.bucket.describe,
+            self.budget.in_use(),
+            self.budget.bytes(),
+            self.reader.chunks.weighted_size(),
+        )
+    }
+
+    /// Logical bytes of open files not yet stored: a streaming upload's bytes, a staged file's
+    /// length. A file busy at this instant is skipped (this is read by a scrape, which must not
+    /// wait for a write).
+    pub fn dirty_bytes(&self) -> u64 {
+        let files = self.handles.open_files();
+        files.iter().filter_map(|(_, f, _)| Some(f.try_lock().ok()?.dirty_bytes())).sum()
+    }
+
+    /// Whether inode `ino` is open: what the namespace asks of open files.
+    fn is_open(&self) -> impl Fn(u64) -> bool + Sync + '_ {
+        |ino| self.handles.is_open(ino)
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.cfg.read_only { Err(Error::ReadOnly) } else { Ok(()) }
+    }
+
+    /// Attributes of inode `i` as they are live: an open file's as written so far, else as cached.
+    async fn live_attrs(&self, i: &Inode) -> FileAttrs {
+        let cached = self.names.attrs_of(i);
+        match self.handles.file(i.ino) {
+            Some(file) => file.lock().await.live_attrs(cached),
+            None => cached,
+        }
+    }
+
+    /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
+        let i = self.names.lookup(parent, name, &self.is_open()).await?;
+        // An open file's size and times are its live ones: the stored ones would make the
+        // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).
+        Ok(self.live_attrs(&i).await)
+    }
+
+    /// Attributes of an inode, refreshed from the store when older than the metadata TTL.
+    pub async fn getattr(&self, ino: u64) -> Result<FileAttrs> {
+        let i = self.names.inode(ino)?;
+        if self.handles.is_open(ino) {
+            return Ok(self.live_attrs(&i).await);
+        }
+        self.names.getattr(&i).await
+    }
+
+    /// The kernel dropped `n` lookups of `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if self.handles.is_open(ino) {
+            return;
+        }
+        self.names.forget(ino, n);
+    }
+
+    /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
+    /// fails here.
+    pub async fn opendir(&self, ino: u64) -> Result<u64> {
+        self.names.opendir(ino, &self.is_open()).await
+    }
+
+    /// Entries of an open directory from position `offset` ("." and ".." come first), listing
+    /// further pages only as far as this call needs.
+    pub async fn readdir(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry)>> {
+        self.names.readdir(fh, ino, offset, &self.is_open()).await
+    }
+
+    /// Forgets an open directory.
+    pub fn releasedir(&self, fh: u64) {
+        self.names.releasedir(fh);
+    }
+
+    /// Records where the mount serves its metrics: the root directory then names it in its
+    /// extended attribute `user.shrinkfs.metrics_addr`, where `shrinkfs stats` looks.
+    pub fn set_metrics_addr(&self, addr: String) {
+        let _ = self.metrics_addr.set(addr);
+    }
+
+    /// Extended attributes `user.shrinkfs.*` of a file, and of the root directory.
+    pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        if ino == ROOT && name == METRICS_ADDR_XATTR {
+            return self.metrics_addr.get().map(|a| a.clone().into_bytes()).ok_or(Error::NoXattr);
+        }
+        let i = self.names.inode(ino)?;
+        if i.kind != Kind::File || !name.starts_with("user.shrinkfs.") {
+            return Err(Error::NoXattr);
+        }
+        self.commit_ino(ino).await?;
+        let info = self.reader.stat(&self.names.key(&i.path)).await?.ok_or(Error::NotFound)?;
+        let value = match name {
+            "user.shrinkfs.codec" => info.codec_summary(),
+            "user.shrinkfs.stored_size" => info.stored.to_string(),
+            "user.shrinkfs.ratio" => {
+                format!("{:.3}", if info.stored == 0 { 1.0 } else { info.size() as f64 / info.stored as f64 })
+            }
+            "user.shrinkfs.format" => match info.parsed {
+                Parsed::Plain => "plain".into(),
+                Parsed::Framed { .. } => format!("shrinkfs-v{}", shrinkfs_codec::format::VERSION),
+            },
+            _ => return Err(Error::NoXattr),
+        };
+        Ok(value.into_bytes())
+    }
+
+    /// Names of the extended attributes of an inode, NUL-separated.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        if ino == ROOT && self.metrics_addr.get().is_some() {
+            return Ok(format!("{METRICS_ADDR_XATTR}\0").into_bytes());
+        }
+        let i = self.names.inode(ino)?;
+        if i.kind != Kind::File {
+            return Ok(Vec::new());
+        }
+        Ok(b"user.shrinkfs.codec\0user.shrinkfs.stored_size\0user.shrinkfs.ratio\0user.shrinkfs.format\0".to_vec())
+    }
+}

@@ -1,0 +1,303 @@
+//! The namespace operations of the core: mkdir, rmdir, unlink, symlink, mknod, readlink and
+//! rename — the namespace, the open files and the writer coordinated for each.
+
+use std::time::Instant;
+
+use futures::TryStreamExt;
+use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
+
+use super::{FileAttrs, Fs};
+use crate::error::{Error, Result};
+use crate::inode::{Attr, Inode, Kind, join};
+use crate::namespace::{DIR_MARKER, check_name};
+use crate::openfile::Body;
+
+impl Fs {
+    /// Creates a directory owned by `uid`/`gid`; its marker object keeps it while empty and
+    /// carries its mode, owner and time.
+    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        if self.names.exists(parent, name, &self.is_open()).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        let (gid, setgid) = self.names.inherited_group(&dir, gid);
+        let perm = (mode & 0o7777) as u16 | if setgid { 0o2000 } else { 0 };
+        let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        self.put_dir_marker(&rel, &attr).await?;
+        let i = self.names.created(parent, name, Kind::Dir, attr, Some(Instant::now()));
+        Ok(self.names.attrs_of(&i))
+    }
+
+    /// Writes the marker object of directory `rel`: no data, the directory's mode, owner and
+    /// modification time as its metadata (so they outlive the kernel's cache and the mount).
+    pub(super) async fn put_dir_marker(&self, rel: &str, attr: &Attr) -> Result<()> {
+        let mode = S_IFDIR | u32::from(attr.perm.unwrap_or(self.names.config().dir_mode));
+        self.writer.put_node(&join(rel, DIR_MARKER), mode, attr, &[]).await
+    }
+
+    /// Removes an empty directory.
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        if self.names.stat_attrs(&self.names.key(&rel)).await?.is_some() {
+            return Err(Error::NotDir);
+        }
+        let under = self.names.first_keys(&rel, 2).await?;
+        let found = !under.is_empty();
+        // Only this directory's own marker may remain: an empty subdirectory is an entry too.
+        let marker = self.names.key(&join(&rel, DIR_MARKER));
+        if under.iter().any(|k| k != &marker) {
+            return Err(Error::NotEmpty);
+        }
+        let (local_children, known_local) = {
+            let t = self.names.table();
+            let d = t.child(parent, name);
+            let open_below = d.is_some_and(|d| t.children(d.ino).any(|c| self.handles.is_open(c.ino)));
+            (open_below, d.is_some_and(|d| d.kind == Kind::Dir))
+        };
+        if local_children {
+            return Err(Error::NotEmpty);
+        }
+        if !found && !known_local {
+            return Err(Error::NotFound);
+        }
+        match self.bucket.store.delete(&marker).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.names.table().remove_name(parent, name);
+        Ok(())
+    }
+
+    /// Removes a file or symlink.
+    pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        let known = self.names.table().child(parent, name).cloned();
+        if known.as_ref().is_some_and(|k| k.kind == Kind::Dir) {
+            return Err(Error::IsDir);
+        }
+        let key = self.names.key(&rel);
+        let remove = async {
+            match self.bucket.store.head(&key).await {
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                Err(e) => return Err(Error::from(e)),
+            }
+            match self.bucket.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+                Err(e) => Err(e.into()),
+            }
+        };
+        // An open file keeps its bytes for its handles (POSIX: unlinked, not gone).
+        let had_local = known.as_ref().is_some_and(|k| self.handles.is_open(k.ino));
+        let existed = match &known {
+            Some(k) => self.detach_open(k.ino, remove).await?,
+            None => remove.await?,
+        };
+        if !existed && !had_local {
+            if self.names.dir_exists(&rel).await? {
+                return Err(Error::IsDir);
+            }
+            return Err(Error::NotFound);
+        }
+        self.names.table().remove_name(parent, name);
+        Ok(())
+    }
+
+    /// Creates a symbolic link: an object whose data is the target, marked as a link.
+    pub async fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        if self.names.exists(parent, name, &self.is_open()).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        let (gid, _) = self.names.inherited_group(&dir, gid);
+        let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        self.writer.put_node(&rel, S_IFLNK | 0o777, &attr, target.as_bytes()).await?;
+        let i = self.names.created(parent, name, Kind::Symlink, attr, None);
+        Ok(self.names.attrs_of(&i))
+    }
+
+    /// Writes symbolic link or special node `i` again with the mode, owner and time of `attr`
+    /// (`chmod`, `lchown`, `utimensat` on the node itself): they live in its small object.
+    pub(super) async fn rewrite_node(&self, i: &Inode, attr: &Attr) -> Result<()> {
+        // The data (a link's target, a device's number) is kept as stored.
+        let info = self.reader.stat(&self.names.key(&i.path)).await?.ok_or(Error::NotFound)?;
+        let data = self.reader.read_all(&info).await?;
+        let mode = match i.kind {
+            Kind::Symlink => S_IFLNK | 0o777,
+            Kind::Special(t) => t | u32::from(attr.perm.unwrap_or(self.names.config().file_mode)),
+            _ => return Err(Error::Invalid("not a link or special file".into())),
+        };
+        self.writer.put_node(&i.path, mode, attr, &data).await
+    }
+
+    /// Makes a FIFO, socket, device node or empty regular file (`mknod`, `mkfifo`, `bind`).
+    pub async fn mknod(&self, parent: u64, name: &str, mode: u32, rdev: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
+        self.writable()?;
+        check_name(name)?;
+        let dir = self.names.inode(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(Error::NotDir);
+        }
+        let kind = match mode & S_IFMT {
+            t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK) => Kind::Special(t),
+            S_IFREG | 0 => Kind::File,
+            _ => return Err(Error::Invalid("mknod of this file type".into())),
+        };
+        if self.names.exists(parent, name, &self.is_open()).await? {
+            return Err(Error::Exists);
+        }
+        let rel = join(&dir.path, name);
+        self.names.check_key_len(&rel)?;
+        let (gid, _) = self.names.inherited_group(&dir, gid);
+        let rdev = if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) { rdev } else { 0 };
+        let perm = (mode & 0o7777) as u16;
+        let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), rdev, ..Attr::empty() };
+        let (type_bits, data) = match kind {
+            Kind::Special(t) => (t, node_data(t, rdev)),
+            _ => (S_IFREG, Vec::new()),
+        };
+        self.writer.put_node(&rel, type_bits | u32::from(perm), &attr, &data).await?;
+        let i = self.names.created(parent, name, kind, attr, None);
+        Ok(self.names.attrs_of(&i))
+    }
+
+    /// The target of a symbolic link.
+    pub async fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let i = self.names.inode(ino)?;
+        if i.kind != Kind::Symlink {
+            return Err(Error::Invalid("not a symbolic link".into()));
+        }
+        let info = self.reader.stat(&self.names.key(&i.path)).await?.ok_or(Error::NotFound)?;
+        if info.meta().mode.is_none_or(|m| m & S_IFMT != S_IFLNK) {
+            return Err(Error::Invalid("not a symbolic link".into()));
+        }
+        self.reader.read_all(&info).await
+    }
+
+    /// Renames a file or directory: copy, then delete (not atomic; see docs/SEMANTICS.md).
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        no_replace: bool,
+    ) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        check_name(new_name)?;
+        let src_dir = self.names.inode(parent)?;
+        let dst_dir = self.names.inode(new_parent)?;
+        let src_attr = self.lookup(parent, name).await?;
+        self.forget(src_attr.ino, 1);
+        let dst = match self.lookup(new_parent, new_name).await {
+            Ok(a) => {
+                self.forget(a.ino, 1);
+                Some(a)
+            }
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(d) = &dst {
+            if no_replace {
+                return Err(Error::Exists);
+            }
+            if d.ino == src_attr.ino {
+                return Ok(());
+            }
+            match (src_attr.kind == Kind::Dir, d.kind == Kind::Dir) {
+                (false, true) => return Err(Error::IsDir),
+                (true, false) => return Err(Error::NotDir),
+                _ => {}
+            }
+        }
+        let from = join(&src_dir.path, name);
+        let to = join(&dst_dir.path, new_name);
+        self.names.check_key_len(&to)?;
+        let moved: Vec<u64>;
+        if src_attr.kind == Kind::Dir {
+            if to == from || to.starts_with(&format!("{from}/")) {
+                return Err(Error::Invalid("cannot move a directory into itself".into()));
+            }
+            if dst.is_some() {
+                self.rmdir(new_parent, new_name).await?;
+            }
+            // Files open below it are uploaded first, so the copy carries their bytes.
+            moved = self.names.subtree(src_attr.ino).into_iter().filter(|&i| self.handles.is_open(i)).collect();
+            for &ino in &moved {
+                self.commit_ino(ino).await?;
+            }
+            let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
+            for o in &objects {
+                let rel = self.bucket.rel(&o.location);
+                let tail = rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/');
+                self.bucket.store.copy(&o.location, &self.names.key(&join(&to, tail))).await?;
+            }
+            if objects.is_empty() {
+                let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
+                self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
+            }
+            for o in &objects {
+                self.bucket.store.delete(&o.location).await?;
+            }
+        } else {
+            self.commit_ino(src_attr.ino).await?;
+            let move_object = async {
+                self.bucket.store.copy(&self.names.key(&from), &self.names.key(&to)).await?;
+                self.bucket.store.delete(&self.names.key(&from)).await?;
+                Ok(())
+            };
+            // Handles open on the replaced file keep its bytes.
+            match &dst {
+                Some(d) => self.detach_open(d.ino, move_object).await?,
+                None => move_object.await?,
+            }
+            moved = vec![src_attr.ino];
+        }
+        self.names.table().rename(parent, name, new_parent, new_name);
+        for ino in moved {
+            self.rebase_open(ino).await;
+        }
+        Ok(())
+    }
+
+    /// After a rename: an open file whose bytes are the stored object reads it under its new key.
+    async fn rebase_open(&self, ino: u64) {
+        let Some(file) = self.handles.file(ino) else { return };
+        let mut of = file.lock().await;
+        if !matches!(of.body, Body::Clean) || of.base.is_none() {
+            return;
+        }
+        let Ok(i) = self.names.inode(ino) else { return };
+        match self.reader.stat(&self.names.key(&i.path)).await {
+            Ok(Some(info)) => of.base = Some(info),
+            Ok(None) => tracing::warn!(ino, path = i.path, "renamed open file not found under its new name"),
+            Err(e) => self.log_error(&e, "rename", ino, None),
+        }
+    }
+}
+
+/// The data of a special node's object: a device's number (8 bytes, little-endian), nothing for
+/// a FIFO or socket.
+fn node_data(type_bits: u32, rdev: u32) -> Vec<u8> {
+    if matches!(type_bits, S_IFCHR | S_IFBLK) { u64::from(rdev).to_le_bytes().to_vec() } else { Vec::new() }
+}

@@ -1,0 +1,162 @@
+//! Open handles: the handle table (what each file handle is open on) and the open-file table (each
+//! open inode's shared state and the handles counted on it), under one lock each.
+//!
+//! Every handle, reader or writer, is counted in the open-file table, so the last release is known
+//! exactly and a file being closed is never confused with one being reopened.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::openfile::{FileCell, OpenFile, SharedFile};
+use crate::readahead::Readahead;
+
+/// An open file handle.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    /// Its inode.
+    pub ino: u64,
+    /// Opened for writing.
+    pub write: bool,
+    /// The open-file state this handle is counted in.
+    pub file: SharedFile,
+    /// How far ahead of this handle's reads frames are fetched.
+    pub readahead: Readahead,
+    /// The process that opened it, where the kernel said (see `Fs::flush_by`).
+    pub owner: Option<u32>,
+}
+
+/// One inode in the open-file table: its state and the handles counted on it.
+#[derive(Debug)]
+pub struct OpenEntry {
+    /// The state every handle of the inode shares.
+    pub file: SharedFile,
+    /// Handles open on it.
+    pub handles: u32,
+    /// Of those, handles open for writing.
+    pub writers: u32,
+}
+
+/// The handle and open-file tables.
+#[derive(Debug)]
+pub struct OpenHandles {
+    handles: Mutex<HashMap<u64, Handle>>,
+    open: Mutex<HashMap<u64, OpenEntry>>,
+    next_fh: AtomicU64,
+}
+
+impl Default for OpenHandles {
+    fn default() -> Self {
+        OpenHandles { handles: Mutex::default(), open: Mutex::default(), next_fh: AtomicU64::new(1) }
+    }
+}
+
+impl OpenHandles {
+    /// Whether inode `ino` is open.
+    pub fn is_open(&self, ino: u64) -> bool {
+        self.open.lock().expect("open lock").contains_key(&ino)
+    }
+
+    /// The shared state of open inode `ino`.
+    pub fn file(&self, ino: u64) -> Option<SharedFile> {
+        self.open.lock().expect("open lock").get(&ino).map(|e| e.file.clone())
+    }
+
+    /// Counts a new handle on `ino`: on the state already open, or on `fresh` when there is none.
+    pub fn attach(&self, ino: u64, write: bool, fresh: Option<OpenFile>) -> Option<SharedFile> {
+        let mut open = self.open.lock().expect("open lock");
+        let entry = match (open.get_mut(&ino), fresh) {
+            (Some(e), _) => e,
+            (None, Some(of)) => {
+                open.entry(ino).or_insert(OpenEntry { file: FileCell::new(of), handles: 0, writers: 0 })
+            }
+            (None, None) => return None,
+        };
+        entry.handles += 1;
+        entry.writers += u32::from(write);
+        Some(entry.file.clone())
+    }
+
+    /// Opens `ino`, just created, as `of` with one writer: a state left for this inode (an
+    /// unlinked file of the same name) is not this file's.
+    pub fn attach_new(&self, ino: u64, of: OpenFile) -> SharedFile {
+        let file = FileCell::new(of);
+        self.open.lock().expect("open lock").insert(ino, OpenEntry { file: file.clone(), handles: 1, writers: 1 });
+        file
+    }
+
+    /// A new handle number for a handle on `ino` counted in `file`.
+    pub fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = Handle { ino, write, file, readahead: Readahead::default(), owner: None };
+        self.handles.lock().expect("handles lock").insert(fh, h);
+        fh
+    }
+
+    /// Handle `fh`.
+    pub fn handle(&self, fh: u64) -> Result<Handle> {
+        self.handles.lock().expect("handles lock").get(&fh).cloned().ok_or(Error::Stale)
+    }
+
+    /// Records the process that opened handle `fh`.
+    pub fn set_owner(&self, fh: u64, process: u32) {
+        if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
+            h.owner = Some(process);
+        }
+    }
+
+    /// Records a read of `offset..end` through `fh`; returns the frames to fetch ahead.
+    pub fn read_ahead(&self, fh: u64, offset: u64, end: u64, max: usize) -> usize {
+        let mut handles = self.handles.lock().expect("handles lock");
+        handles.get_mut(&fh).map_or(0, |h| h.readahead.advance(offset, end, max))
+    }
+
+    /// Drops handle `fh`; returns it, and whether it was the last one counted on its state.
+    pub fn release(&self, fh: u64) -> Result<(Handle, bool)> {
+        let h = self.handles.lock().expect("handles lock").remove(&fh).ok_or(Error::Stale)?;
+        let mut open = self.open.lock().expect("open lock");
+        let last = match open.get_mut(&h.ino) {
+            Some(e) if Arc::ptr_eq(&e.file, &h.file) => {
+                e.handles = e.handles.saturating_sub(1);
+                e.writers = e.writers.saturating_sub(u32::from(h.write));
+                e.handles == 0
+            }
+            _ => true,
+        };
+        Ok((h, last))
+    }
+
+    /// After the last handle on `file` was released: frees the state of `ino` unless it was
+    /// opened again meanwhile; returns whether `file` is retired (no longer in the table).
+    pub fn retire(&self, ino: u64, file: &SharedFile) -> bool {
+        let mut open = self.open.lock().expect("open lock");
+        match open.get(&ino) {
+            Some(e) if Arc::ptr_eq(&e.file, file) && e.handles == 0 => {
+                open.remove(&ino);
+                true
+            }
+            Some(e) if Arc::ptr_eq(&e.file, file) => false,
+            _ => true,
+        }
+    }
+
+    /// Every open inode: its state and how many writers hold it.
+    pub fn open_files(&self) -> Vec<(u64, SharedFile, u32)> {
+        self.open.lock().expect("open lock").iter().map(|(ino, e)| (*ino, e.file.clone(), e.writers)).collect()
+    }
+
+    /// Empties the open-file table (when the mount ends), returning what it held.
+    pub fn drain(&self) -> Vec<(u64, SharedFile)> {
+        self.open.lock().expect("open lock").drain().map(|(ino, e)| (ino, e.file)).collect()
+    }
+
+    /// Open files, of those open for writing, and handles.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let (files, writers) = {
+            let open = self.open.lock().expect("open lock");
+            (open.len(), open.values().filter(|e| e.writers > 0).count())
+        };
+        (files, writers, self.handles.lock().expect("handles lock").len())
+    }
+}

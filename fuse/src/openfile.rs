@@ -1,0 +1,183 @@
+//! The state of one open inode, shared by all its handles: what its bytes are right now
+//! (clean, streaming to the store, or staged in a local file), the metadata to record with them,
+//! and the lock writes take — waiting briefly for writes arriving out of order.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shrinkfs_codec::FileMeta;
+
+use crate::attrs::FileAttrs;
+use crate::objects::ObjectInfo;
+use crate::upload::Upload;
+
+/// The shared state of one open inode.
+pub type SharedFile = Arc<FileCell>;
+
+/// The write state of one open inode behind its lock, and what writes arriving out of order
+/// wait on without holding it.
+#[derive(Debug)]
+pub struct FileCell {
+    state: tokio::sync::Mutex<OpenFile>,
+    /// Writes of this file in progress (waiting for the lock, for a gap, or writing).
+    writes: AtomicU32,
+    /// Woken when a write ends.
+    progress: tokio::sync::Notify,
+}
+
+impl FileCell {
+    /// The shared state of an inode now `of`.
+    pub fn new(of: OpenFile) -> SharedFile {
+        Arc::new(FileCell {
+            state: tokio::sync::Mutex::new(of),
+            writes: AtomicU32::new(0),
+            progress: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Counts a write in progress until the returned guard is dropped, which wakes the writes
+    /// waiting for a gap to be filled.
+    pub fn begin_write(&self) -> WriteInProgress<'_> {
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        WriteInProgress(self)
+    }
+
+    /// Locks the file for a write at `offset`. While the write lands past the end of a streaming
+    /// upload (within `window`) and either `always` (the kernel's write-back cache is on) or
+    /// another write of the file is in progress, it first waits for the writes before it, at
+    /// most `wait`.
+    pub async fn lock_for_write(
+        &self,
+        offset: u64,
+        always: bool,
+        window: u64,
+        wait: Duration,
+    ) -> tokio::sync::MutexGuard<'_, OpenFile> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the check, so a write ending in between still wakes this one.
+            let progress = self.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let of = self.lock().await;
+            let ahead = of.stream_end().is_some_and(|end| offset > end && offset - end <= window);
+            let others = self.writes.load(Ordering::Acquire) > 1;
+            if !ahead || !(always || others) || tokio::time::Instant::now() >= deadline {
+                return of;
+            }
+            drop(of);
+            let _ = tokio::time::timeout_at(deadline, progress).await;
+        }
+    }
+}
+
+impl std::ops::Deref for FileCell {
+    type Target = tokio::sync::Mutex<OpenFile>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.state
+    }
+}
+
+/// A write of a [`FileCell`] in progress.
+pub struct WriteInProgress<'a>(&'a FileCell);
+
+impl Drop for WriteInProgress<'_> {
+    fn drop(&mut self) {
+        self.0.writes.fetch_sub(1, Ordering::AcqRel);
+        self.0.progress.notify_waiters();
+    }
+}
+
+/// What the bytes of an open file are, right now.
+#[derive(Debug)]
+pub enum Body {
+    /// Exactly the object version `base` (nothing, for a new file).
+    Clean,
+    /// Being written sequentially from offset 0 straight to the store.
+    Streaming(Box<Upload>),
+    /// A full local copy, written at any offset.
+    Staged {
+        /// The (unlinked) staging file.
+        file: File,
+        /// Logical length.
+        len: u64,
+    },
+}
+
+/// Write state of one inode, shared by all its handles.
+#[derive(Debug)]
+pub struct OpenFile {
+    /// The bytes.
+    pub body: Body,
+    /// Metadata to record with the next object written.
+    pub meta: FileMeta,
+    /// Bytes or metadata differ from the store.
+    pub dirty: bool,
+    /// Unlinked while open: its bytes stay readable and writable here, nothing is uploaded.
+    pub unlinked: bool,
+    /// The object version it started from, or last committed (None: new file).
+    pub base: Option<ObjectInfo>,
+}
+
+/// Now, as an object records its modification time.
+pub fn now_meta() -> (i64, u32) {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs() as i64, d.subsec_nanos())
+}
+
+impl OpenFile {
+    /// Where the next write continues a sequential upload: the end of a streaming upload, or 0
+    /// for an empty file not written yet.
+    pub fn stream_end(&self) -> Option<u64> {
+        match &self.body {
+            Body::Streaming(u) if u.appendable() => Some(u.len()),
+            Body::Clean if self.base.as_ref().is_none_or(|b| b.size() == 0) => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Logical length now.
+    pub fn len(&self) -> u64 {
+        match &self.body {
+            Body::Clean => self.base.as_ref().map_or(0, |b| b.size()),
+            Body::Streaming(u) => u.len(),
+            Body::Staged { len, .. } => *len,
+        }
+    }
+
+    /// Whether it is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Logical bytes not yet stored: a streaming upload's bytes, a staged file's length.
+    pub fn dirty_bytes(&self) -> u64 {
+        match &self.body {
+            Body::Clean => 0,
+            Body::Streaming(up) => up.len(),
+            Body::Staged { len, .. } => *len,
+        }
+    }
+
+    /// The attributes `stored` (the inode's cached ones) as they are live: size, mode, owner and
+    /// time as written here, no links once unlinked.
+    pub fn live_attrs(&self, stored: FileAttrs) -> FileAttrs {
+        let mut a = stored;
+        a.size = self.len();
+        if let Some(m) = self.meta.mode {
+            a.perm = (m & 0o7777) as u16;
+        }
+        a.uid = self.meta.uid.unwrap_or(a.uid);
+        a.gid = self.meta.gid.unwrap_or(a.gid);
+        if let Some((s, ns)) = self.meta.mtime {
+            a.mtime = UNIX_EPOCH + Duration::new(s.max(0) as u64, ns);
+        }
+        if self.unlinked {
+            a.nlink = 0;
+        }
+        a
+    }
+}

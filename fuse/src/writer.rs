@@ -1,0 +1,265 @@
+//! The file writer: an open file's bytes on their way to the store — a streaming upload while
+//! writes are sequential, a local staging file otherwise — and the commit that makes them an
+//! object; also the small objects of links, special nodes and directory markers.
+//!
+//! No failure discards bytes: a failed upload leaves the file dirty with its content, so the next
+//! fsync or close uploads it again; a failed move to a staging file leaves the content where it was.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use object_store::path::Path;
+use shrinkfs_codec::dispatch::Dispatcher;
+use shrinkfs_codec::format::S_IFREG;
+use shrinkfs_codec::{Dictionary, EncodeConfig, FileMeta};
+
+use crate::attrs::FileAttrs;
+use crate::budget::Budget;
+use crate::cache::{ObjectId, Parsed};
+use crate::config::WriterConfig;
+use crate::error::{Error, Result};
+use crate::inode::Attr;
+use crate::metrics::Metrics;
+use crate::objects::{ObjectInfo, Reader};
+use crate::openfile::{Body, FileCell, OpenFile, now_meta};
+use crate::store::Bucket;
+use crate::upload::{Sink, Upload, Written, upload_file};
+
+/// Writes files and small objects to the bucket.
+#[derive(Clone)]
+pub struct FileWriter {
+    bucket: Bucket,
+    reader: Reader,
+    dispatcher: Arc<Dispatcher>,
+    budget: Budget,
+    metrics: Arc<Metrics>,
+    encode: EncodeConfig,
+    dicts: Vec<Arc<Dictionary>>,
+    cfg: WriterConfig,
+}
+
+impl FileWriter {
+    /// A writer to `bucket` encoding as `encode`; `reader` stages stored bytes and learns the
+    /// layouts of the objects written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        bucket: Bucket,
+        reader: Reader,
+        dispatcher: Arc<Dispatcher>,
+        budget: Budget,
+        encode: EncodeConfig,
+        dicts: Vec<Arc<Dictionary>>,
+        cfg: WriterConfig,
+    ) -> Self {
+        let metrics = bucket.metrics.clone();
+        FileWriter { bucket, reader, dispatcher, budget, metrics, encode, dicts, cfg }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &WriterConfig {
+        &self.cfg
+    }
+
+    fn sink(&self) -> Sink {
+        Sink {
+            store: self.bucket.store.clone(),
+            dispatcher: self.dispatcher.clone(),
+            budget: self.budget.clone(),
+            metrics: self.metrics.clone(),
+            tracked: (self.bucket.multipart.clone())
+                .filter(|_| self.bucket.tracks_uploads)
+                .map(|mp| (mp, self.bucket.upload_markers())),
+            local: self.bucket.local.clone(),
+        }
+    }
+
+    fn upload(&self, key: Path) -> Result<Upload> {
+        Upload::new(self.sink(), key, &self.encode, &self.cfg.staging_dir)
+    }
+
+    /// A streaming upload of the file at path `rel`.
+    pub fn new_upload(&self, rel: &str) -> Result<Upload> {
+        self.upload(self.bucket.key(rel))
+    }
+
+    fn staging_file(&self) -> Result<File> {
+        Ok(tempfile::tempfile_in(&self.cfg.staging_dir)?)
+    }
+
+    /// The state of file `rel` not yet open: the object as stored now. A damaged object can still
+    /// be opened to be `replace`d (truncated); it then records `fallback`'s mode and owner.
+    pub async fn load(&self, rel: &str, replace: bool, fallback: &FileAttrs) -> Result<OpenFile> {
+        let base = match self.reader.stat(&self.bucket.key(rel)).await {
+            Ok(Some(info)) => Some(info),
+            Ok(None) => return Err(Error::NotFound),
+            Err(Error::Codec { key, source }) if replace => {
+                tracing::warn!(key, error = %source, "replacing an object that cannot be read");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = match &base {
+            Some(info) => info.meta(),
+            None => FileMeta {
+                mode: Some(S_IFREG | u32::from(fallback.perm)),
+                uid: Some(fallback.uid),
+                gid: Some(fallback.gid),
+                mtime: Some(now_meta()),
+            },
+        };
+        Ok(OpenFile { meta, body: Body::Clean, dirty: false, unlinked: false, base })
+    }
+
+    /// Locks `file` for a write at `offset`, waiting briefly for writes before it as
+    /// [`FileCell::lock_for_write`] says.
+    pub async fn lock<'a>(&self, file: &'a FileCell, offset: u64) -> tokio::sync::MutexGuard<'a, OpenFile> {
+        let c = &self.cfg;
+        file.lock_for_write(offset, c.writeback_cache, c.reorder_window, c.reorder_wait).await
+    }
+
+    /// Moves an open file's bytes into a local staging file (from the upload so far or the
+    /// object). On failure the bytes stay where they were.
+    pub async fn stage(&self, of: &mut OpenFile) -> Result<()> {
+        match &mut of.body {
+            Body::Staged { .. } => {}
+            Body::Streaming(up) => {
+                let file = self.staging_file()?;
+                let len = up.recover_into(&file).await?;
+                if let Body::Streaming(up) = std::mem::replace(&mut of.body, Body::Staged { file, len }) {
+                    up.abort().await;
+                }
+            }
+            Body::Clean => {
+                let file = self.staging_file()?;
+                let mut len = 0;
+                if let Some(base) = &of.base {
+                    // Frame by frame, so a large file does not pass through memory at once.
+                    let step = 8u64 << 20;
+                    while len < base.size() {
+                        let chunk = self.reader.read(base, len..len + step).await?;
+                        if chunk.is_empty() {
+                            return Err(Error::Invalid(format!("{} ended before its size", base.path)));
+                        }
+                        file.write_all_at(&chunk, len)?;
+                        len += chunk.len() as u64;
+                    }
+                }
+                of.body = Body::Staged { file, len };
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` of file `rel`, locked as `of`: appended to its streaming upload
+    /// when it continues it, else written to a staging file.
+    pub async fn write(&self, of: &mut OpenFile, rel: &str, offset: u64, data: &[u8]) -> Result<()> {
+        if let Body::Clean = of.body
+            && of.base.as_ref().is_none_or(|b| b.size() == 0)
+            && offset == 0
+        {
+            of.body = Body::Streaming(Box::new(self.new_upload(rel)?));
+        }
+        let sequential = matches!(&of.body, Body::Streaming(u) if u.appendable() && u.len() == offset);
+        if !sequential {
+            self.stage(of).await?;
+        }
+        match &mut of.body {
+            Body::Streaming(u) => u.write(data).await?,
+            Body::Staged { file, len } => {
+                file.write_all_at(data, offset)?;
+                *len = (*len).max(offset + data.len() as u64);
+            }
+            Body::Clean => unreachable!("streaming or staged above"),
+        }
+        of.dirty = true;
+        of.meta.mtime = Some(now_meta());
+        Ok(())
+    }
+
+    /// Truncates (or extends) file `rel`, locked as `of`, to `size`.
+    pub async fn truncate(&self, of: &mut OpenFile, rel: &str, size: u64) -> Result<()> {
+        if of.len() == size && !matches!(of.body, Body::Clean) {
+            return Ok(());
+        }
+        if size == 0 {
+            let fresh = Body::Streaming(Box::new(self.new_upload(rel)?));
+            if let Body::Streaming(u) = std::mem::replace(&mut of.body, fresh) {
+                u.abort().await;
+            }
+        } else {
+            self.stage(of).await?;
+            if let Body::Staged { file, len } = &mut of.body {
+                file.set_len(size)?;
+                *len = size;
+            }
+        }
+        of.dirty = true;
+        of.meta.mtime = Some(now_meta());
+        Ok(())
+    }
+
+    /// Uploads the pending bytes and metadata of file `rel`, locked as `of`; the object is complete
+    /// in the store when this returns, and its version is returned (`None`: nothing was pending).
+    /// On failure the file stays dirty with all its bytes, so a retry uploads them.
+    pub async fn commit(&self, of: &mut OpenFile, rel: &str) -> Result<Option<ObjectInfo>> {
+        if !of.dirty || of.unlinked {
+            return Ok(None);
+        }
+        let path = self.bucket.key(rel);
+        let written: Written = match &mut of.body {
+            Body::Streaming(up) if up.path() == &path => {
+                let w = up.finish(&of.meta).await?;
+                of.body = Body::Clean;
+                w
+            }
+            Body::Streaming(_) => {
+                // Renamed while written: the bytes go to the new name.
+                self.stage(of).await?;
+                return Box::pin(self.commit(of, rel)).await;
+            }
+            Body::Staged { file, len } => {
+                let up = self.upload(path.clone())?;
+                upload_file(up, file, *len, &of.meta).await?
+            }
+            Body::Clean => {
+                // Only metadata changed: rewrite the object's bytes with the new metadata.
+                self.stage(of).await?;
+                return Box::pin(self.commit(of, rel)).await;
+            }
+        };
+        of.dirty = false;
+        let etag: Arc<str> = written.put.e_tag.clone().unwrap_or_default().into();
+        let id = ObjectId { key: path.as_ref().into(), etag };
+        let ctx = written
+            .layout
+            .open(self.encode.key.as_ref(), &self.dicts)
+            .map_err(|e| Error::Codec { key: path.to_string(), source: e })?;
+        let parsed = Parsed::Framed { layout: Arc::new(written.layout), ctx: Arc::new(ctx) };
+        if written.put.e_tag.is_some() {
+            self.reader.layouts.insert(id.clone(), parsed.clone());
+        }
+        let info = ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed };
+        of.base = Some(info.clone());
+        tracing::debug!(path = rel, stored = written.stored, "committed");
+        Ok(Some(info))
+    }
+
+    /// Writes the small object at path `rel` (a symbolic link, a special node, a directory's
+    /// marker): `data` with metadata `mode` and the owner and time of `attr`.
+    pub async fn put_node(&self, rel: &str, mode: u32, attr: &Attr, data: &[u8]) -> Result<()> {
+        let t = attr.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let meta = FileMeta {
+            mode: Some(mode),
+            uid: attr.uid,
+            gid: attr.gid,
+            mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
+        };
+        let obj =
+            shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(|e| Error::Invalid(e.to_string()))?;
+        self.bucket.store.put(&self.bucket.key(rel), obj.into()).await?;
+        self.metrics.object_written(data.len() as u64);
+        Ok(())
+    }
+}
