@@ -138,7 +138,7 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
             Some(g)
         }
         Err(why) => {
-            println!("GPU: none ({why}); CPU codecs only");
+            println!("GPU: none ({:#}); CPU codecs only", anyhow::Error::from(why));
             None
         }
     };

@@ -408,7 +408,7 @@ impl CodecArgs {
 impl GpuArgs {
     /// Starts the dispatcher these arguments describe.
     pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
-        use shrinkfs_codec::dispatch::{DispatchConfig, Dispatcher, GpuPolicy};
+        use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
             .position(|t| *t == self.gpu_data_type)
@@ -427,7 +427,11 @@ impl GpuArgs {
             data_type,
             ..DispatchConfig::default()
         };
-        Dispatcher::new(cfg).map_err(|e| UsageError(e).into())
+        Dispatcher::new(cfg).map_err(|e| match e {
+            // The GPU asked for is not there: a usage error (exit 2), its cause in the chain.
+            DispatchError::Thread(_) => anyhow::Error::new(e),
+            _ => anyhow::Error::new(e).context(UsageError("--gpu on".into())),
+        })
     }
 }
 
@@ -652,7 +656,7 @@ impl S3Args {
         let bad = |why: String| UsageError(format!("--sse-c-key-file {}: {why}", path.display()));
         let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
         let text = String::from_utf8(text).map_err(|_| bad("is not base64 text".into()))?;
-        CustomerKey::from_base64(&text).map_err(|e| bad(e).into())
+        CustomerKey::from_base64(&text).map_err(|e| bad(e.to_string()).into())
     }
 }
 

@@ -13,8 +13,8 @@ use rayon::prelude::*;
 
 use super::buffers::*;
 use super::copy::copy_into;
-pub use super::error::GpuError;
 use super::error::cuda;
+pub use super::error::{GpuError, GpuUnavailable};
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::CodecId;
@@ -112,25 +112,25 @@ fn fault_injected() -> bool {
 }
 
 impl Gpu {
-    /// Opens GPU 0 and nVCOMP; the error is one line saying why not (no driver, no device, no library).
-    pub fn probe() -> Result<Self, String> {
+    /// Opens GPU 0 and nVCOMP; the error says in one line why not (no driver, no device, no library).
+    pub fn probe() -> Result<Self, GpuUnavailable> {
         // SAFETY: only checks whether the driver library can be opened.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err("no NVIDIA driver (libcuda.so.1 not found)".into());
+            return Err(GpuUnavailable::NoDriver);
         }
         let count = cudarc::driver::result::init()
             .and_then(|()| result::device::get_count())
-            .map_err(|e| format!("CUDA: {e}"))?;
+            .map_err(|source| GpuUnavailable::Cuda { what: "init", source })?;
         if count < 1 {
-            return Err("no CUDA device".into());
+            return Err(GpuUnavailable::NoDevice);
         }
         let lib = Nvcomp::load()?;
-        let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context: {e}"))?;
+        let ctx = CudaContext::new(0).map_err(|source| GpuUnavailable::Cuda { what: "context", source })?;
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
         let mut lanes = Vec::new();
         for _ in 0..lane_count() {
-            let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+            let stream = ctx.new_stream().map_err(|source| GpuUnavailable::Cuda { what: "stream", source })?;
             lanes.push(Lane { stream, bufs: Mutex::new(Buffers::empty()) });
         }
         Ok(Gpu {
@@ -248,10 +248,8 @@ impl Gpu {
                             Some(o) => joined.extend_from_slice(o),
                             // A piece the GPU could not shrink: the CPU writes it as a zstd frame
                             // too (raw blocks), so the rest of its chunk keeps its compression.
-                            None => joined.extend_from_slice(
-                                &zstd::bulk::compress(pieces[k], 1)
-                                    .map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
-                            ),
+                            None => joined
+                                .extend_from_slice(&zstd::bulk::compress(pieces[k], 1).map_err(GpuError::CpuPiece)?),
                         }
                     }
                 }

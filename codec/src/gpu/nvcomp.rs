@@ -109,6 +109,27 @@ pub struct Algo {
     pub max_chunk: usize,
 }
 
+/// Why nVCOMP could not be loaded.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// No candidate path opened.
+    #[error("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {tried} places)")]
+    NotFound {
+        /// How many paths were tried.
+        tried: usize,
+        /// Why the last one did not open.
+        #[source]
+        last: Option<libloading::Error>,
+    },
+    /// A library opened, but it is not nVCOMP 6 (none of the batched entry points we use).
+    #[error("{path} has none of nVCOMP 6's batched functions")]
+    NoBatchedApi {
+        /// Where it was loaded from.
+        path: String,
+    },
+}
+
 /// The loaded library.
 pub struct Nvcomp {
     _lib: Library,
@@ -161,19 +182,23 @@ const NAMES: [(CodecId, &str, usize); 9] = [
 
 impl Nvcomp {
     /// Loads nVCOMP from the first candidate that opens; the error says what was tried.
-    pub fn load() -> Result<Self, String> {
-        let mut tried = Vec::new();
+    pub fn load() -> Result<Self, LoadError> {
+        let mut tried = 0;
+        let mut last = None;
         for path in candidates() {
             // SAFETY: loading a shared library runs its initialisers; nVCOMP's are benign.
             match unsafe { Library::new(&path) } {
                 Ok(lib) => return Self::bind(lib, path.display().to_string()),
-                Err(_) => tried.push(path.display().to_string()),
+                Err(e) => {
+                    tried += 1;
+                    last = Some(e);
+                }
             }
         }
-        Err(format!("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {})", tried.len()))
+        Err(LoadError::NotFound { tried, last })
     }
 
-    fn bind(lib: Library, path: String) -> Result<Self, String> {
+    fn bind(lib: Library, path: String) -> Result<Self, LoadError> {
         let mut algos = Vec::new();
         for (id, name, max_chunk) in NAMES {
             // SAFETY: the symbol types are the declarations of nVCOMP 6.0's batched API.
@@ -200,7 +225,7 @@ impl Nvcomp {
             algos.push((id, algo));
         }
         if algos.is_empty() {
-            return Err(format!("{path} has none of nVCOMP 6's batched functions"));
+            return Err(LoadError::NoBatchedApi { path });
         }
         Ok(Nvcomp { _lib: lib, algos, path })
     }
