@@ -82,7 +82,7 @@ pub fn seconds_in(min: f64, max: f64) -> impl Fn(&str) -> Result<Duration, Strin
 /// (object_store takes any string here and panics at the first signed request on one that is
 /// not a URL.)
 pub fn endpoint_url(s: &str) -> Result<String, String> {
-    shrinkfs_fuse::store::check_endpoint_url(s)?;
+    shrinkfs_fuse::store::check_endpoint_url(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
 }
 
@@ -142,7 +142,7 @@ pub fn source(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must be a directory, s3://bucket[/prefix] or memory://".into());
     }
-    shrinkfs_fuse::store::Source::parse(s)?;
+    shrinkfs_fuse::store::Source::parse(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
 }
 
