@@ -432,7 +432,7 @@ impl Fs {
                     while len < base.size() {
                         let chunk = self.reader.read(base, len..len + step).await?;
                         if chunk.is_empty() {
-                            return Err(Error::Invalid(format!("{} ended before its size", base.path)));
+                            return Err(Error::ShortObject { key: base.path.to_string() });
                         }
                         file.write_all_at(&chunk, len)?;
                         len += chunk.len() as u64;
@@ -451,7 +451,7 @@ impl Fs {
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
         if !h.write {
-            return Err(Error::Invalid("handle not open for writing".into()));
+            return Err(Error::NotWritable);
         }
         let _writing = h.file.begin_write();
         let mut of = lock_for_write(&h.file, offset, self.cfg.writeback_cache).await;
@@ -750,7 +750,7 @@ impl Fs {
         self.writable()?;
         if i.kind != Kind::File {
             if size.is_some() {
-                return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::Invalid("truncate a link".into()) });
+                return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::WrongType("truncate a link") });
             }
             // Directories keep theirs in their marker object, symbolic links in their own object.
             let attr = {

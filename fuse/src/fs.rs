@@ -148,13 +148,13 @@ impl std::fmt::Debug for Fs {
 
 pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(Error::Invalid(format!("bad name {name:?}")));
+        return Err(Error::InvalidName(name.into()));
     }
     if name.len() > 255 {
         return Err(Error::BadName);
     }
     if name == DIR_MARKER || name == crate::localstore::TMP_DIR {
-        return Err(Error::Invalid("reserved name".into()));
+        return Err(Error::ReservedName(name.into()));
     }
     Ok(())
 }
@@ -523,8 +523,7 @@ impl Fs {
             gid: attr.gid,
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
         };
-        let obj =
-            shrinkfs_codec::encode_all_with(&self.cfg.encode, &[], &meta).map_err(|e| Error::Invalid(e.to_string()))?;
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, &[], &meta).map_err(Error::Config)?;
         self.bucket.store.put(&self.key(&join(rel, DIR_MARKER)), obj.into()).await?;
         Ok(())
     }
@@ -646,8 +645,7 @@ impl Fs {
             gid: Some(gid),
             mtime: Some((now.as_secs() as i64, now.subsec_nanos())),
         };
-        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, target.as_bytes(), &meta)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, target.as_bytes(), &meta).map_err(Error::Config)?;
         self.bucket.store.put(&self.key(&rel), obj.into()).await?;
         self.metrics.object_written(target.len() as u64);
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
@@ -664,7 +662,7 @@ impl Fs {
         let mode = match i.kind {
             Kind::Symlink => S_IFLNK | 0o777,
             Kind::Special(t) => t | u32::from(attr.perm.unwrap_or(self.cfg.file_mode)),
-            _ => return Err(Error::Invalid("not a link or special file".into())),
+            _ => return Err(Error::WrongType("not a link or special file")),
         };
         self.put_small(&i.path, mode, attr, &data).await
     }
@@ -679,8 +677,7 @@ impl Fs {
             gid: attr.gid,
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
         };
-        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, data, &meta)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let obj = shrinkfs_codec::encode_all_with(&self.cfg.encode, data, &meta).map_err(Error::Config)?;
         self.bucket.store.put(&self.key(rel), obj.into()).await?;
         self.metrics.object_written(data.len() as u64);
         Ok(())
@@ -697,7 +694,7 @@ impl Fs {
         let kind = match mode & S_IFMT {
             t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK) => Kind::Special(t),
             S_IFREG | 0 => Kind::File,
-            _ => return Err(Error::Invalid("mknod of this file type".into())),
+            _ => return Err(Error::WrongType("mknod of this file type")),
         };
         if self.lookup_exists(parent, name).await? {
             return Err(Error::Exists);
@@ -721,11 +718,11 @@ impl Fs {
     pub async fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
         if i.kind != Kind::Symlink {
-            return Err(Error::Invalid("not a symbolic link".into()));
+            return Err(Error::WrongType("not a symbolic link"));
         }
         let info = self.reader.stat(&self.key(&i.path)).await?.ok_or(Error::NotFound)?;
         if info.meta().mode.is_none_or(|m| m & S_IFMT != S_IFLNK) {
-            return Err(Error::Invalid("not a symbolic link".into()));
+            return Err(Error::WrongType("not a symbolic link"));
         }
         self.reader.read_all(&info).await
     }
@@ -773,7 +770,7 @@ impl Fs {
         let moved: Vec<u64>;
         if src_attr.kind == Kind::Dir {
             if to == from || to.starts_with(&format!("{from}/")) {
-                return Err(Error::Invalid("cannot move a directory into itself".into()));
+                return Err(Error::IntoItself);
             }
             if dst.is_some() {
                 self.rmdir(new_parent, new_name).await?;

@@ -16,6 +16,7 @@ pub mod localstore;
 pub mod metrics;
 pub mod objects;
 pub mod session;
+pub mod statfs;
 pub mod store;
 pub mod upload;
 pub mod uploads;
