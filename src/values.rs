@@ -36,6 +36,14 @@ where
     }
 }
 
+/// A codec name (`--codec`): the names of the codec table, each listed in the help with its
+/// line there.
+pub fn codec() -> impl clap::builder::TypedValueParser<Value = shrinkfs_codec::CodecId> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let names = shrinkfs_codec::CodecId::ALL.iter().map(|c| PossibleValue::new(c.name()).help(c.descriptor().help));
+    PossibleValuesParser::new(names).try_map(|name| name.parse::<shrinkfs_codec::CodecId>())
+}
+
 /// A byte range given as `START:LEN` (each a size, like `1M:64K`).
 pub fn byte_range(s: &str) -> Result<std::ops::Range<u64>, String> {
     let (start, len) = s.split_once(':').ok_or("expected START:LEN, e.g. 1M:64K")?;
