@@ -111,6 +111,23 @@ fn gpu_row(
     })
 }
 
+/// The CPU rows the codec table asks for, labelled "cpu-NAME-LEVEL" (or "cpu-NAME" for a codec
+/// without levels): each codec at each of its `bench_levels`.
+fn cpu_codecs() -> Vec<(String, std::sync::Arc<dyn Codec>)> {
+    let mut rows = Vec::new();
+    for &id in CodecId::ALL {
+        let d = id.descriptor();
+        for &level in d.bench_levels {
+            let label = match d.levels {
+                Some(_) => format!("cpu-{id}-{level}"),
+                None => format!("cpu-{id}"),
+            };
+            rows.push((label, cpu_equivalent(id, level)));
+        }
+    }
+    rows
+}
+
 /// Whether a row label ("cpu-zstd-1", "gpu-lz4-block") belongs to one of the chosen codec
 /// families; every label does when none are chosen.
 fn chosen(label: &str, families: &[String]) -> bool {
@@ -138,18 +155,12 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
             Some(g)
         }
         Err(why) => {
-            println!("GPU: none ({why}); CPU codecs only");
+            println!("GPU: none ({:#}); CPU codecs only", anyhow::Error::from(why));
             None
         }
     };
     println!("CPU: {} threads\n", rayon::current_num_threads());
-    let cpu_codecs: Vec<(String, std::sync::Arc<dyn Codec>)> = vec![
-        ("cpu-zstd-1".into(), cpu_equivalent(CodecId::Zstd, 1)),
-        ("cpu-zstd-3".into(), cpu_equivalent(CodecId::Zstd, 3)),
-        ("cpu-lz4".into(), cpu_equivalent(CodecId::Lz4, 1)),
-        ("cpu-deflate-1".into(), cpu_equivalent(CodecId::Deflate, 1)),
-        ("cpu-snappy".into(), cpu_equivalent(CodecId::Snappy, 1)),
-    ];
+    let cpu_codecs = cpu_codecs();
     let mut rows = Vec::new();
     println!("| corpus | frame | codec | ratio | compress GB/s | decompress GB/s |");
     println!("|---|---|---|---|---|---|");
@@ -256,5 +267,11 @@ mod tests {
         assert!(super::chosen("gpu-lz4-block", &f("lz4-block")));
         assert!(!super::chosen("cpu-deflate-1", &f("zstd,lz4")));
         assert!(super::chosen("gpu-ans", &[]));
+    }
+
+    #[test]
+    fn the_cpu_rows_come_from_the_codec_table() {
+        let labels: Vec<String> = super::cpu_codecs().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(labels, ["cpu-zstd-1", "cpu-zstd-3", "cpu-lz4", "cpu-deflate-1", "cpu-snappy"]);
     }
 }

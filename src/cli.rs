@@ -312,51 +312,6 @@ pub struct UnmountArgs {
     pub mountpoint: PathBuf,
 }
 
-/// Codecs selectable on the command line. zstd, lz4, deflate and snappy run on the GPU when one
-/// is used (`--gpu`) and on the CPU otherwise, in the same format; the gpu-only codecs need nVCOMP
-/// to decode and fall back to zstd level 1 when written without a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CodecChoice {
-    /// zstd (levels 1 to 19; the GPU ignores the level).
-    Zstd,
-    /// LZ4 frames of 64 KiB blocks, the `lz4` tool's format (fast, lower ratio).
-    Lz4,
-    /// One raw LZ4 block per frame (the format of objects written before LZ4 frames).
-    #[value(name = "lz4-block")]
-    Lz4Block,
-    /// Raw deflate (RFC 1951).
-    Deflate,
-    /// Snappy.
-    Snappy,
-    /// Store frames uncompressed (still framed, checksummed and optionally sealed).
-    None,
-    /// nVCOMP GDeflate (GPU-only format).
-    Gdeflate,
-    /// nVCOMP Cascaded, for typed numeric data (GPU-only format; see --gpu-data-type).
-    Cascaded,
-    /// nVCOMP Bitcomp, for typed numeric data (GPU-only format).
-    Bitcomp,
-    /// nVCOMP ANS (GPU-only format).
-    Ans,
-}
-
-impl From<CodecChoice> for CodecId {
-    fn from(c: CodecChoice) -> Self {
-        match c {
-            CodecChoice::Zstd => CodecId::Zstd,
-            CodecChoice::Lz4 => CodecId::Lz4,
-            CodecChoice::Lz4Block => CodecId::Lz4Block,
-            CodecChoice::Deflate => CodecId::Deflate,
-            CodecChoice::Snappy => CodecId::Snappy,
-            CodecChoice::None => CodecId::None,
-            CodecChoice::Gdeflate => CodecId::GDeflate,
-            CodecChoice::Cascaded => CodecId::Cascaded,
-            CodecChoice::Bitcomp => CodecId::Bitcomp,
-            CodecChoice::Ans => CodecId::Ans,
-        }
-    }
-}
-
 /// Whether to compress on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GpuChoice {
@@ -397,7 +352,7 @@ impl CodecArgs {
     /// zstd because no GPU is in use.
     pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let d = self.gpu.dispatcher()?;
-        let id = CodecId::from(self.codec);
+        let id = self.codec;
         if id.gpu_only() && !d.gpu_for(id) {
             tracing::warn!("codec {id} needs a GPU ({}); frames are written with zstd level 1 instead", d.describe);
         }
@@ -408,7 +363,7 @@ impl CodecArgs {
 impl GpuArgs {
     /// Starts the dispatcher these arguments describe.
     pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
-        use shrinkfs_codec::dispatch::{DispatchConfig, Dispatcher, GpuPolicy};
+        use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
             .position(|t| *t == self.gpu_data_type)
@@ -427,16 +382,22 @@ impl GpuArgs {
             data_type,
             ..DispatchConfig::default()
         };
-        Dispatcher::new(cfg).map_err(|e| UsageError(e).into())
+        Dispatcher::new(cfg).map_err(|e| match e {
+            // The GPU asked for is not there: a usage error (exit 2), its cause in the chain.
+            DispatchError::Thread(_) => anyhow::Error::new(e),
+            _ => anyhow::Error::new(e).context(UsageError("--gpu on".into())),
+        })
     }
 }
 
 /// How frames are encoded (shared by `pack` and, later, `mount`).
 #[derive(Debug, Clone, Args)]
 pub struct CodecArgs {
-    /// Codec for new frames.
-    #[arg(long, value_enum, default_value_t = CodecChoice::Zstd)]
-    pub codec: CodecChoice,
+    /// Codec for new frames. zstd, lz4, deflate and snappy run on the GPU when one is used
+    /// (`--gpu`) and on the CPU otherwise, in the same format; the GPU-only formats need nVCOMP to
+    /// decode and fall back to zstd level 1 when written without a GPU.
+    #[arg(long, default_value = "zstd", value_parser = values::codec())]
+    pub codec: CodecId,
     /// Compression level (zstd: 1 fastest .. 19 smallest; deflate uses 1 to 9).
     #[arg(long, default_value_t = 1, value_parser = values::int_in::<i32>(1, 19))]
     pub level: i32,
@@ -487,14 +448,14 @@ impl CodecArgs {
         let frame_size = u32::try_from(self.frame_size)
             .map_err(|_| UsageError(format!("frame size {} is too large", self.frame_size)))?;
         let dict = load_dict(&self.dict)?;
-        if CodecId::from(self.codec).gpu_only() && self.gpu.gpu == GpuChoice::Off {
-            return Err(UsageError(format!("codec {} needs the GPU; drop --gpu off", CodecId::from(self.codec))).into());
+        if self.codec.gpu_only() && self.gpu.gpu == GpuChoice::Off {
+            return Err(UsageError(format!("codec {} needs the GPU; drop --gpu off", self.codec)).into());
         }
-        if dict.is_some() && self.codec != CodecChoice::Zstd {
-            return Err(UsageError("--dict works with --codec zstd only".into()).into());
+        if dict.is_some() && !self.codec.descriptor().dictionary {
+            return Err(UsageError(format!("--dict does not apply to --codec {}", self.codec)).into());
         }
         let config = EncodeConfig {
-            params: CodecParams { codec: self.codec.into(), level: self.level, dict },
+            params: CodecParams { codec: self.codec, level: self.level, dict },
             frame_size,
             key: self.key.load()?,
         };
@@ -652,7 +613,7 @@ impl S3Args {
         let bad = |why: String| UsageError(format!("--sse-c-key-file {}: {why}", path.display()));
         let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
         let text = String::from_utf8(text).map_err(|_| bad("is not base64 text".into()))?;
-        CustomerKey::from_base64(&text).map_err(|e| bad(e).into())
+        CustomerKey::from_base64(&text).map_err(|e| bad(e.to_string()).into())
     }
 }
 

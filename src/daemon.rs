@@ -36,7 +36,7 @@ impl Readiness {
     pub fn failed(&mut self, e: &anyhow::Error) -> bool {
         let Some(fd) = self.pipe.take() else { return false };
         let mut w = std::fs::File::from(fd);
-        let _ = write!(w, "{}:{e:#}", crate::exit::code_for(e));
+        let _ = write!(w, "{}:{}", crate::exit::code_for(e), crate::exit::message(e));
         true
     }
 }

@@ -2,6 +2,7 @@
 
 use shrinkfs_codec::Error as CodecError;
 use shrinkfs_fuse::connection::{MountpointError, UnmountError};
+use shrinkfs_fuse::store::{OpenError, SourceError};
 
 /// Success.
 pub const OK: i32 = 0;
@@ -29,6 +30,20 @@ pub fn clap_message(e: &clap::Error) -> String {
     line.strip_prefix("error: ").unwrap_or(&line).to_owned()
 }
 
+/// An error chain as the one line printed after "shrinkfs: error: ": each cause after the
+/// first, unless an earlier message already says it (object_store's errors repeat their
+/// source's text), and line breaks squeezed out.
+pub fn message(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The exit code for an error chain: the first classifiable cause decides.
 pub fn code_for(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
@@ -43,6 +58,15 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         }
         if cause.is::<crate::mount::Unavailable>() {
             return IO;
+        }
+        if cause.is::<SourceError>() {
+            return USAGE;
+        }
+        if let Some(o) = cause.downcast_ref::<OpenError>() {
+            return match o {
+                OpenError::Credentials(_) => USAGE,
+                _ => IO,
+            };
         }
         if let Some(m) = cause.downcast_ref::<MountpointError>() {
             return match m {
@@ -98,5 +122,18 @@ mod tests {
         let e = Err::<(), _>(CodecError::InvalidOption("level".into())).context("pack").unwrap_err();
         assert_eq!(code_for(&e), USAGE);
         assert_eq!(code_for(&anyhow::anyhow!("other")), OTHER);
+        let e = anyhow::Error::new(SourceError::Scheme("gs://b".into()));
+        assert_eq!(code_for(&e), USAGE);
+        let e = anyhow::Error::new(OpenError::NotADirectory("/f".into()));
+        assert_eq!(code_for(&e), IO);
+    }
+
+    #[test]
+    fn a_chain_prints_as_one_line_without_repeats() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let e = anyhow::Error::new(Repeats(std::io::Error::other("disk\nfull"))).context("cannot write x");
+        assert_eq!(message(&e), "cannot write x: outer: disk full");
     }
 }

@@ -9,7 +9,7 @@ fn main() {
             Ok(Some(argv)) => args = argv,
             Ok(None) => std::process::exit(0),
             Err(e) => {
-                eprintln!("{}: error: {e:#}", shrinkfs::fstab::HELPER);
+                eprintln!("{}: error: {}", shrinkfs::fstab::HELPER, shrinkfs::exit::message(&e));
                 std::process::exit(shrinkfs::exit::code_for(&e));
             }
         }
@@ -32,7 +32,7 @@ fn main() {
     match shrinkfs::run(cli) {
         Ok(()) => {}
         Err(e) => {
-            eprintln!("shrinkfs: error: {e:#}");
+            eprintln!("shrinkfs: error: {}", shrinkfs::exit::message(&e));
             std::process::exit(shrinkfs::exit::code_for(&e));
         }
     }

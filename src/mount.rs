@@ -163,7 +163,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
         crate::daemon::close_inherited();
     }
     absolute_paths(&mut a)?;
-    let source = Source::parse(&a.source).map_err(UsageError)?;
+    let source = Source::parse(&a.source)?;
     // Option values first: a bad one is a usage error whatever the mount point.
     let (cfg, disk_cache) = fs_config(&a)?;
     let s3 = s3_options(&a)?;
@@ -234,8 +234,8 @@ fn serve(
     // contexts do not survive fork.
     let services = Services { dispatcher: Arc::new(a.codec.dispatcher()?), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
-    rt.block_on(bucket.check_reachable()).map_err(Unavailable)?;
+    let bucket = rt.block_on(store::open(&source, &s3))?;
+    rt.block_on(bucket.check_reachable())?;
     if a.skip_key_check {
         tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
     } else {
@@ -334,10 +334,10 @@ pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Dura
 
 /// Runs `shrinkfs cleanup`.
 pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
-    let source = Source::parse(&a.source).map_err(UsageError)?;
+    let source = Source::parse(&a.source)?;
     let s3 = a.s3.options()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let bucket = rt.block_on(store::open(&source, &s3)).map_err(crate::remote::open_error)?;
+    let bucket = rt.block_on(store::open(&source, &s3))?;
     println!("{}", rt.block_on(clean_leftovers(&bucket, a.older_than))?);
     Ok(())
 }

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
-use shrinkfs_fuse::store::{self, Bucket, OpenError, Source};
+use shrinkfs_fuse::store::{self, Bucket, Source};
 use tokio::task::JoinSet;
 
 use crate::cli::S3Args;
@@ -39,18 +39,9 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("s3://")
 }
 
-/// Why a bucket could not be opened, as the error its exit code is decided by: no usable
-/// credentials is a usage error (2), anything else the bucket being unavailable (3).
-pub fn open_error(e: OpenError) -> anyhow::Error {
-    match e {
-        OpenError::Credentials(c) => c.into(),
-        other => crate::mount::Unavailable(other.to_string()).into(),
-    }
-}
-
 /// Opens the store of `s3://bucket/key` (finding the credentials on the way).
 pub fn open(url: &str, s3: &S3Args) -> anyhow::Result<Remote> {
-    let source = Source::parse(url).map_err(|e| anyhow::anyhow!(e))?;
+    let source = Source::parse(url)?;
     let key = match &source {
         Source::S3 { prefix, .. } if !prefix.is_empty() => prefix.clone(),
         _ => anyhow::bail!(crate::exit::UsageError(format!("{url:?} names no object (expected s3://bucket/key)"))),
@@ -61,7 +52,7 @@ pub fn open(url: &str, s3: &S3Args) -> anyhow::Result<Remote> {
     };
     let options = s3.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    let Bucket { store, .. } = rt.block_on(store::open(&bucket_only, &options)).map_err(open_error)?;
+    let Bucket { store, .. } = rt.block_on(store::open(&bucket_only, &options))?;
     let path = Path::parse(&key).with_context(|| format!("bad key {key:?}"))?;
     Ok(Remote { rt, store, path, url: url.to_owned() })
 }

@@ -491,7 +491,7 @@ codec = "lz4"
         assert!(m.allow_other && m.read_only, "switches from the file and the environment");
         assert_eq!(m.options, ["ro"], "a list on the command line replaces the file's");
         assert_eq!(m.metadata_ttl, Duration::from_millis(2500));
-        assert_eq!(m.codec.codec, crate::cli::CodecChoice::Zstd, "[pack] does not reach mount");
+        assert_eq!(m.codec.codec, shrinkfs_codec::CodecId::Zstd, "[pack] does not reach mount");
 
         let m = mount(parse("shrinkfs mount memory:// /m", &[], Some(FILE)).unwrap());
         assert_eq!((m.codec.level, m.memory_limit, m.options.len()), (5, Some(1 << 30), 2));

@@ -36,6 +36,14 @@ where
     }
 }
 
+/// A codec name (`--codec`): the names of the codec table, each listed in the help with its
+/// line there.
+pub fn codec() -> impl clap::builder::TypedValueParser<Value = shrinkfs_codec::CodecId> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let names = shrinkfs_codec::CodecId::ALL.iter().map(|c| PossibleValue::new(c.name()).help(c.descriptor().help));
+    PossibleValuesParser::new(names).try_map(|name| name.parse::<shrinkfs_codec::CodecId>())
+}
+
 /// A byte range given as `START:LEN` (each a size, like `1M:64K`).
 pub fn byte_range(s: &str) -> Result<std::ops::Range<u64>, String> {
     let (start, len) = s.split_once(':').ok_or("expected START:LEN, e.g. 1M:64K")?;
@@ -82,7 +90,7 @@ pub fn seconds_in(min: f64, max: f64) -> impl Fn(&str) -> Result<Duration, Strin
 /// (object_store takes any string here and panics at the first signed request on one that is
 /// not a URL.)
 pub fn endpoint_url(s: &str) -> Result<String, String> {
-    shrinkfs_fuse::store::check_endpoint_url(s)?;
+    shrinkfs_fuse::store::check_endpoint_url(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
 }
 
@@ -142,7 +150,7 @@ pub fn source(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must be a directory, s3://bucket[/prefix] or memory://".into());
     }
-    shrinkfs_fuse::store::Source::parse(s)?;
+    shrinkfs_fuse::store::Source::parse(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
 }
 

@@ -176,7 +176,11 @@ fn inputs() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-const CODECS: [&str; 6] = ["none", "zstd", "lz4", "lz4-block", "deflate", "snappy"];
+/// Every codec a CPU-only host reads, from the codec table: a new one is checked against the
+/// second decoder as soon as the table has it.
+fn codecs() -> Vec<&'static str> {
+    CodecId::ALL.iter().filter(|c| !c.gpu_only()).map(|c| c.name()).collect()
+}
 const FRAME_SIZES: [(&str, u64); 4] = [("4K", 4 << 10), ("64K", 64 << 10), ("1M", 1 << 20), ("4M", 4 << 20)];
 
 /// The frames a range read must fetch from an object cut into frames of `fs` bytes.
@@ -204,7 +208,7 @@ fn both_decoders_agree_on_every_object_of_the_matrix() {
     let mut objects = Vec::new();
     let mut packs = Vec::new();
     for (name, data) in &inputs {
-        for codec in CODECS {
+        for codec in codecs() {
             for (fs_name, frame_size) in FRAME_SIZES {
                 for sealed in [false, true] {
                     let tag = format!("{name}.{codec}.{fs_name}.{}", if sealed { "sealed" } else { "plain" });
@@ -345,7 +349,7 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
     let (mut encodes, mut unpacks, mut wants) = (Vec::new(), Vec::new(), Vec::new());
     for (name, data) in &inputs {
         std::fs::write(d.join(name), data).unwrap();
-        for codec in CODECS {
+        for codec in codecs() {
             for sealed in [false, true] {
                 let tag = format!("{name}.{codec}.{}", if sealed { "sealed" } else { "plain" });
                 let (obj, out) = (d.join(format!("{tag}.skf")), d.join(format!("{tag}.out")));

@@ -1,4 +1,7 @@
-//! Codec ids as stored in frames, and the CPU codecs (none, zstd, lz4) behind one `Codec` trait.
+//! The codec table — one row per codec ([`CodecId::descriptor`]): its name, command-line help,
+//! levels, CPU back end and nVCOMP mapping, from which the CLI values, the CPU constructor and
+//! decoder, the GPU back end and the docs' check are derived — and the CPU codecs behind one
+//! `Codec` trait.
 //!
 //! Compression contexts are kept per thread, so a worker pool compresses frames without
 //! allocating a context per frame.
@@ -11,11 +14,225 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 pub use crate::id::{CodecId, DecodeFailure};
 
+/// A codec as the rest of the program sees it: everything about a codec but its on-disk id
+/// (`id.rs`) and its implementation is here.
+#[derive(Debug, Clone, Copy)]
+pub struct Descriptor {
+    /// Its name on the command line, in `inspect`, in metrics and in docs/FORMAT.md.
+    pub name: &'static str,
+    /// Its line in `--codec`'s help.
+    pub help: &'static str,
+    /// The levels it takes, inclusive (`None`: it ignores `--level`).
+    pub levels: Option<(i32, i32)>,
+    /// Whether a zstd dictionary applies to it.
+    pub dictionary: bool,
+    /// The CPU back end; `None` for formats only nVCOMP decodes (written as zstd level 1 when no
+    /// GPU takes them).
+    pub cpu: Option<CpuBackEnd>,
+    /// The GPU back end's mapping; `None` where nVCOMP has no such algorithm.
+    pub gpu: Option<GpuMapping>,
+    /// The levels `shrinkfs bench codecs` measures on the CPU (empty: not measured).
+    pub bench_levels: &'static [i32],
+}
+
+/// Builds a CPU encoder at a level, with a dictionary where the codec takes one.
+pub type NewCodec = fn(i32, Option<Arc<Dictionary>>) -> Result<Box<dyn Codec>>;
+
+/// Decodes one payload (`stored`) into exactly `raw_len` bytes in `out`, with a dictionary where
+/// the codec takes one.
+pub type DecodePayload =
+    fn(stored: &[u8], raw_len: usize, dict: Option<&Dictionary>, out: &mut Vec<u8>) -> Result<(), DecodeFailure>;
+
+/// A codec's CPU back end.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuBackEnd {
+    /// Builds its encoder.
+    pub new: NewCodec,
+    /// Decodes one payload.
+    pub decode: DecodePayload,
+}
+
+/// How the GPU back end runs a codec through nVCOMP.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuMapping {
+    /// nVCOMP's name of the algorithm (`nvcompBatched{name}CompressAsync`).
+    pub nvcomp: &'static str,
+    /// The largest chunk nVCOMP's algorithm takes.
+    pub max_chunk: usize,
+    /// How a frame's payload is cut for nVCOMP.
+    pub layout: GpuLayout,
+    /// Which of nVCOMP's options structs the algorithm needs.
+    pub options: GpuOptions,
+}
+
+/// How a frame's payload is cut into nVCOMP chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuLayout {
+    /// One chunk per frame: the payload is nVCOMP's output as it is.
+    Whole,
+    /// Frames over 64 KiB go as 64 KiB pieces, each its own zstd frame, concatenated.
+    ZstdFrames,
+    /// Always 64 KiB pieces, each a block of one LZ4 frame of independent blocks.
+    Lz4Frame,
+}
+
+/// Which options struct an nVCOMP algorithm is given (its layout is `gpu::nvcomp::Opts`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuOptions {
+    /// All zero: nVCOMP's defaults.
+    Default,
+    /// Deflate's and GDeflate's: algorithm 1 (high throughput).
+    Deflate,
+    /// Cascaded's, with the data type hint.
+    Cascaded,
+    /// Bitcomp's, with the data type hint.
+    Bitcomp,
+}
+
+/// nVCOMP's largest chunk for LZ4, Snappy, Cascaded, Bitcomp and ANS.
+const NVCOMP_16M: usize = 1 << 24;
+
+impl CodecId {
+    /// The codec's row of the codec table.
+    pub fn descriptor(self) -> Descriptor {
+        const NO_CPU_BENCH: &[i32] = &[];
+        let gpu = |nvcomp, max_chunk, layout, options| Some(GpuMapping { nvcomp, max_chunk, layout, options });
+        match self {
+            CodecId::Zstd => Descriptor {
+                name: "zstd",
+                help: "zstd (levels 1 to 19; the GPU ignores the level)",
+                levels: Some((1, ZstdCodec::MAX_LEVEL)),
+                dictionary: true,
+                cpu: Some(CpuBackEnd {
+                    new: |level, dict| Ok(Box::new(ZstdCodec::new(level, dict)?)),
+                    decode: decompress_zstd,
+                }),
+                gpu: gpu("Zstd", (1 << 31) - 1, GpuLayout::ZstdFrames, GpuOptions::Default),
+                bench_levels: &[1, 3],
+            },
+            CodecId::Lz4 => Descriptor {
+                name: "lz4",
+                help: "LZ4 frames of 64 KiB blocks, the `lz4` tool's format (fast, lower ratio)",
+                levels: None,
+                dictionary: false,
+                cpu: Some(CpuBackEnd {
+                    new: |_, _| Ok(Box::new(Lz4Codec)),
+                    decode: |stored, raw_len, _, out| Lz4Codec.decompress(stored, raw_len, out),
+                }),
+                // LZ4 frames go to nVCOMP as their raw blocks.
+                gpu: gpu("LZ4", NVCOMP_16M, GpuLayout::Lz4Frame, GpuOptions::Default),
+                bench_levels: &[1],
+            },
+            CodecId::Lz4Block => Descriptor {
+                name: "lz4-block",
+                help: "One raw LZ4 block per frame (the format of objects written before LZ4 frames)",
+                levels: None,
+                dictionary: false,
+                cpu: Some(CpuBackEnd {
+                    new: |_, _| Ok(Box::new(Lz4BlockCodec)),
+                    decode: |stored, raw_len, _, out| Lz4BlockCodec.decompress(stored, raw_len, out),
+                }),
+                gpu: gpu("LZ4", NVCOMP_16M, GpuLayout::Whole, GpuOptions::Default),
+                bench_levels: NO_CPU_BENCH,
+            },
+            CodecId::Deflate => Descriptor {
+                name: "deflate",
+                help: "Raw deflate (RFC 1951)",
+                levels: Some((1, 9)),
+                dictionary: false,
+                cpu: Some(CpuBackEnd {
+                    new: |level, _| Ok(Box::new(DeflateCodec::new(level))),
+                    decode: |stored, raw_len, _, out| DeflateCodec::new(1).decompress(stored, raw_len, out),
+                }),
+                gpu: gpu("Deflate", 1 << 31, GpuLayout::Whole, GpuOptions::Deflate),
+                bench_levels: &[1],
+            },
+            CodecId::Snappy => Descriptor {
+                name: "snappy",
+                help: "Snappy",
+                levels: None,
+                dictionary: false,
+                cpu: Some(CpuBackEnd {
+                    new: |_, _| Ok(Box::new(SnappyCodec)),
+                    decode: |stored, raw_len, _, out| SnappyCodec.decompress(stored, raw_len, out),
+                }),
+                gpu: gpu("Snappy", NVCOMP_16M, GpuLayout::Whole, GpuOptions::Default),
+                bench_levels: &[1],
+            },
+            CodecId::None => Descriptor {
+                name: "none",
+                help: "Store frames uncompressed (still framed, checksummed and optionally sealed)",
+                levels: None,
+                dictionary: false,
+                cpu: Some(CpuBackEnd {
+                    new: |_, _| Ok(Box::new(NoneCodec)),
+                    decode: |stored, raw_len, _, out| NoneCodec.decompress(stored, raw_len, out),
+                }),
+                gpu: None,
+                bench_levels: NO_CPU_BENCH,
+            },
+            CodecId::GDeflate => Descriptor {
+                name: "gdeflate",
+                help: "nVCOMP GDeflate (GPU-only format)",
+                levels: None,
+                dictionary: false,
+                cpu: None,
+                gpu: gpu("Gdeflate", 1 << 31, GpuLayout::Whole, GpuOptions::Deflate),
+                bench_levels: NO_CPU_BENCH,
+            },
+            CodecId::Cascaded => Descriptor {
+                name: "cascaded",
+                help: "nVCOMP Cascaded, for typed numeric data (GPU-only format; see --gpu-data-type)",
+                levels: None,
+                dictionary: false,
+                cpu: None,
+                gpu: gpu("Cascaded", NVCOMP_16M, GpuLayout::Whole, GpuOptions::Cascaded),
+                bench_levels: NO_CPU_BENCH,
+            },
+            CodecId::Bitcomp => Descriptor {
+                name: "bitcomp",
+                help: "nVCOMP Bitcomp, for typed numeric data (GPU-only format)",
+                levels: None,
+                dictionary: false,
+                cpu: None,
+                gpu: gpu("Bitcomp", NVCOMP_16M, GpuLayout::Whole, GpuOptions::Bitcomp),
+                bench_levels: NO_CPU_BENCH,
+            },
+            CodecId::Ans => Descriptor {
+                name: "ans",
+                help: "nVCOMP ANS (GPU-only format)",
+                levels: None,
+                dictionary: false,
+                cpu: None,
+                gpu: gpu("ANS", NVCOMP_16M, GpuLayout::Whole, GpuOptions::Default),
+                bench_levels: NO_CPU_BENCH,
+            },
+        }
+    }
+
+    /// The codec's name, as used on the command line and in `inspect`.
+    pub fn name(self) -> &'static str {
+        self.descriptor().name
+    }
+
+    /// Whether only nVCOMP on a GPU can decode this codec.
+    pub fn gpu_only(self) -> bool {
+        self.descriptor().cpu.is_none()
+    }
+}
+
+impl fmt::Display for CodecId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl FromStr for CodecId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         Self::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|c| c.name() == s)
             .ok_or_else(|| Error::InvalidOption(format!("unknown codec {s:?}")))
     }
@@ -322,21 +539,13 @@ impl Default for CodecParams {
 }
 
 impl CodecParams {
-    /// Builds the CPU codec these parameters name.
+    /// Builds the CPU codec these parameters name. GPU-only formats get zstd level 1, which every
+    /// host reads: the CPU path (no GPU, or a GPU fallback) writes that instead.
     pub fn cpu_codec(&self) -> Result<Box<dyn Codec>> {
-        Ok(match self.codec {
-            CodecId::None => Box::new(NoneCodec),
-            CodecId::Zstd => Box::new(ZstdCodec::new(self.level, self.dict.clone())?),
-            CodecId::Lz4 => Box::new(Lz4Codec),
-            CodecId::Lz4Block => Box::new(Lz4BlockCodec),
-            CodecId::Deflate => Box::new(DeflateCodec::new(self.level)),
-            CodecId::Snappy => Box::new(SnappyCodec),
-            // GPU-only formats: the CPU path (no GPU, or a GPU fallback) writes zstd level 1, which
-            // every host reads.
-            CodecId::GDeflate | CodecId::Cascaded | CodecId::Bitcomp | CodecId::Ans => {
-                Box::new(ZstdCodec::new(1, None)?)
-            }
-        })
+        match self.codec.descriptor().cpu {
+            Some(cpu) => (cpu.new)(self.level, self.dict.clone()),
+            None => Ok(Box::new(ZstdCodec::new(1, None)?)),
+        }
     }
 }
 
@@ -348,14 +557,9 @@ pub fn decompress_cpu(
     dict: Option<&Dictionary>,
     out: &mut Vec<u8>,
 ) -> Result<(), DecodeFailure> {
-    match codec {
-        CodecId::None => NoneCodec.decompress(stored, raw_len, out),
-        CodecId::Zstd => decompress_zstd(stored, raw_len, dict, out),
-        CodecId::Lz4 => Lz4Codec.decompress(stored, raw_len, out),
-        CodecId::Lz4Block => Lz4BlockCodec.decompress(stored, raw_len, out),
-        CodecId::Deflate => DeflateCodec::new(1).decompress(stored, raw_len, out),
-        CodecId::Snappy => SnappyCodec.decompress(stored, raw_len, out),
-        _ => Err(DecodeFailure::Unavailable("it is a GPU-only codec; decode on a host with nVCOMP")),
+    match codec.descriptor().cpu {
+        Some(cpu) => (cpu.decode)(stored, raw_len, dict, out),
+        None => Err(DecodeFailure::Unavailable("it is a GPU-only codec; decode on a host with nVCOMP")),
     }
 }
 
@@ -365,11 +569,42 @@ mod tests {
 
     #[test]
     fn ids_roundtrip_through_bytes_and_names() {
-        for c in CodecId::ALL {
+        for &c in CodecId::ALL {
             assert_eq!(CodecId::from_u8(c as u8).unwrap(), c);
             assert_eq!(c.name().parse::<CodecId>().unwrap(), c);
         }
         assert_eq!(CodecId::from_u8(0x53), None);
+    }
+
+    #[test]
+    fn the_table_keeps_the_format_rules() {
+        let mut names: Vec<&str> = CodecId::ALL.iter().map(|c| c.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CodecId::ALL.len(), "codec names are unique");
+        for &c in CodecId::ALL {
+            let d = c.descriptor();
+            // FORMAT.md: ids from 16 are the GPU-only formats, and only they.
+            assert_eq!(c as u8 >= 16, d.cpu.is_none(), "{c}");
+            assert!(d.cpu.is_some() || d.gpu.is_some(), "{c}: nothing can write it");
+            assert!(!d.dictionary || c == CodecId::Zstd, "{c}: only zstd frames carry a dictionary id");
+            if let Some((lo, hi)) = d.levels {
+                assert!(1 <= lo && lo <= hi, "{c}");
+            }
+            for &level in d.bench_levels {
+                let params = CodecParams { codec: c, level, dict: None };
+                assert_eq!(params.cpu_codec().unwrap().id(), c, "{c} at level {level}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_cpu_back_end_writes_its_own_id_and_gpu_only_formats_fall_back_to_zstd() {
+        for &c in CodecId::ALL {
+            let made = CodecParams { codec: c, level: 1, dict: None }.cpu_codec().unwrap();
+            let want = if c.gpu_only() { CodecId::Zstd } else { c };
+            assert_eq!(made.id(), want, "{c}");
+        }
     }
 
     #[test]

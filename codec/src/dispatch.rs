@@ -117,6 +117,36 @@ struct Job {
     done: Done,
 }
 
+/// Why a dispatcher could not start.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// The policy requires a GPU and none is usable; the source says why.
+    #[cfg(feature = "gpu")]
+    #[error("a GPU is required, but none is usable")]
+    GpuRequired(#[source] crate::gpu::GpuUnavailable),
+    /// The policy requires a GPU and this build has no GPU back end.
+    #[error("a GPU is required, but this build has no GPU back end")]
+    NoGpuBackEnd,
+    /// The thread that feeds the GPU could not start.
+    #[error("cannot start the GPU thread")]
+    Thread(#[source] std::io::Error),
+}
+
+/// An error and its causes on one line ("CUDA init failed: CUDA_ERROR_NO_DEVICE ..."), for the
+/// dispatcher's description and log lines.
+#[cfg(feature = "gpu")]
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
+}
+
 /// Routes frames to the GPU or the CPU pool.
 pub struct Dispatcher {
     gpu_tx: Option<SyncSender<Job>>,
@@ -156,8 +186,9 @@ impl Dispatcher {
         }
     }
 
-    /// Probes the GPU as the policy says; `Err` only for `GpuPolicy::On` without a usable GPU.
-    pub fn new(cfg: DispatchConfig) -> Result<Self, String> {
+    /// Probes the GPU as the policy says; `Err` only for `GpuPolicy::On` without a usable GPU,
+    /// or when the GPU's thread cannot start.
+    pub fn new(cfg: DispatchConfig) -> Result<Self, DispatchError> {
         if cfg.policy == GpuPolicy::Off {
             return Ok(Self::cpu_only("GPU off by policy"));
         }
@@ -175,12 +206,13 @@ impl Dispatcher {
                     std::thread::Builder::new()
                         .name("shrinkfs-gpu".into())
                         .spawn(move || gpu_loop(gpu, rx, cfg, c))
-                        .map_err(|e| format!("cannot start the GPU thread: {e}"))?;
+                        .map_err(DispatchError::Thread)?;
                     tracing::info!(gpu = %describe, "GPU compression enabled");
                     Ok(Dispatcher { gpu_tx: Some(tx), gpu: Some(shared), counters, gpu_codecs, describe })
                 }
-                Err(why) if cfg.policy == GpuPolicy::On => Err(format!("--gpu on, but {why}")),
+                Err(why) if cfg.policy == GpuPolicy::On => Err(DispatchError::GpuRequired(why)),
                 Err(why) => {
+                    let why = one_line(&why);
                     tracing::info!("GPU not used: {why}; compressing on the CPU");
                     Ok(Self::cpu_only(&why))
                 }
@@ -189,7 +221,7 @@ impl Dispatcher {
         #[cfg(not(feature = "gpu"))]
         {
             if cfg.policy == GpuPolicy::On {
-                return Err("--gpu on, but this build has no GPU back end".into());
+                return Err(DispatchError::NoGpuBackEnd);
             }
             Ok(Self::cpu_only("this build has no GPU back end"))
         }

@@ -40,10 +40,10 @@ impl ObjectContext {
         Ok(ObjectContext { header, key, dict })
     }
 
-    /// Whether frames of `codec` can be decoded: zstd frames of an object that names a
-    /// dictionary need it; every other codec never does.
+    /// Whether frames of `codec` can be decoded: frames of a codec that takes a dictionary (the
+    /// codec table says which: zstd), in an object that names one, need it.
     pub fn require_dict(&self, codec: CodecId) -> Result<()> {
-        if codec == CodecId::Zstd && self.header.dict_id != 0 && self.dict.is_none() {
+        if codec.descriptor().dictionary && self.header.dict_id != 0 && self.dict.is_none() {
             return Err(Error::DictionaryRequired(self.header.dict_id));
         }
         Ok(())

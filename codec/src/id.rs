@@ -1,18 +1,33 @@
 //! Codec ids as stored in frames and the index (one byte each), and how a payload fails to
-//! decode: the vocabulary the format, the errors and every codec share.
+//! decode: the vocabulary the format, the errors and every codec share. What each codec is
+//! (name, back ends) is the codec table's (`codec.rs`); this file only numbers them.
 
-use std::fmt;
+/// Declares `CodecId` and `CodecId::ALL` from one list, so no codec can be missing from `ALL`.
+macro_rules! codec_ids {
+    ($($(#[$doc:meta])* $variant:ident = $id:literal,)*) => {
+        /// Codec of a stored frame, as written in the frame header and index (one byte).
+        ///
+        /// Ids below 16 are standard formats any host decodes; ids from 16 are GPU-only formats.
+        /// Everything else about a codec (its name, CPU and GPU back ends) is in its row of the
+        /// codec table, [`CodecId::descriptor`] in `codec.rs`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum CodecId {
+            $($(#[$doc])* $variant = $id,)*
+        }
 
-/// Codec of a stored frame, as written in the frame header and index (one byte).
-///
-/// Ids below 16 are standard formats any host decodes; ids from 16 are GPU-only formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum CodecId {
-    /// Stored as is.
-    None = 0,
+        impl CodecId {
+            /// Every codec this build knows, in the order the command line lists them.
+            pub const ALL: &[CodecId] = &[$(CodecId::$variant),*];
+        }
+    };
+}
+
+codec_ids! {
     /// A standard zstd frame (RFC 8878) with the content size set.
     Zstd = 1,
+    /// A standard LZ4 frame; shrinkfs writes independent 64 KiB blocks (see `lz4frame`).
+    Lz4 = 5,
     /// A raw LZ4 block (no LZ4 frame header); the raw length comes from the frame header.
     /// Read forever; written only on request (`lz4` writes LZ4 frames).
     Lz4Block = 2,
@@ -20,8 +35,8 @@ pub enum CodecId {
     Deflate = 3,
     /// A raw Snappy block.
     Snappy = 4,
-    /// A standard LZ4 frame; shrinkfs writes independent 64 KiB blocks (see `lz4frame`).
-    Lz4 = 5,
+    /// Stored as is.
+    None = 0,
     /// nVCOMP GDeflate (GPU only).
     GDeflate = 16,
     /// nVCOMP Cascaded (GPU only).
@@ -33,50 +48,9 @@ pub enum CodecId {
 }
 
 impl CodecId {
-    /// All codec ids this build knows.
-    pub const ALL: [CodecId; 10] = [
-        CodecId::None,
-        CodecId::Zstd,
-        CodecId::Lz4Block,
-        CodecId::Deflate,
-        CodecId::Snappy,
-        CodecId::Lz4,
-        CodecId::GDeflate,
-        CodecId::Cascaded,
-        CodecId::Bitcomp,
-        CodecId::Ans,
-    ];
-
     /// Reads a stored codec byte.
     pub fn from_u8(v: u8) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| *c as u8 == v)
-    }
-
-    /// The codec's name, as used on the command line and in `inspect`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CodecId::None => "none",
-            CodecId::Zstd => "zstd",
-            CodecId::Lz4Block => "lz4-block",
-            CodecId::Deflate => "deflate",
-            CodecId::Snappy => "snappy",
-            CodecId::Lz4 => "lz4",
-            CodecId::GDeflate => "gdeflate",
-            CodecId::Cascaded => "cascaded",
-            CodecId::Bitcomp => "bitcomp",
-            CodecId::Ans => "ans",
-        }
-    }
-
-    /// Whether only nVCOMP on a GPU can decode this codec.
-    pub fn gpu_only(self) -> bool {
-        (self as u8) >= 16
-    }
-}
-
-impl fmt::Display for CodecId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        Self::ALL.iter().copied().find(|c| *c as u8 == v)
     }
 }
 

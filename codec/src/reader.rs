@@ -96,8 +96,8 @@ impl Layout {
         if let (Some(key), Some((body, tag))) = (ctx.key(), &self.sealed_index) {
             key.verify_index(body, tag)?;
         }
-        if self.entries.iter().any(|e| e.codec == CodecId::Zstd) {
-            ctx.require_dict(CodecId::Zstd)?;
+        for codec in self.entries.iter().map(|e| e.codec).filter(|c| c.descriptor().dictionary) {
+            ctx.require_dict(codec)?;
         }
         Ok(ctx)
     }

@@ -77,3 +77,20 @@ fn deflate_conforms() {
 fn snappy_conforms() {
     conform(&SnappyCodec);
 }
+
+#[test]
+fn every_cpu_back_end_of_the_codec_table_conforms() {
+    for &id in shrinkfs_codec::CodecId::ALL {
+        let d = id.descriptor();
+        if d.cpu.is_none() {
+            continue;
+        }
+        let (lo, hi) = d.levels.unwrap_or((1, 1));
+        for level in [lo, hi] {
+            let params = shrinkfs_codec::CodecParams { codec: id, level, dict: None };
+            let codec = params.cpu_codec().unwrap();
+            assert_eq!(codec.id(), id);
+            conform(codec.as_ref());
+        }
+    }
+}

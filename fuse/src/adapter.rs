@@ -73,7 +73,7 @@ fn errno(e: &Error) -> Errno {
 }
 
 fn name(n: &OsStr) -> Result<&str> {
-    n.to_str().ok_or_else(|| Error::Invalid("file names must be UTF-8".into()))
+    n.to_str().ok_or(Error::NotUtf8("file names"))
 }
 
 impl FuseAdapter {
@@ -181,7 +181,7 @@ impl Filesystem for FuseAdapter {
         // No ioctl is supported; programs probe some on every file (Python's open() asks whether
         // it is a terminal), so the answer "not a terminal/unsupported" is an expected one.
         tracing::debug!(ino = ino.0, cmd, "ioctl not supported");
-        reply.error(Errno::ENOTTY);
+        reply.error(errno(&Error::NoIoctl));
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
@@ -255,7 +255,7 @@ impl Filesystem for FuseAdapter {
     fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
         let (uid, gid) = (req.uid(), req.gid());
         let r = self.run_at("symlink", parent.0, Some(n), async {
-            let target = target.to_str().ok_or_else(|| Error::Invalid("link targets must be UTF-8".into()))?;
+            let target = target.to_str().ok_or(Error::NotUtf8("link targets"))?;
             self.fs.symlink(parent.0, name(n)?, target, uid, gid).await
         });
         self.entry(reply, r);
@@ -284,9 +284,9 @@ impl Filesystem for FuseAdapter {
         Self::empty(reply, r);
     }
 
-    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
-        self.fs.metrics().op("link", crate::metrics::Outcome::Error, std::time::Duration::ZERO);
-        reply.error(Errno::from_i32(libc::EPERM));
+    fn link(&self, _req: &Request, ino: INodeNo, _newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = self.run_at("link", ino.0, Some(newname), async { Err(Error::HardLink) });
+        self.entry(reply, r);
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
@@ -427,9 +427,17 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // A bucket has no fixed capacity: report a large, constant one so tools do not refuse to write.
-        let blocks = 1u64 << 40;
-        reply.statfs(blocks, blocks, blocks, 1 << 32, 1 << 32, 4096, 255, 4096);
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_available,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.fragment_size,
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
@@ -451,11 +459,11 @@ impl Filesystem for FuseAdapter {
         _pos: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(errno(&Error::Unsupported("setting extended attributes")));
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(errno(&Error::Unsupported("removing extended attributes")));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
@@ -467,7 +475,7 @@ impl Filesystem for FuseAdapter {
 fn xattr_reply(reply: ReplyXattr, r: Result<Vec<u8>>, size: u32) {
     match r {
         Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(v) if v.len() > size as usize => reply.error(errno(&Error::Range)),
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(&e)),
     }

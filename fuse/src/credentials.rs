@@ -141,7 +141,7 @@ struct ProfileChoice {
 }
 
 impl ProfileChoice {
-    fn new(cfg: &CredentialsConfig) -> Result<Self, String> {
+    fn new(cfg: &CredentialsConfig) -> Result<Self, ProfileError> {
         let env = &cfg.env;
         let from_env = env.get("AWS_PROFILE").or_else(|| env.get("AWS_DEFAULT_PROFILE"));
         let name = cfg.profile.as_deref().or(from_env).unwrap_or("default").to_owned();
@@ -162,7 +162,7 @@ impl ProfileChoice {
         ] {
             if let Some(path) = given {
                 // Named on the command line: a missing file is a mistake, not an absence.
-                std::fs::metadata(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+                std::fs::metadata(path).map_err(|source| ProfileError::File { flag, path: path.clone(), source })?;
                 files.push((kind, path.clone()));
                 continue;
             }
@@ -199,8 +199,28 @@ impl ProfileChoice {
     }
 }
 
+/// Why the shared files could not be read. It becomes one entry of [`CredentialsError::tried`],
+/// so its message carries its cause.
+#[derive(Debug, thiserror::Error)]
+enum ProfileError {
+    /// A file named on the command line cannot be read.
+    #[error("{flag} {}: {source}", .path.display())]
+    File {
+        /// The flag that named it.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// aws-config could not parse the files.
+    #[error("{}", chain(.0))]
+    Load(#[source] aws_runtime::env_config::error::EnvConfigFileLoadError),
+}
+
 /// The region of the profile, and whether the profile exists in the files.
-async fn read_profile(choice: &ProfileChoice) -> Result<(Option<String>, bool), String> {
+async fn read_profile(choice: &ProfileChoice) -> Result<(Option<String>, bool), ProfileError> {
     if choice.files.is_empty() {
         return Ok((None, false));
     }
@@ -211,7 +231,7 @@ async fn read_profile(choice: &ProfileChoice) -> Result<(Option<String>, bool), 
         Some(choice.name.clone().into()),
     )
     .await
-    .map_err(|e| chain(&e))?;
+    .map_err(ProfileError::Load)?;
     let profile = set.get_profile(&choice.name);
     Ok((profile.and_then(|p| p.get("region")).map(str::to_owned), profile.is_some()))
 }
@@ -225,7 +245,7 @@ pub async fn resolve(cfg: &CredentialsConfig, region: Option<&str>) -> Result<Re
         tried.push(what);
         CredentialsError { tried }
     };
-    let choice = ProfileChoice::new(cfg).map_err(|e| fail(Vec::new(), e))?;
+    let choice = ProfileChoice::new(cfg).map_err(|e| fail(Vec::new(), e.to_string()))?;
     let (profile_region, profile_exists) =
         read_profile(&choice).await.map_err(|e| fail(Vec::new(), format!("profile {:?}: {e}", choice.name)))?;
     let region = region

@@ -377,7 +377,7 @@ impl Reader {
         }
         let mut out = Vec::with_capacity(jobs.len());
         for (f, rx) in jobs {
-            let bytes = rx.await.map_err(|_| Error::Invalid("decoder stopped".into()))??;
+            let bytes = rx.await.map_err(|_| Error::Stopped("decoder"))??;
             self.metrics.frame_decoded();
             self.chunks.insert(&info.id, f as u32, bytes.clone());
             out.push((f, bytes));
@@ -429,7 +429,7 @@ impl Reader {
             }
             Ok(Some(out))
         };
-        tokio::task::spawn_blocking(job).await.map_err(|_| Error::Invalid("GPU decode task stopped".into()))?
+        tokio::task::spawn_blocking(job).await.map_err(|source| Error::Task { task: "GPU decode", source })?
     }
 
     /// Fetches and decodes, in the background, up to `frames` frames from logical offset `from`

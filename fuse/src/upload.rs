@@ -252,7 +252,7 @@ impl Upload {
         let in_place = sink.local.clone().map(|l| (l, path.clone()));
         let mut spill =
             SpillBuf { spill: Spill::Memory(Vec::new()), writer: None, dir: staging.to_path_buf(), in_place, len: 0 };
-        let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(|e| Error::Invalid(e.to_string()))?);
+        let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(Error::Config)?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
         let max_pending = sink.dispatcher.frames_in_flight();
@@ -312,7 +312,7 @@ impl Upload {
     /// bucket — gets here) means none of the bytes were taken; store failures wait for `finish`.
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
         if self.sealed {
-            return Err(Error::Invalid("upload already finished".into()));
+            return Err(Error::UploadFinished);
         }
         // Frames not stored yet (the disk was full) are stored before more bytes are taken, so a
         // write that fails has taken none of its bytes.
@@ -371,7 +371,7 @@ impl Upload {
                             break;
                         }
                         Err(oneshot::error::TryRecvError::Closed) => {
-                            return Err(Error::Invalid("encoder stopped".into()));
+                            return Err(Error::Stopped("encoder"));
                         }
                     }
                 }
@@ -567,7 +567,7 @@ impl Upload {
                 Ok(())
             }
             Ok((_, Err(e))) => Err(e.into()),
-            Err(e) => Err(Error::Invalid(format!("part upload stopped: {e}"))),
+            Err(source) => Err(Error::Task { task: "part upload", source }),
         }
     }
 

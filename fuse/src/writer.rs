@@ -140,7 +140,7 @@ impl FileWriter {
                     while len < base.size() {
                         let chunk = self.reader.read(base, len..len + step).await?;
                         if chunk.is_empty() {
-                            return Err(Error::Invalid(format!("{} ended before its size", base.path)));
+                            return Err(Error::ShortObject { key: base.path.to_string() });
                         }
                         file.write_all_at(&chunk, len)?;
                         len += chunk.len() as u64;
@@ -256,8 +256,7 @@ impl FileWriter {
             gid: attr.gid,
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
         };
-        let obj =
-            shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(|e| Error::Invalid(e.to_string()))?;
+        let obj = shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(Error::Config)?;
         self.bucket.store.put(&self.bucket.key(rel), obj.into()).await?;
         self.metrics.object_written(data.len() as u64);
         Ok(())

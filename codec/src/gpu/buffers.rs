@@ -177,10 +177,10 @@ pub(super) fn batch_dtoh(
 ) -> Result<(), GpuError> {
     use cudarc::driver::sys;
     if std::env::var("SHRINKFS_GPU_BATCH_COPY").is_ok_and(|v| v == "0") {
-        return Err(GpuError::Cuda("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)".into()));
+        return Err(GpuError::BatchCopyOff);
     }
     if copies.iter().any(|&(_, at, len)| at + len > dst.len()) {
-        return Err(GpuError::Cuda("batched copy outside its destination".into()));
+        return Err(GpuError::CopyOutOfBounds);
     }
     let base = dst.as_mut_ptr() as u64;
     let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|&(_, at, _)| base + at as u64).collect();
@@ -208,7 +208,7 @@ pub(super) fn batch_dtoh(
             stream,
         )
         .result()
-        .map_err(|e| GpuError::Cuda(format!("cuMemcpyBatchAsync: {e}")))
+        .map_err(|source| GpuError::CudaCall { call: "cuMemcpyBatchAsync", source })
     }
 }
 

@@ -13,12 +13,17 @@ use rayon::prelude::*;
 
 use super::buffers::*;
 use super::copy::copy_into;
-pub use super::error::GpuError;
 use super::error::cuda;
+pub use super::error::{GpuError, GpuUnavailable};
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
-use crate::codec::CodecId;
+use crate::codec::{CodecId, GpuLayout};
 use crate::lz4frame;
+
+/// How the codec table says a codec's payload is cut for nVCOMP.
+fn layout_of(codec: CodecId) -> Result<GpuLayout, GpuError> {
+    codec.descriptor().gpu.map(|g| g.layout).ok_or(GpuError::Unsupported(codec))
+}
 
 fn check(call: &'static str, status: i32) -> Result<(), GpuError> {
     if status == SUCCESS { Ok(()) } else { Err(GpuError::Nvcomp { call, status }) }
@@ -112,25 +117,25 @@ fn fault_injected() -> bool {
 }
 
 impl Gpu {
-    /// Opens GPU 0 and nVCOMP; the error is one line saying why not (no driver, no device, no library).
-    pub fn probe() -> Result<Self, String> {
+    /// Opens GPU 0 and nVCOMP; the error says in one line why not (no driver, no device, no library).
+    pub fn probe() -> Result<Self, GpuUnavailable> {
         // SAFETY: only checks whether the driver library can be opened.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err("no NVIDIA driver (libcuda.so.1 not found)".into());
+            return Err(GpuUnavailable::NoDriver);
         }
         let count = cudarc::driver::result::init()
             .and_then(|()| result::device::get_count())
-            .map_err(|e| format!("CUDA: {e}"))?;
+            .map_err(|source| GpuUnavailable::Cuda { what: "init", source })?;
         if count < 1 {
-            return Err("no CUDA device".into());
+            return Err(GpuUnavailable::NoDevice);
         }
         let lib = Nvcomp::load()?;
-        let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context: {e}"))?;
+        let ctx = CudaContext::new(0).map_err(|source| GpuUnavailable::Cuda { what: "context", source })?;
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
         let mut lanes = Vec::new();
         for _ in 0..lane_count() {
-            let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+            let stream = ctx.new_stream().map_err(|source| GpuUnavailable::Cuda { what: "stream", source })?;
             lanes.push(Lane { stream, bufs: Mutex::new(Buffers::empty()) });
         }
         Ok(Gpu {
@@ -188,9 +193,14 @@ impl Gpu {
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
-        let pieces = codec == CodecId::Lz4 || (codec == CodecId::Zstd && chunks.iter().any(|c| c.len() > PIECE));
+        let layout = layout_of(codec)?;
+        let pieces = match layout {
+            GpuLayout::Lz4Frame => true,
+            GpuLayout::ZstdFrames => chunks.iter().any(|c| c.len() > PIECE),
+            GpuLayout::Whole => false,
+        };
         if pieces {
-            return self.compress_pieces(codec, chunks);
+            return self.compress_pieces(codec, layout, chunks);
         }
         self.compress_lanes(codec, chunks, data_type)
     }
@@ -220,7 +230,12 @@ impl Gpu {
         Ok(out)
     }
 
-    fn compress_pieces(&self, codec: CodecId, chunks: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+    fn compress_pieces(
+        &self,
+        codec: CodecId,
+        layout: GpuLayout,
+        chunks: &[&[u8]],
+    ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         let mut pieces: Vec<&[u8]> = Vec::new();
         // Each chunk's pieces, as a range of `pieces`.
         let mut ranges = Vec::with_capacity(chunks.len());
@@ -235,23 +250,26 @@ impl Gpu {
             .zip(chunks.par_iter())
             .map(|(range, chunk)| {
                 let mut joined = Vec::with_capacity(chunk.len() / 2);
-                if codec == CodecId::Lz4 {
-                    lz4frame::begin(chunk.len() as u64, &mut joined);
-                    for k in range {
-                        // A piece the GPU could not shrink is stored as an uncompressed block.
-                        lz4frame::push_block(&mut joined, outs[k].as_deref(), pieces[k]);
+                match layout {
+                    GpuLayout::Lz4Frame => {
+                        lz4frame::begin(chunk.len() as u64, &mut joined);
+                        for k in range {
+                            // A piece the GPU could not shrink is stored as an uncompressed block.
+                            lz4frame::push_block(&mut joined, outs[k].as_deref(), pieces[k]);
+                        }
+                        lz4frame::end(&mut joined);
                     }
-                    lz4frame::end(&mut joined);
-                } else {
-                    for k in range {
-                        match &outs[k] {
-                            Some(o) => joined.extend_from_slice(o),
-                            // A piece the GPU could not shrink: the CPU writes it as a zstd frame
-                            // too (raw blocks), so the rest of its chunk keeps its compression.
-                            None => joined.extend_from_slice(
-                                &zstd::bulk::compress(pieces[k], 1)
-                                    .map_err(|e| GpuError::Cuda(format!("CPU zstd piece: {e}")))?,
-                            ),
+                    // (`Whole` payloads are never cut into pieces: see `compress_batch`.)
+                    GpuLayout::ZstdFrames | GpuLayout::Whole => {
+                        for k in range {
+                            match &outs[k] {
+                                Some(o) => joined.extend_from_slice(o),
+                                // A piece the GPU could not shrink: the CPU writes it as a zstd frame
+                                // too (raw blocks), so the rest of its chunk keeps its compression.
+                                None => joined.extend_from_slice(
+                                    &zstd::bulk::compress(pieces[k], 1).map_err(GpuError::CpuPiece)?,
+                                ),
+                            }
                         }
                     }
                 }
@@ -281,7 +299,7 @@ impl Gpu {
         let n = chunks.len();
         let max_chunk = chunks.iter().map(|c| c.len()).max().unwrap_or(0).max(1);
         let algo = self.algo(codec, max_chunk)?;
-        let opts = Opts::compress(codec, data_type);
+        let opts = Opts::compress(algo.options, data_type);
         let s = lane.stream.cu_stream() as *mut c_void;
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
@@ -421,13 +439,14 @@ impl Gpu {
         data_type: i32,
     ) -> Result<Vec<Vec<u8>>, GpuError> {
         let _ = data_type;
+        let layout = layout_of(codec)?;
         let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(payloads.len());
         let mut spans = Vec::with_capacity(payloads.len());
         for (i, (p, &raw)) in payloads.iter().zip(raw_lens).enumerate() {
             spans.push((pieces.len(), raw));
             let first = pieces.len();
-            match codec {
-                CodecId::Zstd => {
+            match layout {
+                GpuLayout::ZstdFrames => {
                     let frames = zstd_frames(p).ok_or(GpuError::WrongSize(i))?;
                     let single = frames.len() == 1;
                     for (f, content) in frames {
@@ -436,7 +455,7 @@ impl Gpu {
                         pieces.push(Piece { data: f, raw: len, stored: false });
                     }
                 }
-                CodecId::Lz4 => {
+                GpuLayout::Lz4Frame => {
                     // A frame laid out otherwise (linked blocks, checksums) is left to the CPU.
                     let blocks = lz4frame::blocks(p, raw).ok_or(GpuError::Unsupported(codec))?;
                     for (block, len) in blocks {
@@ -446,7 +465,7 @@ impl Gpu {
                         });
                     }
                 }
-                _ => pieces.push(Piece { data: p, raw, stored: false }),
+                GpuLayout::Whole => pieces.push(Piece { data: p, raw, stored: false }),
             }
             // The pieces of a payload decode end to end into one run: all but the last must fill
             // whole alignment units, and together they must make the raw length.
@@ -520,7 +539,7 @@ impl Gpu {
         let m = gpu.len();
         let max_raw = gpu.iter().map(|p| p.raw).max().unwrap_or(0).max(1);
         let algo = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
-        let opts = Opts::decompress(codec);
+        let opts = Opts::decompress(algo.options);
         let s = lane.stream.cu_stream() as *mut c_void;
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;

@@ -1,14 +1,52 @@
-//! How a GPU batch fails (the caller then falls back to the CPU), and the CUDA driver's errors
-//! turned into it.
+//! How the GPU back end fails: why there is no GPU to use ([`GpuUnavailable`]), and how a batch
+//! fails ([`GpuError`], after which the caller falls back to the CPU).
 
+use cudarc::driver::DriverError;
+
+use super::nvcomp::LoadError;
 use crate::id::CodecId;
 
-/// Why a GPU batch failed; the caller falls back to the CPU.
+/// Why no GPU is used: one line a user can act on (no driver, no device, no nVCOMP).
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum GpuUnavailable {
+    /// The CUDA driver library is not installed.
+    #[error("no NVIDIA driver (libcuda.so.1 not found)")]
+    NoDriver,
+    /// The driver is there and reports no device.
+    #[error("no CUDA device")]
+    NoDevice,
+    /// A CUDA call made while opening the GPU failed.
+    #[error("CUDA {what} failed")]
+    Cuda {
+        /// What was being done ("init", "context", "stream").
+        what: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// nVCOMP could not be loaded.
+    #[error(transparent)]
+    Nvcomp(#[from] LoadError),
+}
+
+/// Why a GPU batch failed; the caller falls back to the CPU. These end in a log line, so each
+/// message carries its cause.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     /// A CUDA driver call failed.
     #[error("CUDA: {0}")]
-    Cuda(String),
+    Cuda(#[from] DriverError),
+    /// A named CUDA driver call failed.
+    #[error("CUDA {call}: {source}")]
+    CudaCall {
+        /// The call.
+        call: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
     /// nVCOMP returned an error status.
     #[error("nVCOMP {call} returned status {status}")]
     Nvcomp {
@@ -26,8 +64,21 @@ pub enum GpuError {
     /// Decoded output had the wrong size (corrupt input that slipped past the checksums).
     #[error("GPU decoded chunk {0} to a wrong size")]
     WrongSize(usize),
+    /// Batched device-to-host copies are turned off (`SHRINKFS_GPU_BATCH_COPY=0`); the caller
+    /// copies region by region.
+    #[error("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)")]
+    BatchCopyOff,
+    /// A batched copy would write outside its destination (a bug in the caller's offsets).
+    #[error("batched copy outside its destination")]
+    CopyOutOfBounds,
+    /// A lane's thread panicked.
+    #[error("a GPU lane thread panicked")]
+    LanePanicked,
+    /// The CPU could not zstd-compress a piece the GPU did not shrink.
+    #[error("CPU zstd of a piece the GPU did not shrink: {0}")]
+    CpuPiece(#[source] std::io::Error),
 }
 
-pub(super) fn cuda<T>(r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
-    r.map_err(|e| GpuError::Cuda(e.to_string()))
+pub(super) fn cuda<T>(r: Result<T, DriverError>) -> Result<T, GpuError> {
+    r.map_err(GpuError::Cuda)
 }

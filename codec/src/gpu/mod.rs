@@ -8,4 +8,5 @@ mod error;
 pub mod nvcomp;
 mod sync;
 
-pub use device::{Gpu, GpuError, GpuStats};
+pub use device::{Gpu, GpuError, GpuStats, GpuUnavailable};
+pub use nvcomp::LoadError;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use libloading::Library;
 
-use crate::codec::CodecId;
+use crate::codec::{CodecId, GpuMapping, GpuOptions};
 
 /// `nvcompStatus_t`.
 pub type Status = i32;
@@ -27,14 +27,16 @@ impl Opts {
         self.0[at..at + bytes.len()].copy_from_slice(bytes);
     }
 
-    /// Compression options of `codec`, laid out as nVCOMP 6's structs (offsets from its headers).
-    /// `data_type` is the `nvcompType_t` hint for Cascaded and Bitcomp (0 = let shrinkfs choose).
-    pub fn compress(codec: CodecId, data_type: i32) -> Self {
+    /// Compression options of an algorithm, laid out as nVCOMP 6's structs (offsets from its
+    /// headers). `data_type` is the `nvcompType_t` hint for Cascaded and Bitcomp (0 = let
+    /// shrinkfs choose).
+    pub fn compress(options: GpuOptions, data_type: i32) -> Self {
         let mut o = Opts([0; 64]);
-        match codec {
+        match options {
+            GpuOptions::Default => {}
             // int algorithm: 1 = nVCOMP's default (high throughput); 0 is entropy-only (ratio ~1.5).
-            CodecId::Deflate | CodecId::GDeflate => o.put(0, &1i32.to_le_bytes()),
-            CodecId::Cascaded => {
+            GpuOptions::Deflate => o.put(0, &1i32.to_le_bytes()),
+            GpuOptions::Cascaded => {
                 // common_opts {type, mode = asymmetric, terminal = bitpack, coarse = none},
                 // fine = delta|rle|for, compression_level = 3: nVCOMP's defaults.
                 let dt = if data_type == 0 { 5 } else { data_type };
@@ -45,18 +47,18 @@ impl Opts {
                 o.put(32, &[3u8]);
             }
             // int algorithm = 0, nvcompType_t data_type, double delta = 0, mode = lossless.
-            CodecId::Bitcomp => o.put(4, &(if data_type == 0 { 1 } else { data_type }).to_le_bytes()),
-            _ => {}
+            GpuOptions::Bitcomp => o.put(4, &(if data_type == 0 { 1 } else { data_type }).to_le_bytes()),
         }
         o
     }
 
-    /// Decompression options of `codec` (default backend).
-    pub fn decompress(codec: CodecId) -> Self {
+    /// Decompression options of an algorithm (default backend).
+    pub fn decompress(options: GpuOptions) -> Self {
         let mut o = Opts([0; 64]);
-        if codec == CodecId::Cascaded {
+        match options {
+            GpuOptions::Default | GpuOptions::Deflate | GpuOptions::Bitcomp => {}
             // common_opts after the backend: data type BITS lets the stream say its own type.
-            o.put(8, &0xffi32.to_le_bytes());
+            GpuOptions::Cascaded => o.put(8, &0xffi32.to_le_bytes()),
         }
         o
     }
@@ -107,6 +109,29 @@ pub struct Algo {
     pub decompress: DecompressAsync,
     /// Largest chunk the algorithm compresses.
     pub max_chunk: usize,
+    /// Its options struct.
+    pub options: GpuOptions,
+}
+
+/// Why nVCOMP could not be loaded.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// No candidate path opened.
+    #[error("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {tried} places)")]
+    NotFound {
+        /// How many paths were tried.
+        tried: usize,
+        /// Why the last one did not open.
+        #[source]
+        last: Option<libloading::Error>,
+    },
+    /// A library opened, but it is not nVCOMP 6 (none of the batched entry points we use).
+    #[error("{path} has none of nVCOMP 6's batched functions")]
+    NoBatchedApi {
+        /// Where it was loaded from.
+        path: String,
+    },
 }
 
 /// The loaded library.
@@ -146,36 +171,29 @@ fn candidates() -> Vec<PathBuf> {
     c
 }
 
-const NAMES: [(CodecId, &str, usize); 9] = [
-    (CodecId::Zstd, "Zstd", (1 << 31) - 1),
-    // LZ4 frames go to nVCOMP as their raw blocks (see `Gpu::compress_batch`).
-    (CodecId::Lz4, "LZ4", 1 << 24),
-    (CodecId::Lz4Block, "LZ4", 1 << 24),
-    (CodecId::Snappy, "Snappy", 1 << 24),
-    (CodecId::Deflate, "Deflate", 1 << 31),
-    (CodecId::GDeflate, "Gdeflate", 1 << 31),
-    (CodecId::Cascaded, "Cascaded", 1 << 24),
-    (CodecId::Bitcomp, "Bitcomp", 1 << 24),
-    (CodecId::Ans, "ANS", 1 << 24),
-];
-
 impl Nvcomp {
     /// Loads nVCOMP from the first candidate that opens; the error says what was tried.
-    pub fn load() -> Result<Self, String> {
-        let mut tried = Vec::new();
+    pub fn load() -> Result<Self, LoadError> {
+        let mut tried = 0;
+        let mut last = None;
         for path in candidates() {
             // SAFETY: loading a shared library runs its initialisers; nVCOMP's are benign.
             match unsafe { Library::new(&path) } {
                 Ok(lib) => return Self::bind(lib, path.display().to_string()),
-                Err(_) => tried.push(path.display().to_string()),
+                Err(e) => {
+                    tried += 1;
+                    last = Some(e);
+                }
             }
         }
-        Err(format!("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {})", tried.len()))
+        Err(LoadError::NotFound { tried, last })
     }
 
-    fn bind(lib: Library, path: String) -> Result<Self, String> {
+    fn bind(lib: Library, path: String) -> Result<Self, LoadError> {
         let mut algos = Vec::new();
-        for (id, name, max_chunk) in NAMES {
+        // Every codec the codec table maps to an nVCOMP algorithm.
+        let mapped = CodecId::ALL.iter().filter_map(|&id| id.descriptor().gpu.map(|g| (id, g)));
+        for (id, GpuMapping { nvcomp: name, max_chunk, options, .. }) in mapped {
             // SAFETY: the symbol types are the declarations of nVCOMP 6.0's batched API.
             let algo = unsafe {
                 let sym = |suffix: &str| format!("nvcompBatched{name}{suffix}\0");
@@ -193,6 +211,7 @@ impl Nvcomp {
                         decompress_temp: std::mem::transmute::<*const c_void, DecompressGetTempSize>(dt),
                         decompress: std::mem::transmute::<*const c_void, DecompressAsync>(d),
                         max_chunk,
+                        options,
                     },
                     _ => continue,
                 }
@@ -200,7 +219,7 @@ impl Nvcomp {
             algos.push((id, algo));
         }
         if algos.is_empty() {
-            return Err(format!("{path} has none of nVCOMP 6's batched functions"));
+            return Err(LoadError::NoBatchedApi { path });
         }
         Ok(Nvcomp { _lib: lib, algos, path })
     }

@@ -102,10 +102,7 @@ pub(super) fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
 ) -> Vec<Result<T, GpuError>> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a GPU lane thread panicked".into()))))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(GpuError::LanePanicked))).collect()
     })
 }
 

@@ -142,7 +142,7 @@ impl Fs {
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.handles.handle(fh)?;
         if !h.write {
-            return Err(Error::Invalid("handle not open for writing".into()));
+            return Err(Error::NotWritable);
         }
         let _writing = h.file.begin_write();
         let mut of = self.writer.lock(&h.file, offset).await;
@@ -367,7 +367,7 @@ impl Fs {
         mtime: Option<SystemTime>,
     ) -> Result<FileAttrs> {
         if size.is_some() {
-            return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::Invalid("truncate a link".into()) });
+            return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::WrongType("truncate a link") });
         }
         let attr = {
             let mut t = self.names.table();

@@ -4,6 +4,7 @@
 
 mod files;
 mod names;
+mod statfs;
 
 use std::sync::{Arc, OnceLock};
 
@@ -23,6 +24,7 @@ use crate::namespace::Namespace;
 use crate::objects::Reader;
 use crate::store::Bucket;
 use crate::writer::FileWriter;
+pub use statfs::{NAME_MAX, StatFs};
 
 /// The root directory's extended attribute naming the mount's metrics address.
 pub const METRICS_ADDR_XATTR: &str = "user.shrinkfs.metrics_addr";

@@ -144,7 +144,7 @@ impl Fs {
         let mode = match i.kind {
             Kind::Symlink => S_IFLNK | 0o777,
             Kind::Special(t) => t | u32::from(attr.perm.unwrap_or(self.names.config().file_mode)),
-            _ => return Err(Error::Invalid("not a link or special file".into())),
+            _ => return Err(Error::WrongType("not a link or special file")),
         };
         self.writer.put_node(&i.path, mode, attr, &data).await
     }
@@ -160,7 +160,7 @@ impl Fs {
         let kind = match mode & S_IFMT {
             t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK) => Kind::Special(t),
             S_IFREG | 0 => Kind::File,
-            _ => return Err(Error::Invalid("mknod of this file type".into())),
+            _ => return Err(Error::WrongType("mknod of this file type")),
         };
         if self.names.exists(parent, name, &self.is_open()).await? {
             return Err(Error::Exists);
@@ -184,11 +184,11 @@ impl Fs {
     pub async fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let i = self.names.inode(ino)?;
         if i.kind != Kind::Symlink {
-            return Err(Error::Invalid("not a symbolic link".into()));
+            return Err(Error::WrongType("not a symbolic link"));
         }
         let info = self.reader.stat(&self.names.key(&i.path)).await?.ok_or(Error::NotFound)?;
         if info.meta().mode.is_none_or(|m| m & S_IFMT != S_IFLNK) {
-            return Err(Error::Invalid("not a symbolic link".into()));
+            return Err(Error::WrongType("not a symbolic link"));
         }
         self.reader.read_all(&info).await
     }
@@ -236,7 +236,7 @@ impl Fs {
         let moved: Vec<u64>;
         if src_attr.kind == Kind::Dir {
             if to == from || to.starts_with(&format!("{from}/")) {
-                return Err(Error::Invalid("cannot move a directory into itself".into()));
+                return Err(Error::IntoItself);
             }
             if dst.is_some() {
                 self.rmdir(new_parent, new_name).await?;

@@ -31,13 +31,13 @@ pub type IsOpen<'a> = &'a (dyn Fn(u64) -> bool + Sync);
 /// bytes (`ENAMETOOLONG`), or one of the mount's own.
 pub fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(Error::Invalid(format!("bad name {name:?}")));
+        return Err(Error::InvalidName(name.into()));
     }
     if name.len() > 255 {
         return Err(Error::BadName);
     }
     if name == DIR_MARKER || name == crate::localstore::TMP_DIR {
-        return Err(Error::Invalid("reserved name".into()));
+        return Err(Error::ReservedName(name.into()));
     }
     Ok(())
 }

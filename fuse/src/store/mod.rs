@@ -30,7 +30,7 @@ use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 
 pub use config::{RetryPolicy, StoreConfig};
-pub use s3::{CustomerKey, Encryption, S3Options, check_endpoint_url, client_options};
+pub use s3::{CustomerKey, CustomerKeyError, Encryption, EndpointError, S3Options, check_endpoint_url, client_options};
 
 use crate::credentials::{self, CredentialsError};
 use crate::localstore::{Cleanup, LocalStore};
@@ -55,11 +55,11 @@ pub enum Source {
 
 impl Source {
     /// Parses a SOURCE argument.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SourceError> {
         if let Some(rest) = s.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(format!("{s:?} names no bucket (expected s3://bucket[/prefix])"));
+                return Err(SourceError::NoBucket(s.to_owned()));
             }
             return Ok(Source::S3 { bucket: bucket.into(), prefix: prefix.trim_matches('/').into() });
         }
@@ -67,10 +67,22 @@ impl Source {
             return Ok(Source::Memory);
         }
         if s.contains("://") {
-            return Err(format!("{s:?}: unsupported scheme (use a directory path, s3://bucket[/prefix] or memory://)"));
+            return Err(SourceError::Scheme(s.to_owned()));
         }
         Ok(Source::Local(PathBuf::from(s)))
     }
+}
+
+/// Why a SOURCE argument names no store.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// `s3://` without a bucket name.
+    #[error("{0:?} names no bucket (expected s3://bucket[/prefix])")]
+    NoBucket(String),
+    /// A URL of a scheme other than `s3://` and `memory://`.
+    #[error("{0:?}: unsupported scheme (use a directory path, s3://bucket[/prefix] or memory://)")]
+    Scheme(String),
 }
 
 /// A store and the extensions some backends have: S3 lists a page at a time and keeps
@@ -162,22 +174,90 @@ pub struct Bucket {
 /// Longest S3 object key, in bytes.
 pub const S3_MAX_KEY_LEN: usize = 1024;
 
-/// Why a bucket could not be opened.
+/// Why a bucket could not be opened or reached. The binary prints the chain of sources, so a
+/// message does not repeat its source's text.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
     /// No source gave AWS credentials.
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
-    /// Anything else: a bad endpoint or prefix, a missing local directory, a builder error.
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<String> for OpenError {
-    fn from(s: String) -> Self {
-        OpenError::Other(s)
-    }
+    /// A local bucket directory that cannot be read.
+    #[error("bucket directory {}", .dir.display())]
+    LocalDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A local bucket path that is not a directory.
+    #[error("bucket directory {} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// The local-directory store could not open (its staging directory, say).
+    #[error("bucket directory {}", .dir.display())]
+    LocalStore {
+        /// The directory.
+        dir: PathBuf,
+        /// What the store said.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The S3 endpoint given is not a URL object_store can use.
+    #[error("{setting} {url:?}")]
+    Endpoint {
+        /// Where it was given (`--endpoint-url`, `AWS_ENDPOINT`).
+        setting: &'static str,
+        /// What was given.
+        url: String,
+        /// What is wrong with it.
+        #[source]
+        source: s3::EndpointError,
+    },
+    /// object_store refused the S3 settings.
+    #[error("s3://{bucket}")]
+    Build {
+        /// The bucket.
+        bucket: String,
+        /// object_store's reason.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The key prefix is not a valid object path.
+    #[error("prefix {prefix:?}")]
+    Prefix {
+        /// The prefix.
+        prefix: String,
+        /// Why it is not a path.
+        #[source]
+        source: object_store::path::Error,
+    },
+    /// object_store does not know a server-side encryption setting (a library upgrade renamed it).
+    #[error("server-side encryption setting {name:?} unknown to object_store")]
+    EncryptionSetting {
+        /// The setting's name.
+        name: &'static str,
+        /// object_store's refusal.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The first request got no answer in time.
+    #[error("{describe}: no answer within {} s (is the endpoint reachable?)", .after.as_secs())]
+    NoAnswer {
+        /// The bucket.
+        describe: String,
+        /// How long it waited.
+        after: std::time::Duration,
+    },
+    /// The first request failed: a missing bucket, refused credentials, an unreachable endpoint.
+    #[error("{describe}")]
+    Unreachable {
+        /// The bucket.
+        describe: String,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
 }
 
 impl std::fmt::Debug for Bucket {
@@ -196,11 +276,11 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
             Ok(Bucket::stack(Backend::plain(Arc::new(InMemory::new())), &Path::default(), "memory://", cfg))
         }
         Source::Local(dir) => {
-            let meta = std::fs::metadata(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            let meta = std::fs::metadata(dir).map_err(|source| OpenError::LocalDir { dir: dir.clone(), source })?;
             if !meta.is_dir() {
-                return Err(format!("bucket directory {} is not a directory", dir.display()).into());
+                return Err(OpenError::NotADirectory(dir.clone()));
             }
-            let store = LocalStore::new(dir).map_err(|e| format!("bucket directory {}: {e}", dir.display()))?;
+            let store = LocalStore::new(dir).map_err(|source| OpenError::LocalStore { dir: dir.clone(), source })?;
             let store = Arc::new(store);
             let mut bucket =
                 Bucket::stack(Backend::plain(store.clone()), &Path::default(), &dir.display().to_string(), cfg);
@@ -221,8 +301,8 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
                 let found = credentials::resolve(&s3.credentials, s3.region.as_deref()).await?;
                 b.with_credentials(found.provider).with_region(found.region)
             };
-            let store = b.build().map_err(|e| format!("s3://{bucket}: {}", one_line(&e.to_string())))?;
-            let prefix = Path::parse(prefix).map_err(|e| format!("prefix {prefix:?}: {e}"))?;
+            let store = b.build().map_err(|source| OpenError::Build { bucket: bucket.clone(), source })?;
+            let prefix = Path::parse(prefix).map_err(|source| OpenError::Prefix { prefix: prefix.clone(), source })?;
             let describe = format!("s3://{bucket}/{prefix}");
             let s3_store = Arc::new(store);
             let (store, tracks_uploads): (Arc<dyn ObjectStore>, bool) = match &s3.storage_class {
@@ -265,12 +345,14 @@ impl Bucket {
 
     /// Lists one key: fails clearly when the bucket is missing, the credentials are refused or
     /// the endpoint cannot be reached.
-    pub async fn check_reachable(&self) -> Result<(), String> {
+    pub async fn check_reachable(&self) -> Result<(), OpenError> {
         let mut list = self.store.list(None);
-        let first = tokio::time::timeout(std::time::Duration::from_secs(30), list.next()).await;
+        let after = std::time::Duration::from_secs(30);
+        let first = tokio::time::timeout(after, list.next()).await;
+        let describe = self.describe.clone();
         match first {
-            Err(_) => Err(format!("{}: no answer within 30 s (is the endpoint reachable?)", self.describe)),
-            Ok(Some(Err(e))) => Err(format!("{}: {}", self.describe, one_line(&e.to_string()))),
+            Err(_) => Err(OpenError::NoAnswer { describe, after }),
+            Ok(Some(Err(source))) => Err(OpenError::Unreachable { describe, source }),
             Ok(_) => Ok(()),
         }
     }
@@ -310,11 +392,6 @@ impl Bucket {
     pub fn rel(&self, key: &Path) -> String {
         key.as_ref().to_owned()
     }
-}
-
-/// Squeezes a multi-line error into one line.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -390,8 +467,9 @@ mod tests {
         let s3b = Source::S3 { bucket: "b".into(), prefix: String::new() };
         for bad in ["not a url", "localhost:9000", "ftp://h", "http://", "http://h:99999"] {
             let s3 = with_keys(S3Options { endpoint_url: Some(bad.into()), ..S3Options::default() });
-            let e = open(&s3b, &s3).await.unwrap_err().to_string();
-            assert!(e.contains("--endpoint-url") && e.contains("http(s)://HOST"), "{bad}: {e}");
+            let e = open(&s3b, &s3).await.unwrap_err();
+            let OpenError::Endpoint { setting: "--endpoint-url", source, .. } = &e else { panic!("{bad}: {e:?}") };
+            assert!(e.to_string().contains(bad) && source.to_string().contains("http(s)://HOST"), "{bad}: {e:?}");
         }
         let s3 = with_keys(S3Options { endpoint_url: Some("http://127.0.0.1:9000".into()), ..S3Options::default() });
         assert!(open(&s3b, &s3).await.is_ok());
@@ -401,7 +479,8 @@ mod tests {
     async fn every_s3_option_reaches_the_builder() {
         let s3b = Source::S3 { bucket: "b".into(), prefix: "p".into() };
         let key = CustomerKey::from_base64(&"QUFB".repeat(8)).unwrap_err();
-        assert!(key.contains("24 bytes"), "{key}");
+        assert_eq!(key, CustomerKeyError::Length(24));
+        assert!(key.to_string().contains("24 bytes"), "{key}");
         let key = CustomerKey::from_base64("MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n").unwrap();
         assert_eq!(format!("{key:?}"), "CustomerKey(..)");
         for encryption in [

@@ -6,6 +6,7 @@ use std::time::Duration;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::{ClientOptions, RetryConfig};
 
+use super::OpenError;
 use super::config::StoreConfig;
 use crate::credentials::CredentialsConfig;
 
@@ -58,17 +59,27 @@ pub struct CustomerKey(String);
 
 impl CustomerKey {
     /// A key from its base64 text; it must decode to exactly 32 bytes.
-    pub fn from_base64(text: &str) -> Result<Self, String> {
+    pub fn from_base64(text: &str) -> Result<Self, CustomerKeyError> {
         use base64::Engine;
         let text = text.trim();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|_| "is not base64 text (make one with `head -c 32 /dev/urandom | base64`)".to_owned())?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(CustomerKeyError::NotBase64)?;
         if bytes.len() != 32 {
-            return Err(format!("decodes to {} bytes; an SSE-C key is 32 bytes (256 bits)", bytes.len()));
+            return Err(CustomerKeyError::Length(bytes.len()));
         }
         Ok(CustomerKey(text.to_owned()))
     }
+}
+
+/// Why text is not an SSE-C key.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CustomerKeyError {
+    /// Not base64.
+    #[error("is not base64 text (make one with `head -c 32 /dev/urandom | base64`)")]
+    NotBase64(#[source] base64::DecodeError),
+    /// Base64 of the wrong number of bytes.
+    #[error("decodes to {0} bytes; an SSE-C key is 32 bytes (256 bits)")]
+    Length(usize),
 }
 
 impl std::fmt::Debug for CustomerKey {
@@ -114,32 +125,70 @@ pub fn client_options(s3: &S3Options, env: impl IntoIterator<Item = (String, Str
     opts.with_timeout(s3.store.request_timeout).with_connect_timeout(s3.store.connect_timeout)
 }
 
+/// What a valid endpoint looks like, said after every endpoint error.
+const ENDPOINT_FORM: &str = "expected http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:9000";
+
+/// Why a string is not an S3 endpoint URL.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// No `scheme://`.
+    #[error("not a URL; {ENDPOINT_FORM}")]
+    NotUrl,
+    /// Spaces or control characters.
+    #[error("a URL has no spaces; {ENDPOINT_FORM}")]
+    Whitespace,
+    /// A scheme other than http and https.
+    #[error("scheme {0:?} is not http or https; {ENDPOINT_FORM}")]
+    Scheme(String),
+    /// A `?query` or `#fragment`.
+    #[error("must not have a query or fragment; {ENDPOINT_FORM}")]
+    QueryOrFragment,
+    /// `user:password@` in the URL.
+    #[error("must not hold credentials (use AWS_ACCESS_KEY_ID or ~/.aws/credentials); {ENDPOINT_FORM}")]
+    Credentials,
+    /// `[` without `]`.
+    #[error("unclosed '[' in the host; {ENDPOINT_FORM}")]
+    UnclosedBracket,
+    /// `[...]` that is not an IPv6 address.
+    #[error("{0:?} is not an IPv6 address; {ENDPOINT_FORM}")]
+    Ipv6(String),
+    /// No host.
+    #[error("no host; {ENDPOINT_FORM}")]
+    NoHost,
+    /// A host that is not a DNS name or IPv4 address.
+    #[error("{0:?} is not a host name; {ENDPOINT_FORM}")]
+    Host(String),
+    /// A port outside 1..=65535.
+    #[error("port {0:?} is not 1 to 65535; {ENDPOINT_FORM}")]
+    Port(String),
+}
+
 /// Checks an S3 endpoint: `http://` or `https://`, a host, an optional port and path; nothing
 /// else. object_store's builder takes any string as the endpoint and panics at the first signed
 /// request ("request valid: InvalidUri") on one that is not a URL, so it is checked before.
-pub fn check_endpoint_url(s: &str) -> Result<(), String> {
-    let bad = |why: &str| format!("{why}; expected http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:9000");
+pub fn check_endpoint_url(s: &str) -> Result<(), EndpointError> {
     let Some((scheme, rest)) = s.split_once("://") else {
-        return Err(bad("not a URL"));
+        return Err(EndpointError::NotUrl);
     };
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad("a URL has no spaces"));
+        return Err(EndpointError::Whitespace);
     }
     if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
-        return Err(bad(&format!("scheme {scheme:?} is not http or https")));
+        return Err(EndpointError::Scheme(scheme.to_owned()));
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if rest[authority.len()..].starts_with(['?', '#']) {
-        return Err(bad("must not have a query or fragment"));
+        return Err(EndpointError::QueryOrFragment);
     }
     if authority.contains('@') {
-        return Err(bad("must not hold credentials (use AWS_ACCESS_KEY_ID or ~/.aws/credentials)"));
+        return Err(EndpointError::Credentials);
     }
     let (host, port) = match authority.strip_prefix('[') {
         // [IPv6]:port
         Some(v6) => {
-            let (addr, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '[' in the host"))?;
-            addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad(&format!("{addr:?} is not an IPv6 address")))?;
+            let (addr, after) = v6.split_once(']').ok_or(EndpointError::UnclosedBracket)?;
+            addr.parse::<std::net::Ipv6Addr>().map_err(|_| EndpointError::Ipv6(addr.to_owned()))?;
             (addr, after.strip_prefix(':'))
         }
         None => match authority.split_once(':') {
@@ -148,17 +197,17 @@ pub fn check_endpoint_url(s: &str) -> Result<(), String> {
         },
     };
     if host.is_empty() {
-        return Err(bad("no host"));
+        return Err(EndpointError::NoHost);
     }
     if !authority.starts_with('[')
         && !host.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
     {
-        return Err(bad(&format!("{host:?} is not a host name")));
+        return Err(EndpointError::Host(host.to_owned()));
     }
     if let Some(p) = port
         && !p.parse::<u16>().is_ok_and(|p| p != 0)
     {
-        return Err(bad(&format!("port {p:?} is not 1 to 65535")));
+        return Err(EndpointError::Port(p.to_owned()));
     }
     Ok(())
 }
@@ -171,7 +220,7 @@ pub(super) const SSE_KMS_KEY_ID: &str = "aws_sse_kms_key_id";
 /// The S3 builder for `bucket` with everything of `s3` but the credentials and region: first the
 /// `AWS_*` settings of the environment (what `AmazonS3Builder::from_env` would apply), then the
 /// options, which win.
-pub(super) fn s3_builder(bucket: &str, s3: &S3Options) -> Result<AmazonS3Builder, String> {
+pub(super) fn s3_builder(bucket: &str, s3: &S3Options) -> Result<AmazonS3Builder, OpenError> {
     let env = &s3.credentials.env;
     let mut b = AmazonS3Builder::new();
     for (k, v) in env.iter() {
@@ -186,10 +235,14 @@ pub(super) fn s3_builder(bucket: &str, s3: &S3Options) -> Result<AmazonS3Builder
     if s3.endpoint_url.is_none()
         && let Some(url) = b.get_config_value(&AmazonS3ConfigKey::Endpoint)
     {
-        check_endpoint_url(&url).map_err(|e| format!("AWS_ENDPOINT {url:?}: {e}"))?;
+        check_endpoint_url(&url).map_err(|source| OpenError::Endpoint { setting: "AWS_ENDPOINT", url, source })?;
     }
     if let Some(url) = &s3.endpoint_url {
-        check_endpoint_url(url).map_err(|e| format!("--endpoint-url {url:?}: {e}"))?;
+        check_endpoint_url(url).map_err(|source| OpenError::Endpoint {
+            setting: "--endpoint-url",
+            url: url.clone(),
+            source,
+        })?;
         b = b.with_endpoint(url).with_virtual_hosted_style_request(false);
         if url.starts_with("http://") {
             b = b.with_allow_http(true);
@@ -208,8 +261,10 @@ pub(super) fn s3_builder(bucket: &str, s3: &S3Options) -> Result<AmazonS3Builder
         b = b.with_request_payer(true);
     }
     // object_store names these settings by string only (its key type for them is private).
-    let sse = |b: AmazonS3Builder, kind: &str, key: &Option<String>| -> Result<AmazonS3Builder, String> {
-        let config = |name: &str| name.parse::<AmazonS3ConfigKey>().map_err(|e| e.to_string());
+    let sse = |b: AmazonS3Builder, kind: &str, key: &Option<String>| -> Result<AmazonS3Builder, OpenError> {
+        let config = |name: &'static str| {
+            name.parse::<AmazonS3ConfigKey>().map_err(|source| OpenError::EncryptionSetting { name, source })
+        };
         let b = b.with_config(config(SSE_TYPE)?, kind);
         Ok(match key {
             Some(k) => b.with_config(config(SSE_KMS_KEY_ID)?, k),
