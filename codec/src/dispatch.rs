@@ -230,7 +230,7 @@ impl Dispatcher {
     /// Frames a producer should keep in flight so GPU launches can fill up: two batches' worth
     /// of 1 MiB frames, so the next batch gathers while one runs.
     pub fn frames_in_flight(&self) -> usize {
-        let cpu = 2 * rayon::current_num_threads() + 1;
+        let cpu = 2 * crate::workers::threads() + 1;
         if self.gpu_tx.is_some() { cpu.max(512) } else { cpu }
     }
 
@@ -303,7 +303,7 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
     if raw.len() <= INLINE_MAX {
         return done(encode_frame(&ctx, codec.as_ref(), frame, &raw));
     }
-    rayon::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
+    crate::workers::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
 }
 
 /// Longest a batch waits for company, in batch windows.
@@ -371,7 +371,7 @@ fn run_batch(gpu: &crate::gpu::Gpu, id: CodecId, jobs: Vec<Job>, data_type: i32,
                     Some(payload) => {
                         c.gpu_frames.fetch_add(1, Ordering::Relaxed);
                         c.gpu_bytes_out.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                        rayon::spawn(move || {
+                        crate::workers::spawn(move || {
                             let mut bytes =
                                 Vec::with_capacity(FRAME_HEADER_LEN + payload.len() + crate::format::TAG_LEN);
                             bytes.resize(FRAME_HEADER_LEN, 0);

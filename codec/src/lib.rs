@@ -21,6 +21,7 @@ pub mod pool;
 pub mod reader;
 pub mod seal;
 pub mod stream;
+pub mod workers;
 pub mod writer;
 
 pub use codec::{Codec, CodecId, CodecParams, Dictionary};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
 
-/// Runs jobs on rayon's pool and hands their results back in the order they were submitted.
+/// Runs jobs on the CPU workers (`workers`) and hands their results back in the order they were submitted.
 pub struct OrderedPool<T: Send + 'static> {
     tx: Sender<(u64, T)>,
     rx: Receiver<(u64, T)>,
@@ -23,7 +23,7 @@ impl<T: Send + 'static> OrderedPool<T> {
 
     /// A bound suited to this machine: two jobs per worker thread.
     pub fn for_this_machine() -> Self {
-        Self::new(2 * rayon::current_num_threads() + 1)
+        Self::new(2 * crate::workers::threads() + 1)
     }
 
     /// Whether submitting now would exceed the bound; call `wait_next` first.
@@ -41,7 +41,7 @@ impl<T: Send + 'static> OrderedPool<T> {
         let seq = self.next_submit;
         self.next_submit += 1;
         let tx = self.tx.clone();
-        rayon::spawn(move || {
+        crate::workers::spawn(move || {
             // The receiver outlives every job unless the pool was dropped early; then nobody wants it.
             let _ = tx.send((seq, job()));
         });

@@ -370,7 +370,7 @@ impl Reader {
                 if small {
                     job();
                 } else {
-                    rayon::spawn(job);
+                    shrinkfs_codec::workers::spawn(job);
                 }
                 jobs.push((f, rx));
             }
