@@ -531,6 +531,10 @@ pub struct S3Args {
     /// Seconds to wait for a connection to the S3 endpoint (0.1 to 300).
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = values::seconds_in(0.1, 300.0))]
     pub connect_timeout: Duration,
+    /// Most requests to the bucket in flight at once, all operations together (1 to 4096); more
+    /// wait their turn (the wait shows in the store latency metrics).
+    #[arg(long, value_name = "N", default_value_t = shrinkfs_fuse::store::DEFAULT_MAX_REQUESTS, value_parser = values::int_in::<usize>(1, 4096))]
+    pub max_requests: usize,
 }
 
 impl Default for S3Args {
@@ -555,6 +559,7 @@ impl Default for S3Args {
             retries: None,
             request_timeout: o.store.request_timeout,
             connect_timeout: o.store.connect_timeout,
+            max_requests: o.store.max_requests,
         }
     }
 }
@@ -598,6 +603,7 @@ impl S3Args {
                 retry: RetryPolicy { timeout: self.retry_timeout, max_retries: self.retries, ..RetryPolicy::default() },
                 request_timeout: self.request_timeout,
                 connect_timeout: self.connect_timeout,
+                max_requests: self.max_requests,
                 ..StoreConfig::default()
             },
             storage_class: self.storage_class.clone(),

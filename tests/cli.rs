@@ -372,6 +372,7 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
         ("--retry-timeout", durations.clone()),
         ("--request-timeout", with(&["0", "3601"])),
         ("--connect-timeout", with(&["0", "301"])),
+        ("--max-requests", with(&["0", "4097"])),
         // Mount flags.
         ("--uid", with(&["4294967295", "4294967296"])),
         ("--gid", with(&["4294967295"])),

@@ -107,9 +107,8 @@ impl Default for ReaderConfig {
     }
 }
 
-/// The file writer: where rewritten files are staged, and how writes arriving out of order wait.
-/// (The upload's own sizes — in-memory spill, part size, parts and appends in flight — are still
-/// constants of `upload.rs`.)
+/// The file writer: where rewritten files are staged, how writes arriving out of order wait, and
+/// the sizes of its uploads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterConfig {
     /// Where files being rewritten at random offsets are staged.
@@ -125,6 +124,29 @@ pub struct WriterConfig {
     /// staged and written at any offset (with the write-back cache, a file with a hole pays this
     /// once).
     pub reorder_wait: Duration,
+    /// Sizes of each object's upload.
+    pub upload: UploadConfig,
+}
+
+/// One object's upload: how much of it stays in memory, and how it is cut into parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadConfig {
+    /// Stored bytes an upload keeps only in memory before it also writes them to a spill file (or,
+    /// for a local bucket, its staged file): small files never touch the local disk.
+    pub in_memory: usize,
+    /// Size of each multipart part (S3 needs at least 5 MiB for all but the last; some services
+    /// need every part but the last the same size).
+    pub part_size: usize,
+    /// Parts of one object uploading at once.
+    pub parts_in_flight: usize,
+    /// Frames of one object being appended to its spill or staged file at once.
+    pub appends_in_flight: usize,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        UploadConfig { in_memory: 128 << 10, part_size: 8 << 20, parts_in_flight: 4, appends_in_flight: 4 }
+    }
 }
 
 impl Default for WriterConfig {
@@ -134,6 +156,7 @@ impl Default for WriterConfig {
             writeback_cache: false,
             reorder_window: 64 << 20,
             reorder_wait: Duration::from_millis(50),
+            upload: UploadConfig::default(),
         }
     }
 }

@@ -36,13 +36,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::budget::Budget;
+use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::localstore::{InPlace, LocalStore};
 use crate::metrics::Metrics;
-
-/// Stored bytes an upload keeps in memory before it moves them to a spill file: small files never
-/// touch the local disk (creating a file cost more CPU than encoding a small one).
-pub const SPILL_IN_MEMORY: usize = 128 << 10;
 
 /// Where an upload's stored bytes wait until shipped: in memory while small, then in an unlinked
 /// file in the staging directory — or, for a local-directory bucket, in the object's own staged
@@ -62,6 +59,8 @@ struct SpillBuf {
     in_place: Option<(Arc<LocalStore>, Path)>,
     /// Bytes appended so far.
     len: u64,
+    /// Bytes kept only in memory before a file is needed.
+    in_memory: usize,
 }
 
 impl Spill {
@@ -77,7 +76,7 @@ impl Spill {
 impl SpillBuf {
     /// Whether `n` more bytes still fit in memory (no file was needed yet).
     fn fits_in_memory(&self, n: usize) -> bool {
-        matches!(&self.spill, Spill::Memory(v) if v.len() + n <= SPILL_IN_MEMORY)
+        matches!(&self.spill, Spill::Memory(v) if v.len() + n <= self.in_memory)
     }
 
     /// Appends bytes that `fits_in_memory`.
@@ -145,11 +144,6 @@ impl SpillBuf {
     }
 }
 
-/// Size of one multipart part (S3 needs at least 5 MiB for all but the last).
-pub const PART_SIZE: usize = 8 << 20;
-/// Parts uploading at once per object.
-const PARTS_IN_FLIGHT: usize = 4;
-
 /// What a finished upload produced.
 #[derive(Debug)]
 pub struct Written {
@@ -178,6 +172,8 @@ pub struct Sink {
     /// The bucket is this local directory (and `store` is it): objects larger than the in-memory
     /// spill are written in place, once, instead of spilled and shipped in parts.
     pub local: Option<Arc<LocalStore>>,
+    /// The upload's sizes.
+    pub sizes: UploadConfig,
 }
 
 /// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
@@ -236,9 +232,6 @@ type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 /// What an append to the spill or in-place file reports: where, the bytes, how.
 type Appended = (u64, Bytes, std::io::Result<()>);
 
-/// Frames being appended to a spill or in-place file at once, off the writer's thread.
-const APPENDS_IN_FLIGHT: usize = 4;
-
 impl std::fmt::Debug for Upload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Upload({}, {} bytes in)", self.path, self.raw_in)
@@ -250,8 +243,14 @@ impl Upload {
     /// until they are uploaded.
     pub fn new(sink: Sink, path: Path, config: &EncodeConfig, staging: &std::path::Path) -> Result<Self> {
         let in_place = sink.local.clone().map(|l| (l, path.clone()));
-        let mut spill =
-            SpillBuf { spill: Spill::Memory(Vec::new()), writer: None, dir: staging.to_path_buf(), in_place, len: 0 };
+        let mut spill = SpillBuf {
+            spill: Spill::Memory(Vec::new()),
+            writer: None,
+            dir: staging.to_path_buf(),
+            in_place,
+            len: 0,
+            in_memory: sink.sizes.in_memory,
+        };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(Error::Config)?);
         let ctx = Arc::new(config.new_object());
         let writer = ObjectWriter::new(ctx.clone());
@@ -417,7 +416,7 @@ impl Upload {
             let res = file.write_all_at(&bytes, at);
             (at, bytes, res)
         });
-        while self.appends.len() > APPENDS_IN_FLIGHT {
+        while self.appends.len() > self.sink.sizes.appends_in_flight {
             let done = self.appends.join_next().await.expect("appends in flight");
             self.settle_append(done);
         }
@@ -503,8 +502,8 @@ impl Upload {
     /// the spill): the multipart upload is dropped and the next call, or `finish`, starts again
     /// from the first byte.
     async fn ship_full_parts(&mut self) {
-        while !self.broken && !self.spill.in_place() && self.stored - self.shipped >= PART_SIZE as u64 {
-            if let Err(e) = self.ship(PART_SIZE, None).await {
+        while !self.broken && !self.spill.in_place() && self.stored - self.shipped >= self.sink.sizes.part_size as u64 {
+            if let Err(e) = self.ship(self.sink.sizes.part_size, None).await {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
                 self.reset_shipping().await;
                 break;
@@ -548,7 +547,7 @@ impl Upload {
         while let Some(done) = self.parts.try_join_next() {
             self.settle(done)?;
         }
-        while self.parts.len() > PARTS_IN_FLIGHT {
+        while self.parts.len() > self.sink.sizes.parts_in_flight {
             if let Some(done) = self.parts.join_next().await {
                 self.settle(done)?;
             }
@@ -656,12 +655,12 @@ impl Upload {
             // The tail goes after the last frame (again, if an earlier try failed after it).
             object.file().write_all_at(&tail, self.stored)?;
             crate::store::instrument::in_place(self.sink.metrics.store(), total, || object.publish())?
-        } else if self.multipart.is_none() && self.stored < PART_SIZE as u64 {
+        } else if self.multipart.is_none() && self.stored < self.sink.sizes.part_size as u64 {
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
             self.sink.store.put(&self.path, payload).await?
         } else {
-            while self.stored - self.shipped > PART_SIZE as u64 {
-                self.ship(PART_SIZE, None).await?;
+            while self.stored - self.shipped > self.sink.sizes.part_size as u64 {
+                self.ship(self.sink.sizes.part_size, None).await?;
             }
             self.ship((self.stored - self.shipped) as usize, Some(&tail)).await?;
             while let Some(done) = self.parts.join_next().await {

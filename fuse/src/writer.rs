@@ -72,6 +72,7 @@ impl FileWriter {
                 .filter(|_| self.bucket.tracks_uploads)
                 .map(|mp| (mp, self.bucket.upload_markers())),
             local: self.bucket.local.clone(),
+            sizes: self.cfg.upload,
         }
     }
 

@@ -203,3 +203,28 @@ async fn an_outage_longer_than_the_retries_fails_fsync_and_close_and_keeps_the_b
     let (again, _) = mount(&mem, quick());
     assert!(read(&again, "big").await.unwrap() == bytes);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_requests_bounds_the_requests_in_flight() {
+    let mem = Arc::new(InMemory::new());
+    for i in 0..8 {
+        mem.put(&Path::from(format!("pre/o{i}")), vec![1u8; 10].into()).await.unwrap();
+    }
+    let ctl = Arc::new(FaultControl::default());
+    ctl.delay(Op::Head, Duration::from_millis(100));
+    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem.clone()) };
+    let cfg = StoreConfig { max_requests: 2, retry: quick(), ..StoreConfig::default() };
+    let bucket = Bucket::stack(FaultStore::layer(backend, ctl.clone()), &Path::from("pre"), "limited", &cfg);
+    let started = std::time::Instant::now();
+    let heads = (0..8).map(|i| {
+        let store = bucket.store.clone();
+        async move { store.head(&Path::from(format!("o{i}"))).await }
+    });
+    for head in futures::future::join_all(heads).await {
+        head.unwrap();
+    }
+    // Eight 100 ms requests, two at a time, cannot finish in less than four rounds.
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(400), "8 requests with 2 in flight took {took:?}");
+    assert_eq!(ctl.calls(Op::Head), 8);
+}

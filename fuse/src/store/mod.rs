@@ -29,7 +29,7 @@ use object_store::memory::InMemory;
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 
-pub use config::{RetryPolicy, StoreConfig};
+pub use config::{DEFAULT_MAX_REQUESTS, RetryPolicy, StoreConfig};
 pub use s3::{CustomerKey, CustomerKeyError, Encryption, EndpointError, S3Options, check_endpoint_url, client_options};
 
 use crate::credentials::{self, CredentialsError};
