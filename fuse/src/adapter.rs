@@ -149,6 +149,9 @@ impl Filesystem for FuseAdapter {
         // The mount clears set-user-ID bits itself (`Fs::clear_suidgid`), so the kernel need not
         // ask for `security.capability` before every write.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Listings carry every entry's attributes (READDIRPLUS, always rather than "auto": `ls -l`
+        // reads the whole directory before its first stat).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         // Readahead and write-back requests the kernel keeps in flight at once.
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
@@ -399,6 +402,33 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.run("opendir", ino.0, self.fs.opendir(ino.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        match self.run("readdirplus", ino.0, self.fs.readdirplus(fh.0, ino.0, offset)) {
+            Ok(entries) => {
+                // Entries past a full buffer were counted as lookups the kernel never saw.
+                let mut full = false;
+                for (off, e, a, trusted) in entries {
+                    if !full {
+                        let ttl = if trusted { self.ttl } else { Duration::ZERO };
+                        full = reply.add(INodeNo(e.ino), off, &e.name, &ttl, &attr(&a), Generation(0));
+                    }
+                    if full && e.name != "." && e.name != ".." {
+                        self.fs.forget(e.ino, 1);
+                    }
+                }
+                reply.ok();
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -23,6 +23,7 @@ use crate::config::ReaderConfig;
 use crate::diskcache::Cached;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::recorded::Recorded;
 
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
@@ -76,6 +77,27 @@ impl ObjectInfo {
                 if names.is_empty() { "none".into() } else { names.join("+") }
             }
         }
+    }
+}
+
+/// What a HEAD says of one object version.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// The store's metadata (size, ETag, time).
+    pub meta: ObjectMeta,
+    /// The attributes recorded beside the object, when it has a valid record.
+    pub recorded: Option<Recorded>,
+}
+
+impl Head {
+    /// The ETag (or the identity made up for stores without one) of this version.
+    pub fn etag(&self) -> Arc<str> {
+        etag_of(&self.meta)
+    }
+
+    /// The store's modification time.
+    pub fn last_modified(&self) -> SystemTime {
+        system_time(&self.meta)
     }
 }
 
@@ -176,6 +198,25 @@ impl Reader {
             }
         };
         Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
+    }
+
+    /// What a HEAD tells of the object at `path`: the store's metadata and, on a mount without a
+    /// key, the attributes it records beside its bytes (`recorded`). `None` if absent. A sealed
+    /// mount believes no record: one is plain text anyone able to write could have put there, and
+    /// sealed objects record none (their attributes are not published in the clear).
+    pub async fn head(&self, path: &Path) -> Result<Option<Head>> {
+        let opts = GetOptions { head: true, ..Default::default() };
+        match self.store.get_opts(path, opts).await {
+            Ok(got) => {
+                let recorded = match self.key {
+                    Some(_) => None,
+                    None => Recorded::from_attributes(&got.attributes, got.meta.size),
+                };
+                Ok(Some(Head { meta: got.meta, recorded }))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// With a key nothing unsealed is served: anyone able to write to the bucket could have put
