@@ -86,6 +86,16 @@ pub fn seconds_in(min: f64, max: f64) -> impl Fn(&str) -> Result<Duration, Strin
     }
 }
 
+/// A time to trust cached metadata: seconds from 0 to `max`, or `indefinite` (for as long as the
+/// mount lasts: `Duration::MAX`).
+pub fn ttl(max: f64) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    let seconds = seconds_in(0.0, max);
+    move |s| match s.trim() {
+        "indefinite" => Ok(Duration::MAX),
+        other => seconds(other).map_err(|e| format!("{e}, or indefinite")),
+    }
+}
+
 /// An S3 endpoint: `http://` or `https://`, a host, an optional port and path; nothing else.
 /// (object_store takes any string here and panics at the first signed request on one that is
 /// not a URL.)

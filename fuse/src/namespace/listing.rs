@@ -291,6 +291,17 @@ impl Namespace {
                     let (kind, attr) = (i.kind, i.attr.clone());
                     t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
                 }
+                // Another version than the one described: its attributes are to be asked again.
+                (None, Some(i))
+                    if kind == Kind::File
+                        && i.kind != Kind::Dir
+                        && !open_here(&t)
+                        && i.attr.etag.is_some()
+                        && object.as_ref().is_some_and(|o| o.e_tag.is_some()) =>
+                {
+                    let (kind, attr) = (i.kind, i.attr.clone());
+                    t.upsert(l.ino, &name, kind, attr, None, false)
+                }
                 // Symlinks list as files until looked up; keep what a lookup learned.
                 (None, Some(i))
                     if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
