@@ -144,7 +144,7 @@ impl Namespace {
                 }
             })
             .buffer_unordered(self.cfg.prefetch_concurrency.max(1));
-        let fetched: Vec<(String, Result<Option<(Kind, Attr)>>)> = fetches.collect().await;
+        let fetched = fetches.collect::<Vec<_>>().await;
         let mut t = self.table();
         for (name, got) in fetched {
             match got {
