@@ -187,6 +187,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ttls_are_seconds_in_range_or_indefinite() {
+        let p = ttl(86_400.0);
+        assert_eq!(p("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(p("0"), Ok(Duration::ZERO));
+        assert_eq!(p("indefinite"), Ok(Duration::MAX));
+        for bad in ["-1", "86401", "forever", ""] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains("0 to 86400") && e.contains("indefinite"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn sizes_outside_the_range_are_refused_with_the_range() {
         let p = size_in(4 << 10, 64 << 20);
         assert_eq!(p("1M"), Ok(1 << 20));
