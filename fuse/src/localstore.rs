@@ -995,6 +995,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn user_metadata_is_kept_in_extended_attributes_and_other_attributes_refused() {
+        let (dir, store) = store();
+        let probe = File::create(dir.path().join("probe")).unwrap();
+        if let Err(e) = rustix::fs::fsetxattr(&probe, "user.probe", b"1", XattrFlags::empty()) {
+            println!("SKIPPED: {} has no user extended attributes ({e})", dir.path().display());
+            return;
+        }
+        let key = Path::from("m/eta");
+        let mut a = Attributes::new();
+        a.insert(Attribute::Metadata("shrinkfs".into()), "v1 size=3 stored=3".into());
+        let opts = PutOptions { attributes: a.clone(), ..Default::default() };
+        store.put_opts(&key, "abc".into(), opts).await.unwrap();
+        let head = GetOptions { head: true, ..Default::default() };
+        assert_eq!(store.get_opts(&key, head.clone()).await.unwrap().attributes, a, "a HEAD returns them");
+        // An object written in place carries them too.
+        let mut ip = store.write_in_place(&Path::from("m/ip")).unwrap();
+        ip.file().write_all_at(b"xyz", 0).unwrap();
+        ip.record(&a);
+        ip.publish().unwrap();
+        assert_eq!(store.get_opts(&Path::from("m/ip"), head.clone()).await.unwrap().attributes, a);
+        // A rename (copy, then delete) keeps them: the copy is a hard link.
+        store.copy(&key, &Path::from("m/copy")).await.unwrap();
+        assert_eq!(store.get_opts(&Path::from("m/copy"), head).await.unwrap().attributes, a);
+        let mut other = Attributes::new();
+        other.insert(Attribute::ContentType, "text/plain".into());
+        let opts = PutOptions { attributes: other, ..Default::default() };
+        assert!(matches!(store.put_opts(&key, "abc".into(), opts).await, Err(object_store::Error::NotImplemented)));
+    }
+
+    #[tokio::test]
     async fn put_etag_is_the_etag_head_reports() {
         let (dir, store) = store();
         let key = Path::from("e/t");
