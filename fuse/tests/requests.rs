@@ -164,3 +164,34 @@ async fn objects_without_a_valid_record_are_described_by_their_footer() {
         assert_eq!(since(&fs, &before), "get_range=1 head=1", "{name}: HEAD, then the footer");
     }
 }
+
+/// A store whose HEADs carry no records (a server that drops user metadata, a bucket written by
+/// older versions or other tools) stops costing a HEAD before each footer: after 32 HEADs without
+/// a record, a lookup is the footer's GET alone — and so it always is on a sealed mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_read_the_footer_at_once_where_no_records_come_back() {
+    use object_store::ObjectStore;
+    let store = Arc::new(InMemory::new());
+    for k in 0..40 {
+        let obj = shrinkfs_codec::encode_all_with(&Default::default(), b"old", &Default::default()).unwrap();
+        store.put(&Path::from(format!("pre/old{k}")), obj.into()).await.unwrap();
+    }
+    let fs = mount(&store, Duration::from_secs(60));
+    for k in 0..32 {
+        fs.lookup(ROOT, &format!("old{k}")).await.unwrap();
+    }
+    let before = requests(&fs);
+    assert_eq!(fs.lookup(ROOT, "old32").await.unwrap().size, 3);
+    assert_eq!(since(&fs, &before), "get_range=1");
+
+    let key = shrinkfs_codec::MasterKey::from_bytes(&[7; 32]).unwrap();
+    let cfg = FsConfig {
+        encode: shrinkfs_codec::EncodeConfig { key: Some(key), ..Default::default() },
+        reader: shrinkfs_fuse::ReaderConfig { allow_unsealed: true, ..Default::default() },
+        ..FsConfig::default()
+    };
+    let sealed = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg, Services::default());
+    let before = requests(&sealed);
+    assert_eq!(sealed.lookup(ROOT, "old0").await.unwrap().size, 3);
+    assert_eq!(since(&sealed, &before), "get_range=1", "a sealed mount believes no record");
+}

@@ -398,6 +398,10 @@ async fn stat_object(
     key: &Path,
     known: Option<(Kind, &Attr)>,
 ) -> Result<Option<(Kind, Attr)>> {
+    if known.is_none() && !reader.expects_records() {
+        // No record to expect: the footer's GET answers in one request.
+        return stat_footer(reader, bucket, key).await;
+    }
     let Some(head) = reader.head(key).await? else { return Ok(None) };
     let etag = head.etag();
     if let Some((kind, attr)) = known
