@@ -261,9 +261,16 @@ pub struct MountArgs {
     /// Share of the cache directory's disk to leave free (0.05 = 5%).
     #[arg(long, default_value_t = 0.05, value_parser = values::number_in(0.0, 0.99))]
     pub cache_min_free: f64,
-    /// Seconds attributes and names are trusted before the store is asked again (0 to 86400).
-    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = values::seconds_in(0.0, 86_400.0))]
+    /// Seconds attributes and names are trusted before the store is asked again (0 to 86400),
+    /// here and in the kernel's caches; `indefinite` for a bucket only this mount writes (changes
+    /// by others are then never seen). See "Consistency" in SEMANTICS.md.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = values::ttl(86_400.0))]
     pub metadata_ttl: Duration,
+    /// Seconds a name is trusted absent — missing from a complete listing of its directory, or
+    /// from a lookup — before the store is asked again (0 to 86400, or `indefinite`; default: the
+    /// --metadata-ttl). A file another mount creates shows here at most this long after.
+    #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
+    pub negative_metadata_ttl: Option<Duration>,
     /// Directory for files being rewritten at random offsets (default: $TMPDIR).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,
@@ -604,7 +611,6 @@ impl S3Args {
                 request_timeout: self.request_timeout,
                 connect_timeout: self.connect_timeout,
                 max_requests: self.max_requests,
-                ..StoreConfig::default()
             },
             storage_class: self.storage_class.clone(),
             encryption,

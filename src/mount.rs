@@ -72,6 +72,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
     ns.file_mode = a.file_mode.unwrap_or(ns.file_mode);
     ns.dir_mode = a.dir_mode.unwrap_or(ns.dir_mode);
     ns.metadata_ttl = a.metadata_ttl;
+    ns.negative_ttl = a.negative_metadata_ttl.unwrap_or(a.metadata_ttl);
     (cfg.reader.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
     let mut disk_cache = None;
     if let Some(dir) = &a.cache_dir {

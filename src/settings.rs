@@ -491,8 +491,12 @@ codec = "lz4"
         assert!(m.allow_other && m.read_only, "switches from the file and the environment");
         assert_eq!(m.options, ["ro"], "a list on the command line replaces the file's");
         assert_eq!(m.metadata_ttl, Duration::from_millis(2500));
+        assert_eq!(m.negative_metadata_ttl, None, "unset: the metadata TTL's");
         assert_eq!(m.codec.codec, shrinkfs_codec::CodecId::Zstd, "[pack] does not reach mount");
 
+        let vars = [("SHRINKFS_NEGATIVE_METADATA_TTL", "indefinite")];
+        let m = mount(parse("shrinkfs mount memory:// /m --metadata-ttl indefinite", &vars, None).unwrap());
+        assert_eq!((m.metadata_ttl, m.negative_metadata_ttl), (Duration::MAX, Some(Duration::MAX)));
         let m = mount(parse("shrinkfs mount memory:// /m", &[], Some(FILE)).unwrap());
         assert_eq!((m.codec.level, m.memory_limit, m.options.len()), (5, Some(1 << 30), 2));
         // A switch the file turns on, the environment turns off.

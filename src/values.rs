@@ -86,6 +86,16 @@ pub fn seconds_in(min: f64, max: f64) -> impl Fn(&str) -> Result<Duration, Strin
     }
 }
 
+/// A time to trust cached metadata: seconds from 0 to `max`, or `indefinite` (for as long as the
+/// mount lasts: `Duration::MAX`).
+pub fn ttl(max: f64) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    let seconds = seconds_in(0.0, max);
+    move |s| match s.trim() {
+        "indefinite" => Ok(Duration::MAX),
+        other => seconds(other).map_err(|e| format!("{e}, or indefinite")),
+    }
+}
+
 /// An S3 endpoint: `http://` or `https://`, a host, an optional port and path; nothing else.
 /// (object_store takes any string here and panics at the first signed request on one that is
 /// not a URL.)
@@ -175,6 +185,18 @@ fn exact(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ttls_are_seconds_in_range_or_indefinite() {
+        let p = ttl(86_400.0);
+        assert_eq!(p("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(p("0"), Ok(Duration::ZERO));
+        assert_eq!(p("indefinite"), Ok(Duration::MAX));
+        for bad in ["-1", "86401", "forever", ""] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains("0 to 86400") && e.contains("indefinite"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn sizes_outside_the_range_are_refused_with_the_range() {

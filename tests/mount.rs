@@ -622,3 +622,57 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
     assert_eq!(kib.trim(), shrinkfs_fuse::session::READAHEAD_KIB.to_string(), "read_ahead_kb of {dev}");
     m.unmount();
 }
+
+/// The consistency model of docs/SEMANTICS.md through two real mounts of one local-directory
+/// bucket with the default TTLs (1 s): a new name shows at once unless asked for and missed
+/// (then within the negative TTL, the kernel's negative entry included), a change within the
+/// metadata TTL, a listing shows what was closed before it, and the last close wins.
+#[test]
+fn two_mounts_of_one_bucket_see_each_other_as_the_consistency_model_says() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let bucket = t.path().join("bucket");
+    fs::create_dir(&bucket).unwrap();
+    let (ma, mb) = (t.path().join("a"), t.path().join("b"));
+    let ttl = ["--metadata-ttl", "1"];
+    let (a, b) = (mount(bucket.to_str().unwrap(), &ma, &ttl, &[]), mount(bucket.to_str().unwrap(), &mb, &ttl, &[]));
+    let past_ttl = || std::thread::sleep(Duration::from_millis(1300));
+
+    fs::write(ma.join("f"), b"one").unwrap();
+    assert_eq!(fs::read(mb.join("f")).unwrap(), b"one", "never asked for: seen once close returned");
+
+    assert_eq!(errno_of(&fs::metadata(mb.join("g")).unwrap_err()), libc::ENOENT);
+    fs::write(ma.join("g"), b"gg").unwrap();
+    assert_eq!(errno_of(&fs::metadata(mb.join("g")).unwrap_err()), libc::ENOENT, "absent for the negative TTL");
+    past_ttl();
+    assert_eq!(fs::metadata(mb.join("g")).unwrap().len(), 2);
+
+    assert_eq!(fs::metadata(mb.join("f")).unwrap().len(), 3);
+    fs::write(ma.join("f"), b"second version").unwrap();
+    assert_eq!(fs::metadata(mb.join("f")).unwrap().len(), 3, "trusted for the metadata TTL");
+    past_ttl();
+    assert_eq!(fs::metadata(mb.join("f")).unwrap().len(), 14);
+    assert_eq!(fs::read(mb.join("f")).unwrap(), b"second version");
+
+    fs::write(ma.join("h"), b"hhhh").unwrap();
+    let listed: Vec<(String, u64)> = fs::read_dir(&mb)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().into_string().unwrap(), e.metadata().unwrap().len())
+        })
+        .collect();
+    assert!(listed.contains(&("h".into(), 4)), "a listing shows what was closed before it: {listed:?}");
+
+    let mut wa = fs::File::create(ma.join("w")).unwrap();
+    let mut wb = fs::File::create(mb.join("w")).unwrap();
+    wa.write_all(&[b'a'; 5000]).unwrap();
+    wb.write_all(&[b'b'; 3000]).unwrap();
+    drop(wa);
+    drop(wb);
+    past_ttl();
+    assert_eq!(fs::read(ma.join("w")).unwrap(), [b'b'; 3000], "the last close wins, whole");
+    assert_eq!(fs::read(mb.join("w")).unwrap(), [b'b'; 3000]);
+    a.unmount();
+    b.unmount();
+}

@@ -24,9 +24,16 @@ pub const MAX_BACKGROUND: u16 = 64;
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
+    /// How long the kernel may keep entries and attributes (the metadata TTL, at most a year).
     ttl: Duration,
+    /// How long the kernel may keep a name as absent (the negative TTL, at most a year).
+    negative_ttl: Duration,
     writeback_cache: bool,
 }
+
+/// The longest time the kernel is told to cache anything (an `indefinite` TTL): its timeouts
+/// are counted in jiffies, which a larger number of seconds would overflow.
+pub const KERNEL_TTL_MAX: Duration = Duration::from_secs(365 * 86_400);
 
 impl std::fmt::Debug for FuseAdapter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,8 +86,9 @@ fn name(n: &OsStr) -> Result<&str> {
 impl FuseAdapter {
     /// An adapter running core futures on `rt`.
     pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
-        let ttl = fs.config().namespace.metadata_ttl;
-        FuseAdapter { fs, rt, ttl, writeback_cache: false }
+        let ns = &fs.config().namespace;
+        let (ttl, negative_ttl) = (ns.metadata_ttl.min(KERNEL_TTL_MAX), ns.negative_ttl.min(KERNEL_TTL_MAX));
+        FuseAdapter { fs, rt, ttl, negative_ttl, writeback_cache: false }
     }
 
     /// Asks the kernel for write-back caching (`--writeback-cache`): see docs/SEMANTICS.md.
@@ -149,6 +157,9 @@ impl Filesystem for FuseAdapter {
         // The mount clears set-user-ID bits itself (`Fs::clear_suidgid`), so the kernel need not
         // ask for `security.capability` before every write.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Listings carry every entry's attributes (READDIRPLUS, always rather than "auto": `ls -l`
+        // reads the whole directory before its first stat).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         // Readahead and write-back requests the kernel keeps in flight at once.
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
@@ -186,7 +197,25 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let r = self.run_at("lookup", parent.0, Some(n), async { self.fs.lookup(parent.0, name(n)?).await });
-        self.entry(reply, r);
+        match r {
+            // A negative entry (inode 0): the kernel keeps the name as absent for the negative TTL.
+            Err(Error::NotFound) if !self.negative_ttl.is_zero() => {
+                let none = FileAttrs {
+                    ino: 0,
+                    kind: Kind::File,
+                    size: 0,
+                    blocks: 0,
+                    mtime: SystemTime::UNIX_EPOCH,
+                    perm: 0,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    nlink: 0,
+                };
+                reply.entry(&self.negative_ttl, &attr(&none), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -399,6 +428,33 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.run("opendir", ino.0, self.fs.opendir(ino.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        match self.run("readdirplus", ino.0, self.fs.readdirplus(fh.0, ino.0, offset)) {
+            Ok(entries) => {
+                // Entries past a full buffer were counted as lookups the kernel never saw.
+                let mut full = false;
+                for (off, e, a, trusted) in entries {
+                    if !full {
+                        let ttl = if trusted { self.ttl } else { Duration::ZERO };
+                        full = reply.add(INodeNo(e.ino), off, &e.name, &ttl, &attr(&a), Generation(0));
+                    }
+                    if full && e.name != "." && e.name != ".." {
+                        self.fs.forget(e.ino, 1);
+                    }
+                }
+                reply.ok();
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -1,12 +1,13 @@
 //! What the kernel is told of a node: its attributes (`FileAttrs`) and directory entries
 //! (`DirEntry`), and the attributes an object version records.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
 
 use crate::inode::{Attr, Kind};
-use crate::objects::ObjectInfo;
+use crate::objects::{Head, ObjectInfo};
+use crate::recorded::Recorded;
 
 /// Attributes as the kernel sees them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,11 +49,7 @@ pub struct DirEntry {
 /// and what the store says (its size and ETag).
 pub fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
     let meta = info.meta();
-    let kind = match meta.mode.map(|m| m & S_IFMT) {
-        Some(S_IFLNK) => Kind::Symlink,
-        Some(t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK)) => Kind::Special(t),
-        _ => Kind::File,
-    };
+    let kind = kind_of(meta.mode);
     let attr = Attr {
         size: info.size(),
         stored: info.stored,
@@ -65,4 +62,34 @@ pub fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
         rdev: 0,
     };
     (kind, attr)
+}
+
+/// What a recorded mode says an object is.
+fn kind_of(mode: Option<u32>) -> Kind {
+    match mode.map(|m| m & S_IFMT) {
+        Some(S_IFLNK) => Kind::Symlink,
+        Some(t @ (S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK)) => Kind::Special(t),
+        _ => Kind::File,
+    }
+}
+
+/// Kind and attributes of an object version from what a HEAD says of it and the record it
+/// carries (see `recorded`): the same as its footer gives, without reading it.
+pub fn attr_from_head(head: &Head, r: &Recorded) -> (Kind, Attr) {
+    let mtime = match r.meta.mtime {
+        Some((s, ns)) if s >= 0 => UNIX_EPOCH + Duration::new(s as u64, ns),
+        _ => head.last_modified(),
+    };
+    let attr = Attr {
+        size: r.size,
+        stored: r.stored,
+        mtime,
+        perm: r.meta.mode.map(|m| (m & 0o7777) as u16),
+        uid: r.meta.uid,
+        gid: r.meta.gid,
+        etag: Some(head.etag().to_string()),
+        codec: r.codec.clone(),
+        rdev: r.rdev,
+    };
+    (kind_of(r.meta.mode), attr)
 }

@@ -52,8 +52,12 @@ pub struct NamespaceConfig {
     pub file_mode: u16,
     /// Permission bits of directories.
     pub dir_mode: u16,
-    /// How long attributes and directory entries are trusted before asking the store again.
+    /// How long attributes and directory entries are trusted before asking the store again
+    /// (`Duration::MAX`: for as long as the mount lasts, for a bucket only this mount writes).
     pub metadata_ttl: Duration,
+    /// How long a name is trusted absent — missing from a complete listing of its directory, or
+    /// found missing by a lookup — before asking the store again (`Duration::MAX`: indefinitely).
+    pub negative_ttl: Duration,
     /// Attribute fetches in flight when a listed directory's files are looked up.
     pub prefetch_concurrency: usize,
     /// Keys asked for per listing request.
@@ -70,6 +74,7 @@ impl Default for NamespaceConfig {
             file_mode: 0o644,
             dir_mode: 0o755,
             metadata_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(1),
             prefetch_concurrency: 32,
             page_keys: 1000,
             readdir_batch: 512,

@@ -224,6 +224,13 @@ impl InodeTable {
         i.clone()
     }
 
+    /// Counts a kernel lookup of `ino` (an entry READDIRPLUS returned); returns the inode.
+    pub fn looked_up(&mut self, ino: u64) -> Option<Inode> {
+        let i = self.by_ino.get_mut(&ino)?;
+        i.lookups += 1;
+        Some(i.clone())
+    }
+
     /// Forgets the name `name` in `parent` (after unlink, rmdir, or when the store says it is gone).
     pub fn remove_name(&mut self, parent: u64, name: &str) {
         if let Some(ino) = self.unname(parent, name)

@@ -23,6 +23,7 @@ pub mod namespace;
 pub mod objects;
 pub mod openfile;
 pub mod readahead;
+pub mod recorded;
 pub mod session;
 pub mod store;
 pub mod upload;

@@ -23,6 +23,7 @@ use crate::config::ReaderConfig;
 use crate::diskcache::Cached;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::recorded::Recorded;
 
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Vec<u8>)>;
@@ -79,6 +80,27 @@ impl ObjectInfo {
     }
 }
 
+/// What a HEAD says of one object version.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// The store's metadata (size, ETag, time).
+    pub meta: ObjectMeta,
+    /// The attributes recorded beside the object, when it has a valid record.
+    pub recorded: Option<Recorded>,
+}
+
+impl Head {
+    /// The ETag (or the identity made up for stores without one) of this version.
+    pub fn etag(&self) -> Arc<str> {
+        etag_of(&self.meta)
+    }
+
+    /// The store's modification time.
+    pub fn last_modified(&self) -> SystemTime {
+        system_time(&self.meta)
+    }
+}
+
 /// Everything needed to read objects.
 #[derive(Clone)]
 pub struct Reader {
@@ -104,7 +126,22 @@ pub struct Reader {
     pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
     /// Cache sizes, fetch sizes, and whether unsealed objects are served with a key.
     pub cfg: ReaderConfig,
+    /// What HEADs have found: whether any carried a record, and how many did not.
+    records: Arc<RecordsSeen>,
 }
+
+/// Whether this store returns the records objects carry: a server that drops user metadata, or a
+/// bucket of objects from older versions or other tools, makes a HEAD before the footer a wasted
+/// request, so after `RECORDLESS_HEADS` HEADs without one (and none with one) lookups read the
+/// footer at once.
+#[derive(Debug, Default)]
+struct RecordsSeen {
+    any: std::sync::atomic::AtomicBool,
+    without: std::sync::atomic::AtomicU32,
+}
+
+/// HEADs without a record, none having had one, after which a lookup reads the footer directly.
+const RECORDLESS_HEADS: u32 = 32;
 
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
     Error::Codec { key: path.to_string(), source }
@@ -149,6 +186,7 @@ impl Reader {
             budget,
             inflight: Arc::default(),
             cfg,
+            records: Arc::default(),
         }
     }
 
@@ -176,6 +214,39 @@ impl Reader {
             }
         };
         Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
+    }
+
+    /// What a HEAD tells of the object at `path`: the store's metadata and, on a mount without a
+    /// key, the attributes it records beside its bytes (`recorded`). `None` if absent. A sealed
+    /// mount believes no record: one is plain text anyone able to write could have put there, and
+    /// sealed objects record none (their attributes are not published in the clear).
+    pub async fn head(&self, path: &Path) -> Result<Option<Head>> {
+        let opts = GetOptions { head: true, ..Default::default() };
+        match self.store.get_opts(path, opts).await {
+            Ok(got) => {
+                let recorded = match self.key {
+                    Some(_) => None,
+                    None => Recorded::from_attributes(&got.attributes, got.meta.size),
+                };
+                use std::sync::atomic::Ordering::Relaxed;
+                match recorded {
+                    Some(_) => self.records.any.store(true, Relaxed),
+                    None => {
+                        self.records.without.fetch_add(1, Relaxed);
+                    }
+                }
+                Ok(Some(Head { meta: got.meta, recorded }))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether a HEAD is likely to describe an object by itself (its record): never on a sealed
+    /// mount; else until `RECORDLESS_HEADS` HEADs found none and none found one.
+    pub fn expects_records(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.key.is_none() && (self.records.any.load(Relaxed) || self.records.without.load(Relaxed) < RECORDLESS_HEADS)
     }
 
     /// With a key nothing unsealed is served: anyone able to write to the bucket could have put

@@ -174,6 +174,9 @@ pub struct Sink {
     pub local: Option<Arc<LocalStore>>,
     /// The upload's sizes.
     pub sizes: UploadConfig,
+    /// Record each object's attributes beside it (`recorded`), where one PUT or a local file
+    /// writes it whole: not on a sealed mount.
+    pub record: bool,
 }
 
 /// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
@@ -651,13 +654,17 @@ impl Upload {
         let raw = self.writer.raw_len();
         let tail = self.writer.finish_with(meta);
         let total = self.stored + tail.len() as u64;
+        let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
+        let record = self.sink.record.then(|| crate::recorded::Recorded::of(&layout, total).attributes());
         let put = if let Spill::InPlace(object) = &mut self.spill.spill {
             // The tail goes after the last frame (again, if an earlier try failed after it).
             object.file().write_all_at(&tail, self.stored)?;
+            object.record(&record.unwrap_or_default());
             crate::store::instrument::in_place(self.sink.metrics.store(), total, || object.publish())?
         } else if self.multipart.is_none() && self.stored < self.sink.sizes.part_size as u64 {
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
-            self.sink.store.put(&self.path, payload).await?
+            let opts = object_store::PutOptions { attributes: record.unwrap_or_default(), ..Default::default() };
+            self.sink.store.put_opts(&self.path, payload, opts).await?
         } else {
             while self.stored - self.shipped > self.sink.sizes.part_size as u64 {
                 self.ship(self.sink.sizes.part_size, None).await?;
@@ -672,7 +679,6 @@ impl Upload {
             put
         };
         self.sink.metrics.object_written(raw);
-        let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         Ok(Written { put, stored: total, layout })
     }
 

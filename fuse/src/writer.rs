@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use object_store::path::Path;
 use shrinkfs_codec::dispatch::Dispatcher;
-use shrinkfs_codec::format::S_IFREG;
+use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFMT, S_IFREG};
 use shrinkfs_codec::{Dictionary, EncodeConfig, FileMeta};
 
 use crate::attrs::FileAttrs;
@@ -24,6 +24,7 @@ use crate::inode::Attr;
 use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
 use crate::openfile::{Body, FileCell, OpenFile, now_meta};
+use crate::recorded::Recorded;
 use crate::store::Bucket;
 use crate::upload::{Sink, Upload, Written, upload_file};
 
@@ -73,6 +74,7 @@ impl FileWriter {
                 .map(|mp| (mp, self.bucket.upload_markers())),
             local: self.bucket.local.clone(),
             sizes: self.cfg.upload,
+            record: self.encode.key.is_none(),
         }
     }
 
@@ -258,7 +260,15 @@ impl FileWriter {
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
         };
         let obj = shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(Error::Config)?;
-        self.bucket.store.put(&self.bucket.key(rel), obj.into()).await?;
+        let mut opts = object_store::PutOptions::default();
+        if self.encode.key.is_none() {
+            // A device's number (its data) is recorded too, so a HEAD tells all of a node.
+            let device = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
+            let rdev = <[u8; 8]>::try_from(data).ok().filter(|_| device).map_or(0, |b| u64::from_le_bytes(b) as u32);
+            let r = Recorded { size: data.len() as u64, stored: obj.len() as u64, meta, rdev, codec: String::new() };
+            opts.attributes = r.attributes();
+        }
+        self.bucket.store.put_opts(&self.bucket.key(rel), obj.into(), opts).await?;
         self.metrics.object_written(data.len() as u64);
         Ok(())
     }

@@ -530,13 +530,15 @@ async fn interleaved_writers_under_a_tiny_memory_budget_wait_but_never_deadlock(
     }
 }
 
-/// A store that lists one directory in pages the way S3 does, counting the pages asked for.
+type Listed = Vec<(Path, Option<object_store::ObjectMeta>)>;
+
+/// A store that lists directories in pages the way S3 does, counting the pages asked for.
 #[derive(Debug)]
 struct Paged {
     inner: Arc<InMemory>,
     pages: std::sync::atomic::AtomicUsize,
-    /// The directory's sorted entries: a prefix (`None`) or an object.
-    sorted: tokio::sync::OnceCell<Vec<(Path, Option<object_store::ObjectMeta>)>>,
+    /// Each directory's sorted entries, by prefix: a prefix (`None`) or an object.
+    sorted: tokio::sync::Mutex<std::collections::HashMap<Option<String>, Listed>>,
 }
 
 #[async_trait::async_trait]
@@ -548,16 +550,17 @@ impl object_store::list::PaginatedListStore for Paged {
     ) -> object_store::Result<object_store::list::PaginatedListResult> {
         self.pages.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = prefix.map(|p| Path::from(p.trim_end_matches('/')));
-        let keys = self
-            .sorted
-            .get_or_try_init(|| async {
+        let mut sorted = self.sorted.lock().await;
+        let keys = match sorted.entry(prefix.map(str::to_owned)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
                 let all = self.inner.list_with_delimiter(dir.as_ref()).await?;
                 let mut keys: Vec<_> = all.common_prefixes.into_iter().map(|p| (p, None)).collect();
                 keys.extend(all.objects.into_iter().map(|o| (o.location.clone(), Some(o))));
                 keys.sort_by(|a, b| a.0.cmp(&b.0));
-                Ok::<_, object_store::Error>(keys)
-            })
-            .await?;
+                v.insert(keys)
+            }
+        };
         let from: usize = opts.page_token.as_deref().map_or(0, |t| t.parse().unwrap());
         let to = (from + opts.max_keys.unwrap()).min(keys.len());
         let mut result = object_store::ListResult { common_prefixes: vec![], objects: vec![] };

@@ -210,6 +210,20 @@ impl Fs {
         self.names.readdir(fh, ino, offset, &self.is_open()).await
     }
 
+    /// [`Self::readdir`] with each entry's attributes (READDIRPLUS), and whether they may be
+    /// cached for the metadata TTL (else the kernel should ask again). Every entry but "." and
+    /// ".." counts a kernel lookup: the caller `forget`s those it could not pass on.
+    pub async fn readdirplus(&self, fh: u64, ino: u64, offset: u64) -> Result<Vec<(u64, DirEntry, FileAttrs, bool)>> {
+        let entries = self.names.readdirplus(fh, ino, offset, &self.is_open()).await?;
+        let mut out = Vec::with_capacity(entries.len());
+        for (off, e, i) in entries {
+            let dots = e.name == "." || e.name == "..";
+            let trusted = !dots && (self.names.trusted(&i) || self.handles.is_open(i.ino));
+            out.push((off, e, self.live_attrs(&i).await, trusted));
+        }
+        Ok(out)
+    }
+
     /// Forgets an open directory.
     pub fn releasedir(&self, fh: u64) {
         self.names.releasedir(fh);

@@ -32,6 +32,7 @@ impl Fs {
         let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         self.put_dir_marker(&rel, &attr).await?;
         let i = self.names.created(parent, name, Kind::Dir, attr, Some(Instant::now()));
+        self.names.made_empty(i.ino);
         Ok(self.names.attrs_of(&i))
     }
 
@@ -49,7 +50,7 @@ impl Fs {
         let dir = self.names.inode(parent)?;
         let rel = join(&dir.path, name);
         self.names.check_key_len(&rel)?;
-        if self.names.stat_attrs(&self.names.key(&rel)).await?.is_some() {
+        if self.names.stat_attrs(&self.names.key(&rel), None).await?.is_some() {
             return Err(Error::NotDir);
         }
         let under = self.names.first_keys(&rel, 2).await?;

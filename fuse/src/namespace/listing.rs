@@ -14,7 +14,7 @@ use object_store::{ListResult, ObjectMeta};
 use super::{DIR_MARKER, IsOpen, Namespace};
 use crate::attrs::{DirEntry, attr_from_object};
 use crate::error::{Error, Result};
-use crate::inode::{Attr, Kind, ROOT};
+use crate::inode::{Attr, Inode, Kind, ROOT, join};
 
 /// Where the store listing stands.
 #[derive(Debug)]
@@ -32,6 +32,8 @@ pub struct Listing {
     entries: Vec<DirEntry>,
     seen: HashSet<String>,
     next: Next,
+    /// When the listing's first request was sent: what it says holds from then on.
+    started: Instant,
 }
 
 /// A listed page as (name, kind, object) triples, marker objects left out.
@@ -59,7 +61,14 @@ impl Namespace {
         if dir.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        let mut l = Listing { ino, path: dir.path, entries: Vec::new(), seen: HashSet::new(), next: Next::Start };
+        let mut l = Listing {
+            ino,
+            path: dir.path,
+            entries: Vec::new(),
+            seen: HashSet::new(),
+            next: Next::Start,
+            started: Instant::now(),
+        };
         self.list_more(&mut l, is_open).await?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().expect("dirs lock").insert(fh, Arc::new(tokio::sync::Mutex::new(l)));
@@ -90,6 +99,78 @@ impl Namespace {
         Ok(out)
     }
 
+    /// [`Self::readdir`] with each entry's inode (READDIRPLUS): the attributes of entries not
+    /// known fresh are fetched first, `prefetch_concurrency` at a time — a HEAD per file (its
+    /// recorded attributes, the footer only for objects without a record) and per directory (its
+    /// marker) — and every entry but "." and ".." counts a kernel lookup. An entry whose object
+    /// went away since the listing is left out.
+    pub async fn readdirplus(
+        &self,
+        fh: u64,
+        ino: u64,
+        offset: u64,
+        is_open: IsOpen<'_>,
+    ) -> Result<Vec<(u64, DirEntry, Inode)>> {
+        use futures::StreamExt;
+        let entries = self.readdir(fh, ino, offset, is_open).await?;
+        // The kernel gets every entry's attributes here: no lookups to prefetch for.
+        self.listed.lock().expect("listed lock").remove(&ino);
+        let dir = self.inode(ino)?;
+        let dots = |e: &DirEntry| e.name == "." || e.name == "..";
+        let stale: Vec<(String, Option<Inode>)> = {
+            let t = self.table();
+            entries
+                .iter()
+                .filter(|(_, e)| !dots(e))
+                .filter_map(|(_, e)| {
+                    let known = t.child(ino, &e.name);
+                    let trusted = known.is_some_and(|i| self.fresh(i) || is_open(i.ino));
+                    (!trusted).then(|| (e.name.clone(), known.cloned()))
+                })
+                .collect()
+        };
+        let fetches = futures::stream::iter(stale)
+            .map(|(name, known)| {
+                let rel = join(&dir.path, &name);
+                async move {
+                    let got = match known.as_ref().map(|k| k.kind) {
+                        Some(Kind::Dir) => self.dir_attr(&rel).await.map(|a| Some((Kind::Dir, a))),
+                        _ => {
+                            let had = known.as_ref().filter(|k| k.fetched.is_some()).map(|k| (k.kind, &k.attr));
+                            self.stat_attrs(&self.key(&rel), had).await
+                        }
+                    };
+                    (name, got)
+                }
+            })
+            .buffer_unordered(self.cfg.prefetch_concurrency.max(1));
+        let fetched = fetches.collect::<Vec<_>>().await;
+        let mut t = self.table();
+        for (name, got) in fetched {
+            match got {
+                Ok(Some((kind, attr))) => {
+                    t.upsert(ino, &name, kind, attr, Some(Instant::now()), false);
+                }
+                // Gone since the listing: no entry (the next listing agrees).
+                Ok(None) => t.remove_name(ino, &name),
+                // Shown with what is known; a lookup asks again.
+                Err(e) => tracing::debug!(name, error = %e, "attributes of a listed entry"),
+            }
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for (off, e) in entries {
+            if dots(&e) {
+                let Some(i) = t.get(e.ino).cloned() else { continue };
+                out.push((off, e, i));
+                continue;
+            }
+            let Some(ino) = t.child(ino, &e.name).map(|i| i.ino) else { continue };
+            let Some(i) = t.looked_up(ino) else { continue };
+            out.push((off, DirEntry { ino: i.ino, kind: i.kind, name: e.name }, i));
+        }
+        Ok(out)
+    }
+
     /// Up to `n` keys under directory `rel` (at any depth): enough to tell whether it exists or is
     /// empty without listing it all.
     pub async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
@@ -110,6 +191,34 @@ impl Namespace {
             }
         }
         Ok(keys)
+    }
+
+    /// Lists directory `dir` (at `rel`) once, if one request covers it (one page), and records what
+    /// it holds as a complete listing (names missing from it are then absent for the negative
+    /// TTL). Returns the names of its subdirectories, `None` when one page did not cover it.
+    pub(crate) async fn list_whole(&self, dir: u64, rel: &str) -> Result<Option<HashSet<String>>> {
+        let prefix = self.key(rel);
+        let started = Instant::now();
+        let page = match &self.bucket.pages {
+            Some(pages) => {
+                let opts = PaginatedListOptions {
+                    delimiter: Some("/".into()),
+                    max_keys: Some(self.cfg.page_keys),
+                    ..Default::default()
+                };
+                let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
+                let got = pages.list_paginated(under.as_deref(), opts).await?;
+                if got.page_token.is_some() {
+                    return Ok(None);
+                }
+                got.result
+            }
+            None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
+        };
+        let listed = names(page);
+        let dirs = listed.iter().filter(|(_, k, _)| *k == Kind::Dir).map(|(n, _, _)| n.clone()).collect();
+        self.listed_completely(dir, started, listed.into_iter().map(|(n, _, _)| n).collect());
+        Ok(Some(dirs))
     }
 
     /// Forgets an open directory.
@@ -171,6 +280,28 @@ impl Namespace {
                     let (kind, attr) = attr_from_object(&info);
                     t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
                 }
+                // The version a lookup described: the listing confirms its attributes.
+                (None, Some(i))
+                    if kind == Kind::File
+                        && i.kind != Kind::Dir
+                        && !open_here(&t)
+                        && i.attr.etag.is_some()
+                        && object.as_ref().and_then(|o| o.e_tag.as_ref()) == i.attr.etag.as_ref() =>
+                {
+                    let (kind, attr) = (i.kind, i.attr.clone());
+                    t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
+                }
+                // Another version than the one described: its attributes are to be asked again.
+                (None, Some(i))
+                    if kind == Kind::File
+                        && i.kind != Kind::Dir
+                        && !open_here(&t)
+                        && i.attr.etag.is_some()
+                        && object.as_ref().is_some_and(|o| o.e_tag.is_some()) =>
+                {
+                    let (kind, attr) = (i.kind, i.attr.clone());
+                    t.upsert(l.ino, &name, kind, attr, None, false)
+                }
                 // Symlinks list as files until looked up; keep what a lookup learned.
                 (None, Some(i))
                     if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
@@ -185,6 +316,9 @@ impl Namespace {
             l.entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
         }
         drop(t);
+        if matches!(l.next, Next::Done) {
+            self.listed_completely(l.ino, l.started, l.seen.clone());
+        }
         // The first lookup in this directory fetches these files' attributes together (`ls -l`).
         let mut listed = self.listed.lock().expect("listed lock");
         if first {

@@ -4,7 +4,7 @@
 
 mod listing;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use object_store::path::Path;
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR};
 
-use crate::attrs::{FileAttrs, attr_from_object};
+use crate::attrs::{FileAttrs, attr_from_head, attr_from_object};
 use crate::config::NamespaceConfig;
 use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, InodeTable, Kind, join};
@@ -53,7 +53,25 @@ pub struct Namespace {
     next_fh: AtomicU64,
     /// Per directory: the file names of its latest listing, until their attributes are prefetched.
     listed: Mutex<HashMap<u64, Vec<String>>>,
+    /// What is known to be absent: directories' complete listings and names a lookup missed.
+    absent: Mutex<Absent>,
 }
+
+/// Names known to be absent from the store, each for the negative TTL from when it was learned.
+#[derive(Debug, Default)]
+struct Absent {
+    /// Per directory: when its latest complete listing started, and every name it held. A name
+    /// it did not hold, and that this mount has not made since (the inode table would hold
+    /// it), is absent.
+    listings: HashMap<u64, (Instant, HashSet<String>)>,
+    /// Names a lookup found absent (no object, nothing under them), by directory and name.
+    missed: HashMap<(u64, String), Instant>,
+    /// Directories one listing request does not cover: a miss there asks for one key instead.
+    large: HashSet<u64>,
+}
+
+/// Most names remembered as missed; past that, the oldest half is dropped.
+const MAX_MISSED: usize = 65_536;
 
 impl Namespace {
     /// The namespace of `bucket`, whose objects `reader` reads.
@@ -66,6 +84,7 @@ impl Namespace {
             dirs: Mutex::default(),
             next_fh: AtomicU64::new(1),
             listed: Mutex::default(),
+            absent: Mutex::default(),
         }
     }
 
@@ -122,8 +141,68 @@ impl Namespace {
         }
     }
 
+    /// Whether inode `i`'s attributes are still trusted (the kernel may cache them as long).
+    pub fn trusted(&self, i: &Inode) -> bool {
+        self.fresh(i)
+    }
+
     fn fresh(&self, i: &Inode) -> bool {
         i.fetched.is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
+    }
+
+    fn absent(&self) -> MutexGuard<'_, Absent> {
+        self.absent.lock().expect("absent lock")
+    }
+
+    /// Whether `name` is known absent from directory `parent` without asking the store: not made
+    /// here since (`known` is the table's entry), and missing from a complete listing or a lookup
+    /// younger than the negative TTL.
+    fn known_absent(&self, parent: u64, name: &str, known: Option<&Inode>) -> bool {
+        if known.is_some() {
+            return false;
+        }
+        let ttl = self.cfg.negative_ttl;
+        let a = self.absent();
+        let unlisted = a.listings.get(&parent).is_some_and(|(at, names)| at.elapsed() < ttl && !names.contains(name));
+        unlisted || a.missed.get(&(parent, name.to_owned())).is_some_and(|at| at.elapsed() < ttl)
+    }
+
+    /// Directory `dir` was listed completely, the listing having started at `at`: `names` are all
+    /// it held then.
+    pub(crate) fn listed_completely(&self, dir: u64, at: Instant, names: HashSet<String>) {
+        let ttl = self.cfg.negative_ttl;
+        if ttl.is_zero() {
+            return;
+        }
+        let mut a = self.absent();
+        a.listings.retain(|_, (t, _)| t.elapsed() < ttl);
+        a.listings.insert(dir, (at, names));
+    }
+
+    /// Directory `dir` was just made here: it holds nothing.
+    pub fn made_empty(&self, dir: u64) {
+        self.listed_completely(dir, Instant::now(), HashSet::new());
+    }
+
+    fn missed(&self, parent: u64, name: &str) {
+        if self.cfg.negative_ttl.is_zero() {
+            return;
+        }
+        let mut a = self.absent();
+        if a.missed.len() >= MAX_MISSED {
+            let mut ages: Vec<Instant> = a.missed.values().copied().collect();
+            ages.sort();
+            let cut = ages[ages.len() / 2];
+            a.missed.retain(|_, t| *t > cut);
+        }
+        a.missed.insert((parent, name.to_owned()), Instant::now());
+    }
+
+    /// Whether the latest listing of `dir` is complete and younger than the negative TTL (so
+    /// what it says each name is still holds, as far as this mount can tell).
+    fn listing_fresh(&self, dir: u64) -> bool {
+        let ttl = self.cfg.negative_ttl;
+        self.absent().listings.get(&dir).is_some_and(|(at, _)| at.elapsed() < ttl)
     }
 
     /// Directory `dir` gained, lost or renamed an entry: its modification time is now (in this
@@ -157,51 +236,12 @@ impl Namespace {
         }
     }
 
-    /// Kind and attributes of the object at `key`, `None` if there is none. An object that cannot
-    /// be decoded still has a name (and its stored size), so it can be listed, removed or replaced;
-    /// reading it fails.
-    pub async fn stat_attrs(&self, key: &Path) -> Result<Option<(Kind, Attr)>> {
-        match self.reader.stat(key).await {
-            Ok(Some(info)) => {
-                let (kind, mut attr) = attr_from_object(&info);
-                if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
-                    // A device's number is its object's data.
-                    let data = self.reader.read_all(&info).await?;
-                    attr.rdev = <[u8; 8]>::try_from(data.as_slice()).map_or(0, |b| u64::from_le_bytes(b) as u32);
-                }
-                Ok(Some((kind, attr)))
-            }
-            Ok(None) => Ok(None),
-            // Without the right key an object is not ours to show, whatever its state.
-            Err(
-                e @ Error::Codec {
-                    source:
-                        shrinkfs_codec::Error::KeyRequired
-                        | shrinkfs_codec::Error::WrongKey
-                        | shrinkfs_codec::Error::NotSealed,
-                    ..
-                },
-            ) => Err(e),
-            Err(Error::Codec { key: k, source }) => {
-                tracing::warn!(key = k, error = %source, "object cannot be decoded; shown with its stored size");
-                let meta = match self.bucket.store.head(key).await {
-                    Ok(m) => m,
-                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                    Err(e) => return Err(e.into()),
-                };
-                let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.last_modified.timestamp().max(0) as u64);
-                let attr = Attr {
-                    size: meta.size,
-                    stored: meta.size,
-                    mtime,
-                    etag: meta.e_tag.clone(),
-                    codec: "unreadable".into(),
-                    ..Attr::empty()
-                };
-                Ok(Some((Kind::File, attr)))
-            }
-            Err(e) => Err(e),
-        }
+    /// Kind and attributes of the object at `key`, `None` if there is none: one HEAD, and
+    /// nothing more when it names the version `known` describes, a version whose layout is cached,
+    /// or carries the attributes recorded beside the object; else its footer is read (objects of
+    /// older versions, of other tools, multipart uploads, sealed mounts).
+    pub async fn stat_attrs(&self, key: &Path, known: Option<(Kind, &Attr)>) -> Result<Option<(Kind, Attr)>> {
+        stat_object(&self.reader, &self.bucket, key, known).await
     }
 
     /// Whether directory `rel` exists in the store (anything is stored under it).
@@ -225,19 +265,43 @@ impl Namespace {
         }
         let rel = join(&dir.path, name);
         self.check_key_len(&rel)?;
+        if self.known_absent(parent, name, known.as_ref()) {
+            return Err(Error::NotFound);
+        }
         self.prefetch_listed(parent, &dir.path);
-        if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel)).await? {
+        // A stored version already described: its HEAD alone revalidates it.
+        let had = known.as_ref().filter(|k| k.fetched.is_some() && k.kind != Kind::Dir).map(|k| (k.kind, &k.attr));
+        if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel), had).await? {
             return Ok(self.table().upsert(parent, name, kind, attr, Some(Instant::now()), true));
         }
-        if self.dir_exists(&rel).await? {
-            let attr = match known.filter(|k| k.kind == Kind::Dir) {
+        // A fresh complete listing said this is a directory: no need to list it again.
+        let listed_dir = known.as_ref().is_some_and(|k| k.kind == Kind::Dir) && self.listing_fresh(parent);
+        if listed_dir || self.is_dir(parent, &dir.path, name, &rel).await? {
+            let attr = match known.filter(|k| k.kind == Kind::Dir && k.fetched.is_some()) {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
             };
             return Ok(self.table().upsert(parent, name, Kind::Dir, attr, Some(Instant::now()), true));
         }
         self.table().remove_name(parent, name);
+        self.missed(parent, name);
         Err(Error::NotFound)
+    }
+
+    /// Whether `name` of directory `parent` (at `dir_path`; the name's path is `rel`) is a
+    /// directory in the store, no object being named so. A small directory is listed whole in
+    /// the same one request, so the names a burst of creates asks for next are known absent;
+    /// a large one is asked only for one key under `rel`.
+    async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str) -> Result<bool> {
+        if !self.cfg.negative_ttl.is_zero() && !self.absent().large.contains(&parent) {
+            match self.list_whole(parent, dir_path).await? {
+                Some(dirs) => return Ok(dirs.contains(name)),
+                None => {
+                    self.absent().large.insert(parent);
+                }
+            }
+        }
+        self.dir_exists(rel).await
     }
 
     /// Whether `name` exists in `parent` (a lookup the kernel does not count).
@@ -259,7 +323,8 @@ impl Namespace {
         if i.kind == Kind::Dir || self.fresh(i) || i.parent == 0 {
             return Ok(self.attrs_of(i));
         }
-        match self.stat_attrs(&self.key(&i.path)).await? {
+        let had = i.fetched.map(|_| (i.kind, &i.attr));
+        match self.stat_attrs(&self.key(&i.path), had).await? {
             Some((kind, attr)) => {
                 let mut t = self.table();
                 let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
@@ -288,18 +353,16 @@ impl Namespace {
             use futures::StreamExt;
             let stats = futures::stream::iter(names)
                 .map(|name| {
-                    let (reader, key) = (reader.clone(), bucket.key(&join(&dir_path, &name)));
-                    async move { (name, reader.stat(&key).await) }
+                    let (reader, bucket, key) = (reader.clone(), bucket.clone(), bucket.key(&join(&dir_path, &name)));
+                    async move {
+                        let got = stat_object(&reader, &bucket, &key, None).await;
+                        (name, got)
+                    }
                 })
                 .buffer_unordered(concurrency);
             futures::pin_mut!(stats);
             while let Some((name, res)) = stats.next().await {
-                if let Ok(Some(info)) = res {
-                    let (kind, attr) = attr_from_object(&info);
-                    if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
-                        // A device's number is in its data: its own lookup reads it.
-                        continue;
-                    }
+                if let Ok(Some((kind, attr))) = res {
                     inodes.lock().expect("inode lock").upsert(dir, &name, kind, attr, Some(Instant::now()), false);
                 }
             }
@@ -310,7 +373,7 @@ impl Namespace {
     /// when it has none (no marker, an empty one from an older version or another tool, or one
     /// that cannot be read with this mount's key).
     async fn dir_attr(&self, rel: &str) -> Result<Attr> {
-        match self.stat_attrs(&self.key(&join(rel, DIR_MARKER))).await {
+        match self.stat_attrs(&self.key(&join(rel, DIR_MARKER)), None).await {
             Ok(Some((_, a))) => Ok(Attr { size: 0, stored: 0, etag: None, codec: String::new(), ..a }),
             Ok(None) | Err(Error::Codec { .. }) => Ok(Attr::empty()),
             Err(e) => Err(e),
@@ -325,5 +388,80 @@ impl Namespace {
     /// Inode `ino` and every inode known below it.
     pub fn subtree(&self, ino: u64) -> Vec<u64> {
         self.table().subtree(ino)
+    }
+}
+
+/// See [`Namespace::stat_attrs`].
+async fn stat_object(
+    reader: &Reader,
+    bucket: &Bucket,
+    key: &Path,
+    known: Option<(Kind, &Attr)>,
+) -> Result<Option<(Kind, Attr)>> {
+    if known.is_none() && !reader.expects_records() {
+        // No record to expect: the footer's GET answers in one request.
+        return stat_footer(reader, bucket, key).await;
+    }
+    let Some(head) = reader.head(key).await? else { return Ok(None) };
+    let etag = head.etag();
+    if let Some((kind, attr)) = known
+        && attr.etag.as_deref() == Some(&*etag)
+    {
+        return Ok(Some((kind, attr.clone())));
+    }
+    if let Some(info) = reader.known(&head.meta) {
+        let (kind, attr) = attr_from_object(&info);
+        if !matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
+            return Ok(Some((kind, attr)));
+        }
+    }
+    if let Some(r) = &head.recorded {
+        return Ok(Some(attr_from_head(&head, r)));
+    }
+    stat_footer(reader, bucket, key).await
+}
+
+/// Kind and attributes of the object at `key` from its footer (a suffix GET), `None` if there is
+/// none. An object that cannot be decoded still has a name (and its stored size), so it can be
+/// listed, removed or replaced; reading it fails.
+async fn stat_footer(reader: &Reader, bucket: &Bucket, key: &Path) -> Result<Option<(Kind, Attr)>> {
+    match reader.stat(key).await {
+        Ok(Some(info)) => {
+            let (kind, mut attr) = attr_from_object(&info);
+            if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
+                // A device's number is its object's data.
+                let data = reader.read_all(&info).await?;
+                attr.rdev = <[u8; 8]>::try_from(data.as_slice()).map_or(0, |b| u64::from_le_bytes(b) as u32);
+            }
+            Ok(Some((kind, attr)))
+        }
+        Ok(None) => Ok(None),
+        // Without the right key an object is not ours to show, whatever its state.
+        Err(
+            e @ Error::Codec {
+                source:
+                    shrinkfs_codec::Error::KeyRequired | shrinkfs_codec::Error::WrongKey | shrinkfs_codec::Error::NotSealed,
+                ..
+            },
+        ) => Err(e),
+        Err(Error::Codec { key: k, source }) => {
+            tracing::warn!(key = k, error = %source, "object cannot be decoded; shown with its stored size");
+            let meta = match bucket.store.head(key).await {
+                Ok(m) => m,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.last_modified.timestamp().max(0) as u64);
+            let attr = Attr {
+                size: meta.size,
+                stored: meta.size,
+                mtime,
+                etag: meta.e_tag.clone(),
+                codec: "unreadable".into(),
+                ..Attr::empty()
+            };
+            Ok(Some((Kind::File, attr)))
+        }
+        Err(e) => Err(e),
     }
 }

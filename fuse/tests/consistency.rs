@@ -1,0 +1,223 @@
+//! The consistency model of docs/SEMANTICS.md ("Consistency"), line by line, with two mounts
+//! (two `Fs`) of one bucket: what a mount sees of its own changes, what another mount sees of
+//! them and when, and what two writers of one file get.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use shrinkfs_fuse::inode::ROOT;
+use shrinkfs_fuse::store::Bucket;
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
+
+/// The TTLs of the mounts under test: short, so "after the TTL" is a short sleep.
+const TTL: Duration = Duration::from_millis(300);
+
+fn mount_with(store: &Arc<InMemory>, metadata_ttl: Duration, negative_ttl: Duration) -> Fs {
+    let cfg = FsConfig {
+        namespace: NamespaceConfig { metadata_ttl, negative_ttl, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg, Services::default())
+}
+
+fn mount(store: &Arc<InMemory>) -> Fs {
+    mount_with(store, TTL, TTL)
+}
+
+async fn past_ttl() {
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+}
+
+/// Writes `data` as file `name` of `parent` through a new handle and closes it.
+async fn write(fs: &Fs, parent: u64, name: &str, data: &[u8]) {
+    let ino = match fs.lookup(parent, name).await {
+        Ok(a) => {
+            let fh = fs.open(a.ino, true, true).await.unwrap();
+            fs.write(fh, 0, data).await.unwrap();
+            fs.flush(fh).await.unwrap();
+            fs.release(fh).await.unwrap();
+            return;
+        }
+        Err(_) => fs.create(parent, name, 0o644, 0, 0).await.unwrap(),
+    };
+    let (_, fh) = ino;
+    fs.write(fh, 0, data).await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+}
+
+async fn read(fs: &Fs, ino: u64) -> Result<Vec<u8>, Error> {
+    let fh = fs.open(ino, false, false).await?;
+    let got = fs.read(fh, 0, 1 << 20).await;
+    fs.release(fh).await?;
+    Ok(got?.to_vec())
+}
+
+async fn names(fs: &Fs, dir: u64) -> Vec<String> {
+    let fh = fs.opendir(dir).await.unwrap();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let got = fs.readdirplus(fh, dir, offset).await.unwrap();
+        let Some(last) = got.last() else { break };
+        offset = last.0;
+        out.extend(
+            got.into_iter().map(|(_, e, a, _)| format!("{}:{}", e.name, a.size)).filter(|n| !n.starts_with('.')),
+        );
+    }
+    fs.releasedir(fh);
+    out
+}
+
+/// One mount: every change is seen by the same mount at once — lookups, attributes, contents
+/// and listings — whatever the TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_sees_its_own_changes_at_once() {
+    let store = Arc::new(InMemory::new());
+    let a = mount_with(&store, Duration::MAX, Duration::MAX);
+    assert_eq!(names(&a, ROOT).await, Vec::<String>::new());
+    assert!(matches!(a.lookup(ROOT, "f").await, Err(Error::NotFound)), "absent, and now known absent");
+    write(&a, ROOT, "f", b"one").await;
+    let f = a.lookup(ROOT, "f").await.expect("a name known absent, then made here, is found");
+    assert_eq!(f.size, 3);
+    write(&a, ROOT, "f", b"second").await;
+    assert_eq!(a.getattr(f.ino).await.unwrap().size, 6);
+    assert_eq!(read(&a, f.ino).await.unwrap(), b"second");
+    assert_eq!(names(&a, ROOT).await, ["f:6"]);
+    a.rename(ROOT, "f", ROOT, "g", false).await.unwrap();
+    assert!(matches!(a.lookup(ROOT, "f").await, Err(Error::NotFound)));
+    assert_eq!(a.lookup(ROOT, "g").await.unwrap().size, 6);
+    a.unlink(ROOT, "g").await.unwrap();
+    assert!(matches!(a.lookup(ROOT, "g").await, Err(Error::NotFound)));
+    assert_eq!(names(&a, ROOT).await, Vec::<String>::new());
+}
+
+/// Two mounts: a name the reader has never asked for is seen as soon as the writer's close
+/// returns; a name it holds as absent (a miss, or missing from a complete listing) is seen once
+/// the negative TTL has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_file_shows_on_another_mount_at_once_or_after_the_negative_ttl() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    let da = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    write(&a, da, "seed", b"x").await;
+    let db = b.lookup(ROOT, "d").await.unwrap().ino;
+
+    write(&a, da, "never-asked", b"hello").await;
+    assert_eq!(b.lookup(db, "never-asked").await.unwrap().size, 5, "visible once close returned");
+
+    assert!(matches!(b.lookup(db, "missed").await, Err(Error::NotFound)));
+    assert_eq!(names(&b, db).await, ["never-asked:5", "seed:1"], "listed completely");
+    write(&a, da, "missed", b"late").await;
+    write(&a, da, "unlisted", b"late").await;
+    assert!(matches!(b.lookup(db, "missed").await, Err(Error::NotFound)), "a miss holds for the negative TTL");
+    assert!(matches!(b.lookup(db, "unlisted").await, Err(Error::NotFound)), "so does a complete listing");
+    past_ttl().await;
+    assert_eq!(b.lookup(db, "missed").await.unwrap().size, 4);
+    assert_eq!(b.lookup(db, "unlisted").await.unwrap().size, 4);
+}
+
+/// Two mounts: a listing started after the writer's close shows the new names and sizes at once
+/// (every opendir asks the store; an entry whose ETag changed is asked again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_shows_every_change_closed_before_it_started() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount_with(&store, Duration::from_secs(60), Duration::from_secs(60)), mount(&store));
+    write(&a, ROOT, "f", b"one").await;
+    assert_eq!(names(&b, ROOT).await, ["f:3"]);
+    write(&a, ROOT, "f", b"three").await;
+    write(&a, ROOT, "g", b"new").await;
+    assert_eq!(names(&b, ROOT).await, ["f:5", "g:3"], "within the TTL, the listing is fresh");
+    a.unlink(ROOT, "g").await.unwrap();
+    assert_eq!(names(&b, ROOT).await, ["f:5"]);
+}
+
+/// Two mounts: a file the reader has looked up shows the writer's new size, contents, and its
+/// removal once the metadata TTL has passed — and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"one").await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    assert_eq!(read(&b, f.ino).await.unwrap(), b"one");
+    write(&a, ROOT, "f", b"second version").await;
+    assert_eq!(b.getattr(f.ino).await.unwrap().size, 3, "trusted for the metadata TTL");
+    past_ttl().await;
+    assert_eq!(b.getattr(f.ino).await.unwrap().size, 14);
+    assert_eq!(read(&b, f.ino).await.unwrap(), b"second version");
+    a.unlink(ROOT, "f").await.unwrap();
+    assert!(b.lookup(ROOT, "f").await.is_ok(), "still trusted");
+    past_ttl().await;
+    assert!(matches!(b.getattr(f.ino).await, Err(Error::NotFound)));
+    assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
+}
+
+/// Two mounts: a handle open on one version never reads another: after the other mount replaces
+/// the file, reads give the old bytes or ESTALE, never the new bytes or a mix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_handle_reads_one_version() {
+    let store = Arc::new(InMemory::new());
+    let cfg = |ttl| FsConfig {
+        encode: shrinkfs_codec::EncodeConfig { frame_size: 4096, ..Default::default() },
+        namespace: NamespaceConfig { metadata_ttl: ttl, negative_ttl: ttl, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    let a = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg(TTL), Services::default());
+    let b = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg(Duration::ZERO), Services::default());
+    let old: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    write(&a, ROOT, "f", &old).await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    let fh = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(fh, 0, 4096).await.unwrap()[..], &old[..4096]);
+    let new: Vec<u8> = old.iter().map(|x| x ^ 0xff).collect();
+    write(&a, ROOT, "f", &new).await;
+    match b.read(fh, 4096, 8192).await {
+        Ok(got) => assert_eq!(&got[..], &old[4096..12288], "the old version, or nothing"),
+        Err(e) => assert_eq!(e.errno(), libc::ESTALE, "{e:?}"),
+    }
+    b.release(fh).await.unwrap();
+    assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
+}
+
+/// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_of_one_file_the_last_close_wins() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    let (_, fa) = a.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    let (_, fb) = b.create(ROOT, "f", 0o600, 0, 0).await.unwrap();
+    a.write(fa, 0, &vec![b'a'; 100_000]).await.unwrap();
+    b.write(fb, 0, &vec![b'b'; 50_000]).await.unwrap();
+    a.flush(fa).await.unwrap();
+    b.flush(fb).await.unwrap();
+    a.release(fa).await.unwrap();
+    b.release(fb).await.unwrap();
+    let c = mount(&store);
+    let f = c.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((f.size, f.perm), (50_000, 0o600), "b closed last");
+    assert_eq!(read(&c, f.ino).await.unwrap(), vec![b'b'; 50_000]);
+    past_ttl().await;
+    let on_a = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!(read(&a, on_a.ino).await.unwrap(), vec![b'b'; 50_000], "the first writer sees it after the TTL");
+}
+
+/// With `indefinite` TTLs (a bucket only this mount writes) another mount's changes to names this
+/// mount knows are never seen: neither a new version nor a new name it holds as absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indefinite_ttls_never_ask_again() {
+    let store = Arc::new(InMemory::new());
+    let a = mount(&store);
+    let b = mount_with(&store, Duration::MAX, Duration::MAX);
+    write(&a, ROOT, "f", b"one").await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    assert!(matches!(b.lookup(ROOT, "g").await, Err(Error::NotFound)));
+    write(&a, ROOT, "f", b"changed").await;
+    write(&a, ROOT, "g", b"new").await;
+    past_ttl().await;
+    assert_eq!(b.getattr(f.ino).await.unwrap().size, 3);
+    assert_eq!(b.lookup(ROOT, "f").await.unwrap().size, 3);
+    assert!(matches!(b.lookup(ROOT, "g").await, Err(Error::NotFound)));
+}
