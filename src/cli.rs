@@ -336,14 +336,14 @@ pub struct GpuArgs {
     /// Use the GPU for compression.
     #[arg(long, value_enum, default_value_t = GpuChoice::Auto)]
     pub gpu: GpuChoice,
-    /// Frames of at least this size launch on the GPU at once; smaller ones are batched.
-    #[arg(long, default_value = "16M", value_parser = values::size_in(0, MAX_DATA))]
-    pub gpu_min_bytes: u64,
+    /// Fewest waiting frames worth a GPU launch; fewer are left to the CPU workers.
+    #[arg(long, default_value_t = 32, value_parser = values::int_in::<usize>(1, 1_000_000))]
+    pub gpu_min_frames: usize,
     /// Most frames in one GPU launch.
     #[arg(long, default_value_t = 1024, value_parser = values::int_in::<usize>(1, 1_000_000))]
     pub gpu_batch_max_items: usize,
-    /// A batch of small frames launches once no frame has arrived for this long (milliseconds), and
-    /// waits at most 20 times this in all.
+    /// How long the GPU lets frames pile up in the shared queue before it leaves them to the CPU
+    /// workers (milliseconds).
     #[arg(long, default_value_t = 5.0, value_parser = values::number_in(0.0, 10_000.0))]
     pub gpu_batch_window_ms: f64,
     /// A batch launches as soon as this many bytes wait.
@@ -381,7 +381,7 @@ impl GpuArgs {
                 GpuChoice::On => GpuPolicy::On,
                 GpuChoice::Off => GpuPolicy::Off,
             },
-            min_bytes: self.gpu_min_bytes as usize,
+            min_items: self.gpu_min_frames,
             batch_max_items: self.gpu_batch_max_items.max(1),
             // The parser keeps the window finite and within 10 s; a struct built otherwise gets 0.
             batch_window: Duration::try_from_secs_f64(self.gpu_batch_window_ms / 1000.0).unwrap_or_default(),

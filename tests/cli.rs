@@ -340,7 +340,6 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
     // Absurd for any number; the flags below add their own.
     const NUMBERS: &[&str] = &["-1", "inf", "-inf", "nan", "1e300", "99999999999999999999999", "", "x"];
     let with = |extra: &[&'static str]| -> Vec<&'static str> { NUMBERS.iter().chain(extra).copied().collect() };
-    let sizes = with(&["1X", "16777216T"]);
     let durations = with(&["601", "1e9"]);
     let cases: Vec<(&str, Vec<&str>)> = vec![
         // Codec and GPU flags (mount, pack).
@@ -350,10 +349,10 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
         ("--dict", vec![""]),
         ("--key-file", vec![""]),
         ("--gpu", vec!["", "maybe"]),
-        ("--gpu-min-bytes", sizes.clone()),
+        ("--gpu-min-frames", with(&["0", "1000001"])),
         ("--gpu-batch-max-items", with(&["0"])),
         ("--gpu-batch-window-ms", with(&["10001"])),
-        ("--gpu-batch-floor-bytes", with(&["0"])),
+        ("--gpu-batch-floor-bytes", with(&["0", "1X", "16777216T"])),
         ("--gpu-data-type", vec!["", "float"]),
         // S3 flags (mount, pack, unpack, inspect).
         (

@@ -1,12 +1,16 @@
-//! The frame dispatcher: one queue for frames from every open file. Frames go to the GPU in
-//! batched nVCOMP launches when a GPU is present and the policy allows, and to the CPU worker pool
-//! otherwise. Any GPU failure, a full queue, or output not smaller than its input sends that frame
-//! down the CPU path: a write never fails because of the GPU. Every outcome is counted.
+//! The frame dispatcher: one queue for frames from every open file, taken from by whichever is
+//! free first — the CPU workers, a frame at a time, or a batch back end (the GPU, batched nVCOMP
+//! launches), as many as are waiting. Idle cores take frames at once; when every core is busy the
+//! queue grows and the GPU takes it in large launches, so the GPU adds to what the cores do and
+//! never holds a frame an idle core could have finished. A launch with too few frames to pay for
+//! itself, any GPU failure, a full queue, or output not smaller than its input sends frames down
+//! the CPU path: a write never fails because of the GPU. Every outcome is counted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::codec::{Codec, CodecId, ZstdCodec};
 use crate::format::FRAME_HEADER_LEN;
@@ -28,16 +32,17 @@ pub enum GpuPolicy {
 pub struct DispatchConfig {
     /// GPU policy.
     pub policy: GpuPolicy,
-    /// Frames at least this large launch without waiting for company.
-    pub min_bytes: usize,
     /// Most frames in one launch.
     pub batch_max_items: usize,
-    /// Longest a small frame waits for others to share its launch.
+    /// How long the GPU lets frames pile up in the shared queue before it leaves them to the CPU.
     pub batch_window: Duration,
     /// A batch launches as soon as this many bytes wait.
     pub batch_floor_bytes: usize,
     /// Frames waiting for the GPU beyond which new ones go to the CPU.
     pub queue_max: usize,
+    /// Fewest frames worth a launch: a smaller batch (unless a frame is at least `min_bytes`) is
+    /// handed to the CPU workers instead (a launch costs milliseconds whatever its size).
+    pub min_items: usize,
     /// nVCOMP data type hint for Cascaded and Bitcomp (0 bytes, 4 int32, 5 uint32, 6 int64, ...).
     pub data_type: i32,
 }
@@ -49,11 +54,11 @@ impl Default for DispatchConfig {
             // nVCOMP works on a batch's chunks in parallel: a launch needs many frames to be
             // efficient (measured on an H100: 16 frames of 1 MiB run at ~0.4 GB/s, 256 at ~5 GB/s),
             // so even 1 MiB frames wait briefly for company.
-            min_bytes: 16 << 20,
             batch_max_items: 1024,
             batch_window: Duration::from_millis(5),
             batch_floor_bytes: 256 << 20,
             queue_max: 4096,
+            min_items: 32,
             data_type: 0,
         }
     }
@@ -80,6 +85,13 @@ pub struct Counters {
     pub fallback_queue_full: AtomicU64,
     /// Frames the GPU could not make smaller (stored as they are).
     pub fallback_not_smaller: AtomicU64,
+    /// Times the GPU left the waiting frames to the CPU workers: too few waited to pay for a
+    /// launch, or the CPU was measured to finish them sooner.
+    pub gpu_declined: AtomicU64,
+    /// Wall nanoseconds of the frames the CPU workers took from the shared queue (for routing).
+    pub cpu_nanos: AtomicU64,
+    /// Frames counted in `cpu_nanos`.
+    pub cpu_timed_frames: AtomicU64,
     /// Frames decoded on the GPU (reads).
     pub gpu_decoded_frames: AtomicU64,
     /// Read batches sent back to the CPU because GPU decoding failed.
@@ -87,6 +99,12 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Mean wall time of a frame the CPU workers took from the shared queue.
+    fn cpu_ns_per_frame(&self) -> Option<f64> {
+        let n = self.cpu_timed_frames.load(Ordering::Relaxed);
+        (n > 0).then(|| self.cpu_nanos.load(Ordering::Relaxed) as f64 / n as f64)
+    }
+
     /// (name, value) pairs, for metrics and reports.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -100,6 +118,7 @@ impl Counters {
             ("fallback_error", g(&self.fallback_error)),
             ("fallback_queue_full", g(&self.fallback_queue_full)),
             ("fallback_not_smaller", g(&self.fallback_not_smaller)),
+            ("gpu_declined", g(&self.gpu_declined)),
             ("gpu_decoded_frames", g(&self.gpu_decoded_frames)),
             ("gpu_decode_fallback", g(&self.gpu_decode_fallback)),
         ]
@@ -107,6 +126,34 @@ impl Counters {
 }
 
 type Done = Box<dyn FnOnce(EncodedFrame) + Send>;
+
+/// Why a batch back end failed a launch (its frames then go to the CPU).
+pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A compressor of many frames at once beside the CPU workers: the GPU, or a test's stand-in
+/// with chosen speeds and failures.
+pub trait BatchBackend: Send + Sync + 'static {
+    /// Compresses each chunk with `codec` as a standard payload of that codec; `None` for a chunk
+    /// whose output would not be smaller.
+    fn compress_batch(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError>;
+}
+
+#[cfg(feature = "gpu")]
+impl BatchBackend for crate::gpu::Gpu {
+    fn compress_batch(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        crate::gpu::Gpu::compress_batch(self, codec, chunks, data_type).map_err(|e| Box::new(e) as BackendError)
+    }
+}
 
 struct Job {
     ctx: Arc<ObjectContext>,
@@ -149,7 +196,8 @@ fn one_line(e: &dyn std::error::Error) -> String {
 
 /// Routes frames to the GPU or the CPU pool.
 pub struct Dispatcher {
-    gpu_tx: Option<SyncSender<Job>>,
+    /// The shared queue, both ends: frames go in, and each frame's CPU turn takes one out.
+    gpu_tx: Option<(Sender<Job>, Receiver<Job>)>,
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
     counters: Arc<Counters>,
@@ -197,18 +245,11 @@ impl Dispatcher {
             match crate::gpu::Gpu::probe() {
                 Ok(gpu) => {
                     let gpu = Arc::new(gpu);
-                    let shared = gpu.clone();
-                    let describe = gpu.describe.clone();
-                    let gpu_codecs = gpu.codecs();
-                    let (tx, rx) = sync_channel(cfg.queue_max);
-                    let counters: Arc<Counters> = Arc::default();
-                    let c = counters.clone();
-                    std::thread::Builder::new()
-                        .name("shrinkfs-gpu".into())
-                        .spawn(move || gpu_loop(gpu, rx, cfg, c))
-                        .map_err(DispatchError::Thread)?;
+                    let (describe, codecs) = (gpu.describe.clone(), gpu.codecs());
+                    let mut d = Self::with_backend(gpu.clone(), codecs, &describe, cfg)?;
+                    d.gpu = Some(gpu);
                     tracing::info!(gpu = %describe, "GPU compression enabled");
-                    Ok(Dispatcher { gpu_tx: Some(tx), gpu: Some(shared), counters, gpu_codecs, describe })
+                    Ok(d)
                 }
                 Err(why) if cfg.policy == GpuPolicy::On => Err(DispatchError::GpuRequired(why)),
                 Err(why) => {
@@ -225,6 +266,31 @@ impl Dispatcher {
             }
             Ok(Self::cpu_only("this build has no GPU back end"))
         }
+    }
+
+    /// A dispatcher that shares its frames between the CPU workers and `backend`, which takes
+    /// frames of `codecs` (the GPU; tests pass stand-ins with chosen speeds and failures).
+    pub fn with_backend(
+        backend: Arc<dyn BatchBackend>,
+        codecs: Vec<CodecId>,
+        describe: &str,
+        cfg: DispatchConfig,
+    ) -> Result<Self, DispatchError> {
+        let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
+        let counters: Arc<Counters> = Arc::default();
+        let (c, batches) = (counters.clone(), rx.clone());
+        std::thread::Builder::new()
+            .name("shrinkfs-gpu".into())
+            .spawn(move || batch_loop(backend.as_ref(), batches, cfg, c))
+            .map_err(DispatchError::Thread)?;
+        Ok(Dispatcher {
+            gpu_tx: Some((tx, rx)),
+            #[cfg(feature = "gpu")]
+            gpu: None,
+            counters,
+            gpu_codecs: codecs,
+            describe: describe.to_owned(),
+        })
     }
 
     /// Frames a producer should keep in flight so GPU launches can fill up: two batches' worth
@@ -277,13 +343,29 @@ impl Dispatcher {
         done: impl FnOnce(EncodedFrame) + Send + 'static,
     ) {
         let done: Done = Box::new(done);
-        if let Some(tx) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
+        if let Some((tx, rx)) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
             if crate::detect::looks_compressed(&raw) {
                 self.counters.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
                 return cpu(ctx, Arc::new(crate::codec::NoneCodec), frame, raw, done);
             }
             match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done }) {
-                Ok(()) => return,
+                Ok(()) => {
+                    // The frame's CPU turn: a worker that comes free takes the oldest waiting
+                    // frame, unless the GPU took them all first. (Every frame in the queue has a
+                    // turn still to come, so none waits for the GPU alone.)
+                    let (rx, c) = (rx.clone(), self.counters.clone());
+                    crate::workers::spawn(move || {
+                        if let Ok(j) = rx.try_recv() {
+                            let started = Instant::now();
+                            let frame = encode_frame(&j.ctx, j.codec.as_ref(), j.frame, &j.raw);
+                            c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
+                            c.cpu_frames.fetch_add(1, Ordering::Relaxed);
+                            (j.done)(frame);
+                        }
+                    });
+                    return;
+                }
                 Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
                     self.counters.fallback_queue_full.fetch_add(1, Ordering::Relaxed);
                     return cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
@@ -306,41 +388,83 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
     crate::workers::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
 }
 
-/// Longest a batch waits for company, in batch windows.
-#[cfg(feature = "gpu")]
-const MAX_WAIT_WINDOWS: u32 = 20;
+/// How often a back end judged slower than the CPU is tried again (the host's load changes).
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
-#[cfg(feature = "gpu")]
-fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
-    while let Ok(first) = rx.recv() {
-        // A batch waits for company while frames keep coming: it launches once none has arrived
-        // for the window, or the floor or item count is reached, or it has waited
-        // `MAX_WAIT_WINDOWS` windows. (A fixed window from the first frame launched a writer's
-        // stream in batches of the few frames that arrived in 5 ms, where a launch of 1 MiB
-        // frames needs hundreds to be efficient.)
-        let started = Instant::now();
-        let mut last = started;
-        let mut bytes = first.raw.len();
-        let mut urgent = first.raw.len() >= cfg.min_bytes;
-        let mut batch = vec![first];
-        while batch.len() < cfg.batch_max_items && bytes < cfg.batch_floor_bytes {
-            // Large frames launch with whatever is already queued; small ones wait for company.
-            let next = if urgent {
-                rx.try_recv().map_err(|_| RecvTimeoutError::Timeout)
-            } else {
-                let deadline = (last + cfg.batch_window).min(started + cfg.batch_window * MAX_WAIT_WINDOWS);
-                rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            };
-            match next {
-                Ok(j) => {
-                    bytes += j.raw.len();
-                    urgent |= j.raw.len() >= cfg.min_bytes;
-                    batch.push(j);
-                    last = Instant::now();
-                }
-                Err(_) => break,
-            }
+/// What the batch thread has measured of the back end: the wall time of its launches.
+#[derive(Default)]
+struct Measured {
+    /// Exponentially weighted mean of a launch's wall time, in nanoseconds.
+    launch_ns: Option<f64>,
+    /// When the back end last launched.
+    last_launch: Option<Instant>,
+}
+
+impl Measured {
+    /// Whether launching now is likely to finish `frames` frames sooner than the CPU workers
+    /// would: a launch's measured wall time against the frames' measured CPU time spread over
+    /// the workers. Unmeasured sides, and a back end not tried for a while, get a try.
+    fn worth(&self, frames: usize, c: &Counters) -> bool {
+        let (Some(launch), Some(last)) = (self.launch_ns, self.last_launch) else { return true };
+        let Some(per_frame) = c.cpu_ns_per_frame() else { return true };
+        if last.elapsed() >= PROBE_EVERY {
+            return true;
         }
+        let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
+        launch < cpu
+    }
+
+    fn launched(&mut self, took: Duration) {
+        let ns = took.as_nanos() as f64;
+        self.launch_ns = Some(self.launch_ns.map_or(ns, |m| 0.7 * m + 0.3 * ns));
+        self.last_launch = Some(Instant::now());
+    }
+}
+
+/// The batch thread: waits for frames to pile up in the shared queue (the CPU workers take from
+/// it too, so a queue they keep empty never reaches the GPU), and launches them when enough wait
+/// and the launch is likely to finish them before the CPU would.
+fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
+    let mut measured = Measured::default();
+    let min_items = cfg.min_items.max(1);
+    loop {
+        // Until a frame waits (without taking it); a closed, empty queue ends the thread.
+        let mut ready = crossbeam_channel::Select::new();
+        ready.recv(&rx);
+        ready.ready();
+        if rx.is_empty() {
+            match rx.try_recv() {
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+                Err(crossbeam_channel::TryRecvError::Empty) => continue,
+                Ok(j) => cpu(j.ctx, j.codec, j.frame, j.raw, j.done),
+            }
+            continue;
+        }
+        // A window for a backlog to form, or for the CPU workers to take what waits.
+        let deadline = Instant::now() + cfg.batch_window;
+        while rx.len() < min_items && !rx.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(cfg.batch_window / 8);
+        }
+        let waiting = rx.len();
+        if waiting < min_items || !measured.worth(waiting.min(cfg.batch_max_items), &c) {
+            // Left to the CPU workers (each waiting frame still has its turn to come).
+            c.gpu_declined.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(cfg.batch_window);
+            continue;
+        }
+        // Unmeasured, a launch takes only a few frames: a slow back end then holds few.
+        let most = if measured.launch_ns.is_none() { min_items } else { cfg.batch_max_items };
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while batch.len() < most && bytes < cfg.batch_floor_bytes {
+            let Ok(j) = rx.try_recv() else { break };
+            bytes += j.raw.len();
+            batch.push(j);
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let started = Instant::now();
         // One launch per codec present in the batch.
         let mut by_codec: Vec<(CodecId, Vec<Job>)> = Vec::new();
         for j in batch {
@@ -350,17 +474,17 @@ fn gpu_loop(gpu: Arc<crate::gpu::Gpu>, rx: Receiver<Job>, cfg: DispatchConfig, c
             }
         }
         for (id, jobs) in by_codec {
-            run_batch(&gpu, id, jobs, cfg.data_type, &c);
+            run_batch(backend, id, jobs, cfg.data_type, &c);
         }
+        measured.launched(started.elapsed());
     }
 }
 
-#[cfg(feature = "gpu")]
-fn run_batch(gpu: &crate::gpu::Gpu, id: CodecId, jobs: Vec<Job>, data_type: i32, c: &Counters) {
+fn run_batch(backend: &dyn BatchBackend, id: CodecId, jobs: Vec<Job>, data_type: i32, c: &Counters) {
     let start = Instant::now();
     tracing::debug!(frames = jobs.len(), codec = %id, "GPU batch launching");
     let chunks: Vec<&[u8]> = jobs.iter().map(|j| j.raw.as_slice()).collect();
-    let result = gpu.compress_batch(id, &chunks, data_type);
+    let result = backend.compress_batch(id, &chunks, data_type);
     c.gpu_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     match result {
         Ok(outs) => {

@@ -90,6 +90,7 @@ impl Collector for CodecCounters {
             ("error", g(&c.fallback_error)),
             ("queue_full", g(&c.fallback_queue_full)),
             ("not_smaller", g(&c.fallback_not_smaller)),
+            ("declined", g(&c.gpu_declined)),
             ("decode_error", g(&c.gpu_decode_fallback)),
         ] {
             fallbacks.get_or_create(&Reason { reason }).inc_by(v);

@@ -1,0 +1,164 @@
+//! Routing between the CPU workers and a batch back end, with stand-ins for the GPU of chosen
+//! speeds and failures (CI has no GPU): whichever is free takes the next frame, a back end slower
+//! than the cores is left alone, a fast one takes what the busy cores cannot, and every frame
+//! comes back encoded in a standard payload whatever the back end does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use shrinkfs_codec::codec::{Codec, ZstdCodec};
+use shrinkfs_codec::dispatch::{BackendError, BatchBackend, DispatchConfig, Dispatcher, cpu_equivalent};
+use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, decode_payload, format::FrameHeader, workers};
+
+/// A stand-in GPU: each launch takes `delay`, then compresses with the CPU's zstd (so its output
+/// is a real zstd payload), or fails, or says nothing got smaller.
+struct Fake {
+    delay: Duration,
+    outcome: Outcome,
+    launches: AtomicU64,
+    frames: AtomicU64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Outcome {
+    Compress,
+    Fail,
+    NotSmaller,
+}
+
+impl Fake {
+    fn new(delay: Duration, outcome: Outcome) -> Arc<Fake> {
+        Arc::new(Fake { delay, outcome, launches: AtomicU64::new(0), frames: AtomicU64::new(0) })
+    }
+}
+
+impl BatchBackend for Fake {
+    fn compress_batch(
+        &self,
+        codec: CodecId,
+        chunks: &[&[u8]],
+        _data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        assert_eq!(codec, CodecId::Zstd);
+        std::thread::sleep(self.delay);
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.frames.fetch_add(chunks.len() as u64, Ordering::Relaxed);
+        match self.outcome {
+            Outcome::Fail => Err("the stand-in GPU failed".into()),
+            Outcome::NotSmaller => Ok(vec![None; chunks.len()]),
+            Outcome::Compress => {
+                let z = ZstdCodec::new(1, None).unwrap();
+                Ok(chunks
+                    .iter()
+                    .map(|c| {
+                        let mut out = Vec::new();
+                        z.compress(c, &mut out).then_some(out)
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+fn dispatcher(fake: &Arc<Fake>) -> Dispatcher {
+    let cfg = DispatchConfig { min_items: 4, batch_window: Duration::from_millis(2), ..DispatchConfig::default() };
+    Dispatcher::with_backend(fake.clone(), vec![CodecId::Zstd], "stand-in", cfg).unwrap()
+}
+
+/// Submits `n` frames of compressible text and checks each comes back decoding to its input;
+/// returns the stored codec of each.
+fn run(d: &Dispatcher, n: usize) -> Vec<CodecId> {
+    let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
+    let data: Vec<Vec<u8>> =
+        (0..n).map(|i| format!("frame {i}: the quick brown fox ").repeat(8000).into_bytes()).collect();
+    let (tx, rx) = channel();
+    for (i, raw) in data.iter().enumerate() {
+        let tx = tx.clone();
+        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i as u64, raw.clone(), move |f| {
+            tx.send((i, f)).unwrap()
+        });
+    }
+    drop(tx);
+    let mut got: Vec<_> = rx.iter().collect();
+    assert_eq!(got.len(), n, "every frame came back");
+    got.sort_by_key(|g| g.0);
+    got.into_iter()
+        .map(|(i, f)| {
+            let h = FrameHeader::parse(&f.bytes, i as u64, false).unwrap();
+            let mut out = Vec::new();
+            decode_payload(&ctx, i as u64, &h, &f.bytes[24..], None, &mut out).unwrap();
+            assert!(out == data[i], "frame {i} decodes to its input");
+            h.codec
+        })
+        .collect()
+}
+
+fn count(d: &Dispatcher, name: &str) -> u64 {
+    d.counters().snapshot().into_iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+#[test]
+fn a_back_end_slower_than_the_cores_is_left_alone_after_one_try() {
+    let fake = Fake::new(Duration::from_millis(400), Outcome::Compress);
+    let d = dispatcher(&fake);
+    // Unmeasured, it is tried with a few frames; measured slower, it gets none until its next
+    // try (a second later): the second round's backlog is left to the cores.
+    let codecs = [run(&d, 200), run(&d, 200)].concat();
+    assert!(codecs.iter().all(|c| *c == CodecId::Zstd));
+    let (launches, on_gpu) = (fake.launches.load(Ordering::Relaxed), fake.frames.load(Ordering::Relaxed));
+    assert!(launches <= 3, "{launches} launches of a back end 400 ms a launch");
+    assert!(on_gpu <= 3 * 4, "the slow back end held {on_gpu} frames");
+    assert!(count(&d, "cpu_frames") >= 400 - on_gpu, "the cores took the rest");
+    assert!(count(&d, "gpu_declined") > 0);
+}
+
+#[test]
+fn a_fast_back_end_takes_what_busy_cores_cannot() {
+    let fake = Fake::new(Duration::ZERO, Outcome::Compress);
+    let d = dispatcher(&fake);
+    // Every worker busy for a while: frames pile up and the back end takes them. (Its frames
+    // are finished — header, checksum — on the workers too, so they come back after.)
+    for _ in 0..workers::threads() {
+        workers::spawn(|| std::thread::sleep(Duration::from_millis(500)));
+    }
+    let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
+    let frames: Vec<Vec<u8>> = (0..64u64).map(|i| format!("frame {i} ").repeat(20_000).into_bytes()).collect();
+    let (tx, rx) = channel();
+    for (i, raw) in (0..64u64).zip(frames) {
+        let tx = tx.clone();
+        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw, move |f| {
+            tx.send((i, f.header.codec)).unwrap()
+        });
+    }
+    drop(tx);
+    let got: Vec<_> = rx.iter().collect();
+    assert_eq!(got.len(), 64);
+    assert!(got.iter().all(|(_, c)| *c == CodecId::Zstd));
+    // (A last few frames, fewer than a launch is worth, may wait for the cores instead.)
+    let on_gpu = fake.frames.load(Ordering::Relaxed);
+    assert!(on_gpu > 64 - 4, "the back end took {on_gpu} of 64 frames");
+    assert!(fake.launches.load(Ordering::Relaxed) >= 2, "a first small try, then the rest");
+}
+
+#[test]
+fn a_failing_back_end_costs_no_frame() {
+    let fake = Fake::new(Duration::ZERO, Outcome::Fail);
+    let d = dispatcher(&fake);
+    let codecs = run(&d, 100);
+    assert!(codecs.iter().all(|c| *c == CodecId::Zstd), "the CPU compressed the frames the back end failed");
+    assert!(fake.frames.load(Ordering::Relaxed) > 0, "the back end was tried");
+    assert_eq!(count(&d, "fallback_error"), fake.frames.load(Ordering::Relaxed));
+}
+
+#[test]
+fn frames_the_back_end_cannot_shrink_are_stored_as_they_are() {
+    let fake = Fake::new(Duration::ZERO, Outcome::NotSmaller);
+    let d = dispatcher(&fake);
+    let codecs = run(&d, 100);
+    let on_gpu = fake.frames.load(Ordering::Relaxed);
+    assert!(on_gpu > 0, "the back end was tried");
+    assert_eq!(codecs.iter().filter(|c| **c == CodecId::None).count() as u64, on_gpu);
+    assert_eq!(count(&d, "fallback_not_smaller"), on_gpu);
+}
