@@ -40,8 +40,8 @@ pub struct DispatchConfig {
     pub batch_floor_bytes: usize,
     /// Frames waiting for the GPU beyond which new ones go to the CPU.
     pub queue_max: usize,
-    /// Fewest frames worth a launch: a smaller batch (unless a frame is at least `min_bytes`) is
-    /// handed to the CPU workers instead (a launch costs milliseconds whatever its size).
+    /// Fewest waiting frames worth a launch; fewer are left to the CPU workers (a launch costs
+    /// milliseconds whatever its size). With `GpuPolicy::On` the GPU takes whatever waits.
     pub min_items: usize,
     /// nVCOMP data type hint for Cascaded and Bitcomp (0 bytes, 4 int32, 5 uint32, 6 int64, ...).
     pub data_type: i32,
@@ -198,6 +198,8 @@ fn one_line(e: &dyn std::error::Error) -> String {
 pub struct Dispatcher {
     /// The shared queue, both ends: frames go in, and each frame's CPU turn takes one out.
     gpu_tx: Option<(Sender<Job>, Receiver<Job>)>,
+    /// `GpuPolicy::On`: the GPU takes every frame it can (the CPU only what it hands back).
+    gpu_only: bool,
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
     counters: Arc<Counters>,
@@ -226,6 +228,7 @@ impl Dispatcher {
     pub fn cpu_only(why: &str) -> Self {
         Dispatcher {
             gpu_tx: None,
+            gpu_only: false,
             #[cfg(feature = "gpu")]
             gpu: None,
             counters: Arc::default(),
@@ -276,6 +279,7 @@ impl Dispatcher {
         describe: &str,
         cfg: DispatchConfig,
     ) -> Result<Self, DispatchError> {
+        let gpu_only = cfg.policy == GpuPolicy::On;
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let (c, batches) = (counters.clone(), rx.clone());
@@ -285,6 +289,7 @@ impl Dispatcher {
             .map_err(DispatchError::Thread)?;
         Ok(Dispatcher {
             gpu_tx: Some((tx, rx)),
+            gpu_only,
             #[cfg(feature = "gpu")]
             gpu: None,
             counters,
@@ -350,6 +355,9 @@ impl Dispatcher {
             }
             match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done }) {
                 Ok(()) => {
+                    if self.gpu_only {
+                        return;
+                    }
                     // The frame's CPU turn: a worker that comes free takes the oldest waiting
                     // frame, unless the GPU took them all first. (Every frame in the queue has a
                     // turn still to come, so none waits for the GPU alone.)
@@ -446,14 +454,15 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             std::thread::sleep(cfg.batch_window / 8);
         }
         let waiting = rx.len();
-        if waiting < min_items || !measured.worth(waiting.min(cfg.batch_max_items), &c) {
+        let gpu_only = cfg.policy == GpuPolicy::On;
+        if !gpu_only && (waiting < min_items || !measured.worth(waiting.min(cfg.batch_max_items), &c)) {
             // Left to the CPU workers (each waiting frame still has its turn to come).
             c.gpu_declined.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(cfg.batch_window);
             continue;
         }
         // Unmeasured, a launch takes only a few frames: a slow back end then holds few.
-        let most = if measured.launch_ns.is_none() { min_items } else { cfg.batch_max_items };
+        let most = if measured.launch_ns.is_none() && !gpu_only { min_items } else { cfg.batch_max_items };
         let mut batch = Vec::new();
         let mut bytes = 0;
         while batch.len() < most && bytes < cfg.batch_floor_bytes {

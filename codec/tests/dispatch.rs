@@ -45,7 +45,8 @@ fn frames_encode_whatever_happens_to_the_gpu() {
     }
     let counts: std::collections::HashMap<_, _> = d.counters().snapshot().into_iter().collect();
     if d.gpu_for(CodecId::Zstd) {
-        assert_eq!(counts["fallback_error"], 50, "{counts:?}");
+        // (Idle cores take frames from the same queue; the failing GPU gives back the rest.)
+        assert_eq!(counts["fallback_error"] + counts["cpu_frames"], 50, "{counts:?}");
         assert_eq!(counts["gpu_frames"], 0);
     } else {
         println!("no GPU here: the CPU path alone was exercised ({})", d.describe);
