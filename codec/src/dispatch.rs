@@ -409,17 +409,23 @@ struct Measured {
 }
 
 impl Measured {
-    /// Whether launching now is likely to finish `frames` frames sooner than the CPU workers
-    /// would: a launch's measured wall time against the frames' measured CPU time spread over
-    /// the workers. Unmeasured sides, and a back end not tried for a while, get a try.
-    fn worth(&self, frames: usize, c: &Counters) -> bool {
-        let (Some(launch), Some(last)) = (self.launch_ns, self.last_launch) else { return true };
-        let Some(per_frame) = c.cpu_ns_per_frame() else { return true };
-        if last.elapsed() >= PROBE_EVERY {
-            return true;
-        }
+    /// What to do with `frames` waiting frames: launch them if that is likely to finish them
+    /// sooner than the CPU workers would (a launch's measured wall time against the frames'
+    /// measured CPU time spread over the workers); else leave them to the CPU, but try a few
+    /// now and then (unmeasured, or not tried for a while: the host's load changes).
+    fn decide(&self, frames: usize, c: &Counters) -> Decision {
+        let (Some(launch), Some(last), Some(per_frame)) = (self.launch_ns, self.last_launch, c.cpu_ns_per_frame())
+        else {
+            return Decision::Try;
+        };
         let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
-        launch < cpu
+        if launch < cpu {
+            Decision::Launch
+        } else if last.elapsed() >= PROBE_EVERY {
+            Decision::Try
+        } else {
+            Decision::Leave
+        }
     }
 
     fn launched(&mut self, took: Duration) {
@@ -427,6 +433,16 @@ impl Measured {
         self.launch_ns = Some(self.launch_ns.map_or(ns, |m| 0.7 * m + 0.3 * ns));
         self.last_launch = Some(Instant::now());
     }
+}
+
+/// What the batch thread does with the frames waiting.
+enum Decision {
+    /// Launch as many as a batch takes.
+    Launch,
+    /// Launch a few, to measure (a slow back end then holds few).
+    Try,
+    /// Leave them to the CPU workers.
+    Leave,
 }
 
 /// The batch thread: waits for frames to pile up in the shared queue (the CPU workers take from
@@ -454,15 +470,21 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             std::thread::sleep(cfg.batch_window / 8);
         }
         let waiting = rx.len();
-        let gpu_only = cfg.policy == GpuPolicy::On;
-        if !gpu_only && (waiting < min_items || !measured.worth(waiting.min(cfg.batch_max_items), &c)) {
-            // Left to the CPU workers (each waiting frame still has its turn to come).
-            c.gpu_declined.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(cfg.batch_window);
-            continue;
-        }
-        // Unmeasured, a launch takes only a few frames: a slow back end then holds few.
-        let most = if measured.launch_ns.is_none() && !gpu_only { min_items } else { cfg.batch_max_items };
+        let decision = match cfg.policy {
+            GpuPolicy::On => Decision::Launch,
+            _ if waiting < min_items => Decision::Leave,
+            _ => measured.decide(waiting.min(cfg.batch_max_items), &c),
+        };
+        let most = match decision {
+            Decision::Launch => cfg.batch_max_items,
+            Decision::Try => min_items,
+            Decision::Leave => {
+                // Left to the CPU workers (each waiting frame still has its turn to come).
+                c.gpu_declined.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(cfg.batch_window);
+                continue;
+            }
+        };
         let mut batch = Vec::new();
         let mut bytes = 0;
         while batch.len() < most && bytes < cfg.batch_floor_bytes {

@@ -9,7 +9,7 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use shrinkfs_codec::codec::{Codec, ZstdCodec};
-use shrinkfs_codec::dispatch::{BackendError, BatchBackend, DispatchConfig, Dispatcher, cpu_equivalent};
+use shrinkfs_codec::dispatch::{BackendError, BatchBackend, DispatchConfig, Dispatcher, GpuPolicy, cpu_equivalent};
 use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, decode_payload, format::FrameHeader, workers};
 
 /// A stand-in GPU: each launch takes `delay`, then compresses with the CPU's zstd (so its output
@@ -62,9 +62,16 @@ impl BatchBackend for Fake {
     }
 }
 
-fn dispatcher(fake: &Arc<Fake>) -> Dispatcher {
-    let cfg = DispatchConfig { min_items: 4, batch_window: Duration::from_millis(2), ..DispatchConfig::default() };
+/// A dispatcher sharing its queue with `fake` (`GpuPolicy::Auto`), or giving it every frame
+/// (`On`).
+fn dispatcher_with(fake: &Arc<Fake>, policy: GpuPolicy) -> Dispatcher {
+    let cfg =
+        DispatchConfig { policy, min_items: 4, batch_window: Duration::from_millis(2), ..DispatchConfig::default() };
     Dispatcher::with_backend(fake.clone(), vec![CodecId::Zstd], "stand-in", cfg).unwrap()
+}
+
+fn dispatcher(fake: &Arc<Fake>) -> Dispatcher {
+    dispatcher_with(fake, GpuPolicy::Auto)
 }
 
 /// Submits `n` frames of compressible text and checks each comes back decoding to its input;
@@ -145,20 +152,19 @@ fn a_fast_back_end_takes_what_busy_cores_cannot() {
 #[test]
 fn a_failing_back_end_costs_no_frame() {
     let fake = Fake::new(Duration::ZERO, Outcome::Fail);
-    let d = dispatcher(&fake);
+    let d = dispatcher_with(&fake, GpuPolicy::On);
     let codecs = run(&d, 100);
     assert!(codecs.iter().all(|c| *c == CodecId::Zstd), "the CPU compressed the frames the back end failed");
-    assert!(fake.frames.load(Ordering::Relaxed) > 0, "the back end was tried");
+    assert_eq!(fake.frames.load(Ordering::Relaxed), 100, "with --gpu on the back end gets every frame");
     assert_eq!(count(&d, "fallback_error"), fake.frames.load(Ordering::Relaxed));
 }
 
 #[test]
 fn frames_the_back_end_cannot_shrink_are_stored_as_they_are() {
     let fake = Fake::new(Duration::ZERO, Outcome::NotSmaller);
-    let d = dispatcher(&fake);
+    let d = dispatcher_with(&fake, GpuPolicy::On);
     let codecs = run(&d, 100);
-    let on_gpu = fake.frames.load(Ordering::Relaxed);
-    assert!(on_gpu > 0, "the back end was tried");
-    assert_eq!(codecs.iter().filter(|c| **c == CodecId::None).count() as u64, on_gpu);
-    assert_eq!(count(&d, "fallback_not_smaller"), on_gpu);
+    assert_eq!(fake.frames.load(Ordering::Relaxed), 100, "with --gpu on the back end gets every frame");
+    assert!(codecs.iter().all(|c| *c == CodecId::None), "stored as they are");
+    assert_eq!(count(&d, "fallback_not_smaller"), 100);
 }
