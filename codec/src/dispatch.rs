@@ -141,6 +141,10 @@ pub trait BatchBackend: Send + Sync + 'static {
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, BackendError>;
+
+    /// Does once, before any frame, what a first launch would otherwise pay for (buffers,
+    /// kernels): the first real launch then holds its frames no longer than later ones.
+    fn warm_up(&self) {}
 }
 
 #[cfg(feature = "gpu")]
@@ -152,6 +156,15 @@ impl BatchBackend for crate::gpu::Gpu {
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
         crate::gpu::Gpu::compress_batch(self, codec, chunks, data_type).map_err(|e| Box::new(e) as BackendError)
+    }
+
+    fn warm_up(&self) {
+        let frame = vec![0u8; 1 << 20];
+        for codec in [CodecId::Zstd, CodecId::Lz4].into_iter().filter(|c| self.codecs().contains(c)) {
+            if let Err(e) = crate::gpu::Gpu::compress_batch(self, codec, &[&frame], 0) {
+                tracing::debug!(error = %e, %codec, "GPU warm-up launch failed");
+            }
+        }
     }
 }
 
@@ -397,7 +410,12 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 }
 
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
-const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How much sooner than the CPU a launch must be expected to finish its frames: the frames of a
+/// launch hold up every ordered stream they belong to until the whole launch is done, which the
+/// estimate does not see.
+const LAUNCH_MARGIN: f64 = 2.0;
 
 /// What the batch thread has measured of the back end: the wall time of its launches.
 #[derive(Default)]
@@ -419,7 +437,7 @@ impl Measured {
             return Decision::Try;
         };
         let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
-        if launch < cpu {
+        if launch * LAUNCH_MARGIN < cpu {
             Decision::Launch
         } else if last.elapsed() >= PROBE_EVERY {
             Decision::Try
@@ -449,6 +467,8 @@ enum Decision {
 /// it too, so a queue they keep empty never reaches the GPU), and launches them when enough wait
 /// and the launch is likely to finish them before the CPU would.
 fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
+    // (Frames arriving meanwhile are taken by the CPU workers.)
+    backend.warm_up();
     let mut measured = Measured::default();
     let min_items = cfg.min_items.max(1);
     loop {
