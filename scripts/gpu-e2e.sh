@@ -26,17 +26,18 @@ for load in idle busy; do
   done; done
   for w in $writers; do for r in $(seq "$runs"); do for g in $policies; do
     rm -rf "$work"; mkdir -p "$work/b" "$work/s" "$work/mnt"
-    "$bin" mount "$work/b" "$work/mnt" --gpu "$g" --staging-dir "$work/s" >"$work/log" 2>&1 &
+    "$bin" mount "$work/b" "$work/mnt" --gpu "$g" --staging-dir "$work/s" --metrics-addr 127.0.0.1:0 >"$work/log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q " $work/mnt fuse" /proc/mounts && break; sleep 0.1; done
     c0=$(cpu_of $pid); t0=$(now)
     dds=(); for i in $(seq "$w"); do dd if="$data" of="$work/mnt/f$i" bs=1M conv=fsync status=none & dds+=($!); done
     wait "${dds[@]}"
     t1=$(now); c1=$(cpu_of $pid)
+    share=$("$bin" stats "$work/mnt" --once --json --interval 0.1 2>/dev/null | grep -o '"gpu_share":[0-9.e-]*' | cut -d: -f2)
     umount "$work/mnt"; wait $pid || true
     stored=$(du -sb "$work/b" | cut -f1)
-    awk -v g="$g" -v l="$load" -v w="$w" -v r="$r" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v tk="$tck" -v n="$((size * w))" -v st="$stored" \
-      'BEGIN { gib = n / 1073741824; printf "mount  gpu=%-4s %-4s writers=%d run%d  %6.2f s %7.0f MB/s  %5.2f CPU-s/GiB  stored %d\n", g, l, w, r, t1-t0, n/(t1-t0)/1e6, c/tk/gib, st }'
+    awk -v g="$g" -v l="$load" -v w="$w" -v r="$r" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v tk="$tck" -v n="$((size * w))" -v st="$stored" -v sh="${share:-0}" \
+      'BEGIN { gib = n / 1073741824; printf "mount  gpu=%-4s %-4s writers=%d run%d  %6.2f s %7.0f MB/s  %5.2f CPU-s/GiB  stored %d  GPU share %.2f\n", g, l, w, r, t1-t0, n/(t1-t0)/1e6, c/tk/gib, st, sh }'
   done; done; done
   stop_busy
 done

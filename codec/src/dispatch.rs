@@ -88,6 +88,8 @@ pub struct Counters {
     /// Times the GPU left the waiting frames to the CPU workers: too few waited to pay for a
     /// launch, or the CPU was measured to finish them sooner.
     pub gpu_declined: AtomicU64,
+    /// Launches on copies of waiting frames, to measure the back end (their output is dropped).
+    pub gpu_tries: AtomicU64,
     /// Wall nanoseconds of the frames the CPU workers took from the shared queue (for routing).
     pub cpu_nanos: AtomicU64,
     /// Frames counted in `cpu_nanos`.
@@ -119,6 +121,7 @@ impl Counters {
             ("fallback_queue_full", g(&self.fallback_queue_full)),
             ("fallback_not_smaller", g(&self.fallback_not_smaller)),
             ("gpu_declined", g(&self.gpu_declined)),
+            ("gpu_tries", g(&self.gpu_tries)),
             ("gpu_decoded_frames", g(&self.gpu_decoded_frames)),
             ("gpu_decode_fallback", g(&self.gpu_decode_fallback)),
         ]
@@ -457,7 +460,7 @@ impl Measured {
 enum Decision {
     /// Launch as many as a batch takes.
     Launch,
-    /// Launch a few, to measure (a slow back end then holds few).
+    /// Launch copies of a few, to measure (the frames themselves go to the CPU).
     Try,
     /// Leave them to the CPU workers.
     Leave,
@@ -516,6 +519,26 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             continue;
         }
         let started = Instant::now();
+        if matches!(decision, Decision::Try) {
+            // A try measures the back end on copies: the frames themselves go to the CPU at once,
+            // so a back end slower than hoped holds up no stream.
+            let copies: Vec<(CodecId, Vec<u8>)> = batch.iter().map(|j| (j.gpu_codec, j.raw.clone())).collect();
+            for j in batch {
+                c.cpu_frames.fetch_add(1, Ordering::Relaxed);
+                cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
+            }
+            let id = copies[0].0;
+            let chunks: Vec<&[u8]> = copies.iter().filter(|(c, _)| *c == id).map(|(_, raw)| raw.as_slice()).collect();
+            c.gpu_tries.fetch_add(1, Ordering::Relaxed);
+            let ok = backend.compress_batch(id, &chunks, cfg.data_type).is_ok();
+            if ok {
+                measured.launched(started.elapsed());
+            } else {
+                // A failing back end is tried again later, like a slow one.
+                measured.launched(Duration::from_secs(3600));
+            }
+            continue;
+        }
         // One launch per codec present in the batch.
         let mut by_codec: Vec<(CodecId, Vec<Job>)> = Vec::new();
         for j in batch {
