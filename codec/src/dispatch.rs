@@ -216,6 +216,8 @@ pub struct Dispatcher {
     gpu_tx: Option<(Sender<Job>, Receiver<Job>)>,
     /// `GpuPolicy::On`: the GPU takes every frame it can (the CPU only what it hands back).
     gpu_only: bool,
+    /// Fewest waiting frames worth a launch.
+    min_items: usize,
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
     counters: Arc<Counters>,
@@ -245,6 +247,7 @@ impl Dispatcher {
         Dispatcher {
             gpu_tx: None,
             gpu_only: false,
+            min_items: 1,
             #[cfg(feature = "gpu")]
             gpu: None,
             counters: Arc::default(),
@@ -295,7 +298,7 @@ impl Dispatcher {
         describe: &str,
         cfg: DispatchConfig,
     ) -> Result<Self, DispatchError> {
-        let gpu_only = cfg.policy == GpuPolicy::On;
+        let (gpu_only, min_items) = (cfg.policy == GpuPolicy::On, cfg.min_items.max(1));
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let (c, batches) = (counters.clone(), rx.clone());
@@ -306,6 +309,7 @@ impl Dispatcher {
         Ok(Dispatcher {
             gpu_tx: Some((tx, rx)),
             gpu_only,
+            min_items,
             #[cfg(feature = "gpu")]
             gpu: None,
             counters,
@@ -314,11 +318,17 @@ impl Dispatcher {
         })
     }
 
-    /// Frames a producer should keep in flight so GPU launches can fill up: two batches' worth
-    /// of 1 MiB frames, so the next batch gathers while one runs.
+    /// Frames a producer should keep in flight: two per CPU worker; with the GPU taking every
+    /// frame (`--gpu on`), two launches' worth of 1 MiB frames, so the next batch gathers while
+    /// one runs; shared with the CPU (`auto`), enough that a backlog worth a launch can form —
+    /// more would only hold memory while the cores keep up.
     pub fn frames_in_flight(&self) -> usize {
         let cpu = 2 * crate::workers::threads() + 1;
-        if self.gpu_tx.is_some() { cpu.max(512) } else { cpu }
+        match &self.gpu_tx {
+            None => cpu,
+            Some(_) if self.gpu_only => cpu.max(512),
+            Some(_) => cpu.max(2 * self.min_items),
+        }
     }
 
     /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
@@ -365,10 +375,8 @@ impl Dispatcher {
     ) {
         let done: Done = Box::new(done);
         if let Some((tx, rx)) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
-            if crate::detect::looks_compressed(&raw) {
-                self.counters.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
-                return cpu(ctx, Arc::new(crate::codec::NoneCodec), frame, raw, done);
-            }
+            // (Frames that look compressed are sorted out where the GPU takes them, off the
+            // writer's thread; the CPU's encoder checks for itself.)
             match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done }) {
                 Ok(()) => {
                     if self.gpu_only {
@@ -539,9 +547,15 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             }
             continue;
         }
-        // One launch per codec present in the batch.
+        // Frames that look already compressed are stored as they are, without a launch; one
+        // launch per codec present in the rest.
         let mut by_codec: Vec<(CodecId, Vec<Job>)> = Vec::new();
         for j in batch {
+            if crate::detect::looks_compressed(&j.raw) {
+                c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
+                cpu(j.ctx, Arc::new(crate::codec::NoneCodec), j.frame, j.raw, j.done);
+                continue;
+            }
             match by_codec.iter_mut().find(|(id, _)| *id == j.gpu_codec) {
                 Some((_, v)) => v.push(j),
                 None => by_codec.push((j.gpu_codec, vec![j])),
