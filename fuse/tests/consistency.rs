@@ -94,6 +94,31 @@ async fn a_mount_sees_its_own_changes_at_once() {
     assert_eq!(names(&a, ROOT).await, Vec::<String>::new());
 }
 
+/// One mount: a name it made stays found after the kernel forgets the inode (memory pressure,
+/// `drop_caches`), even where a listing or a miss said it was absent and the TTLs never expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_made_here_is_found_after_the_kernel_forgets_it() {
+    let store = Arc::new(InMemory::new());
+    let a = mount_with(&store, Duration::MAX, Duration::MAX);
+    assert_eq!(names(&a, ROOT).await, Vec::<String>::new(), "a complete listing: nothing");
+    for name in ["f", "d", "moved"] {
+        assert!(matches!(a.lookup(ROOT, name).await, Err(Error::NotFound)), "{name} known absent");
+    }
+    write(&a, ROOT, "f", b"one").await;
+    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap();
+    write(&a, d.ino, "inner", b"two").await;
+    a.rename(d.ino, "inner", ROOT, "moved", false).await.unwrap();
+    for name in ["f", "d", "moved"] {
+        let i = a.lookup(ROOT, name).await.unwrap();
+        a.forget(i.ino, u64::MAX);
+    }
+    let f = a.lookup(ROOT, "f").await.expect("a file made here, its inode forgotten");
+    assert_eq!(read(&a, f.ino).await.unwrap(), b"one");
+    a.lookup(ROOT, "d").await.expect("a directory made here, its inode forgotten");
+    let m = a.lookup(ROOT, "moved").await.expect("a name moved here, its inode forgotten");
+    assert_eq!(read(&a, m.ino).await.unwrap(), b"two");
+}
+
 /// Two mounts: a name the reader has never asked for is seen as soon as the writer's close
 /// returns; a name it holds as absent (a miss, or missing from a complete listing) is seen once
 /// the negative TTL has passed.

@@ -274,6 +274,7 @@ impl Fs {
             }
             moved = vec![src_attr.ino];
         }
+        self.names.appeared(new_parent, new_name);
         self.names.table().rename(parent, name, new_parent, new_name);
         for ino in moved {
             self.rebase_open(ino).await;

@@ -60,9 +60,8 @@ pub struct Namespace {
 /// Names known to be absent from the store, each for the negative TTL from when it was learned.
 #[derive(Debug, Default)]
 struct Absent {
-    /// Per directory: when its latest complete listing started, and every name it held. A name
-    /// it did not hold, and that this mount has not made since (the inode table would hold
-    /// it), is absent.
+    /// Per directory: when its latest complete listing started, and every name it held, plus
+    /// every name this mount made or moved there since. A name it does not hold is absent.
     listings: HashMap<u64, (Instant, HashSet<String>)>,
     /// Names a lookup found absent (no object, nothing under them), by directory and name.
     missed: HashMap<(u64, String), Instant>,
@@ -154,9 +153,9 @@ impl Namespace {
         self.absent.lock().expect("absent lock")
     }
 
-    /// Whether `name` is known absent from directory `parent` without asking the store: not made
-    /// here since (`known` is the table's entry), and missing from a complete listing or a lookup
-    /// younger than the negative TTL.
+    /// Whether `name` is known absent from directory `parent` without asking the store: not in
+    /// the table (`known`), and missing from a complete listing or a lookup younger than the
+    /// negative TTL (names made here since are added to both: `appeared`).
     fn known_absent(&self, parent: u64, name: &str, known: Option<&Inode>) -> bool {
         if known.is_some() {
             return false;
@@ -223,7 +222,19 @@ impl Namespace {
 
     /// Records `name` in `parent`, just made here, as the kernel's new entry (a counted lookup).
     pub fn created(&self, parent: u64, name: &str, kind: Kind, attr: Attr, fetched: Option<Instant>) -> Inode {
+        self.appeared(parent, name);
         self.table().upsert(parent, name, kind, attr, fetched, true)
+    }
+
+    /// `name` of `parent` exists now, made or moved there by this mount: what was known of its
+    /// absence no longer holds, even once the kernel forgets the inode (the table then no
+    /// longer shows it).
+    pub fn appeared(&self, parent: u64, name: &str) {
+        let mut a = self.absent();
+        a.missed.remove(&(parent, name.to_owned()));
+        if let Some((_, names)) = a.listings.get_mut(&parent) {
+            names.insert(name.to_owned());
+        }
     }
 
     /// Inode `ino` is now object version `info` (just written).
