@@ -56,7 +56,7 @@ cleanup() {
   done
   [ -n "$server_pid" ] && kill "$server_pid" >/dev/null 2>&1
   # JuiceFS's mount daemon runs from the work directory's database; wait for it to leave.
-  for _ in $(seq 50); do pgrep -f "juicefs mount.*$work" >/dev/null 2>&1 || break; sleep 0.1; done
+  for _ in $(seq 50); do pgrep -f "juicefs mount .*$work/" >/dev/null 2>&1 || break; sleep 0.1; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -101,9 +101,11 @@ for b in "${buckets[@]}"; do
 done
 
 # `juicefs mount -d` leaves a watchdog and, under it, the process that serves the mount; both hold
-# /dev/fuse, so name the one that does the work.
+# /dev/fuse, so name the one that does the work. JuiceFS rewrites its command line in place and
+# cuts it short, so bench fs cannot find it by its mount point, nor pgrep by the whole of it: the
+# work directory, in its first arguments, identifies it.
 jfs_pid=""
-for p in $(pgrep -f "juicefs mount.*$work/mnt/juicefs" || true); do
+for p in $(pgrep -f "juicefs mount .*$work/" || true); do
   c=$(pgrep -P "$p" -f "juicefs mount" || true)
   [ -n "$c" ] && jfs_pid=$c
 done
