@@ -16,6 +16,7 @@
 # Output: target/bench-fs/compare.{json,html}. Needs root (FUSE mounts, dropping caches).
 # Environment: SHRINKFS_BIN=PATH measures that shrinkfs executable and skips the build; otherwise
 # `cargo build --release` builds one into $CARGO_TARGET_DIR (default: target/).
+# SHRINKFS_MOUNT_OPTIONS adds options to the shrinkfs mount (default: none, its defaults).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -67,7 +68,8 @@ server_pid=$!
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
 
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
-"$shrinkfs" mount s3://shrinkfs "$work/mnt/shrinkfs" --endpoint-url "$endpoint" --daemon
+read -ra shrinkfs_options <<<"${SHRINKFS_MOUNT_OPTIONS:-}"
+"$shrinkfs" mount s3://shrinkfs "$work/mnt/shrinkfs" --endpoint-url "$endpoint" --daemon "${shrinkfs_options[@]}"
 printf 'S3RVER:S3RVER\n' > "$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"
 s3fs s3fs "$work/mnt/s3fs" -o "url=$endpoint,use_path_request_style,passwd_file=$work/s3fs.passwd"
 cat > "$work/rclone.conf" <<CONF
