@@ -193,6 +193,17 @@ impl Reader {
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose
     /// index is larger than the first fetch, or whose head must be checked). `None` if absent.
     pub async fn stat(&self, path: &Path) -> Result<Option<ObjectInfo>> {
+        self.stat_keeping(path, false).await
+    }
+
+    /// Like `stat`, for an object about to be read: when the suffix GET brought the whole object
+    /// (a small file), its frames are decoded and cached from those bytes, so reading it costs no
+    /// further request.
+    pub async fn stat_for_reading(&self, path: &Path) -> Result<Option<ObjectInfo>> {
+        self.stat_keeping(path, true).await
+    }
+
+    async fn stat_keeping(&self, path: &Path, keep: bool) -> Result<Option<ObjectInfo>> {
         // Servers that answer no suffix ranges are the store stack's concern (`store::compat`).
         let opts = GetOptions { range: Some(GetRange::Suffix(SUGGESTED_TAIL)), ..Default::default() };
         let (meta, range, tail) = match self.store.get_opts(path, opts).await {
@@ -204,6 +215,7 @@ impl Reader {
             Err(e) => return Err(e.into()),
         };
         let id = ObjectId { key: path.as_ref().into(), etag: etag_of(&meta) };
+        let whole = (keep && range.start == 0 && range.end >= meta.size).then(|| tail.clone());
         let parsed = match self.layouts.get(&id) {
             Some(p) => p,
             None => {
@@ -213,7 +225,35 @@ impl Reader {
                 p
             }
         };
+        if let (Some(whole), Parsed::Framed { layout, ctx }) = (whole, &parsed) {
+            self.keep_frames(path, &id, layout, ctx, &whole)?;
+        }
         Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
+    }
+
+    /// Decodes and caches every frame of an object whose stored bytes are all in `whole`.
+    fn keep_frames(
+        &self,
+        path: &Path,
+        id: &ObjectId,
+        layout: &Layout,
+        ctx: &shrinkfs_codec::ObjectContext,
+        whole: &Bytes,
+    ) -> Result<()> {
+        for (f, e) in layout.entries.iter().enumerate() {
+            if self.chunks.get(id, f as u32).is_some() {
+                continue;
+            }
+            let r = e.stored_range();
+            let Some(stored) = (r.end <= whole.len() as u64).then(|| whole.slice(r.start as usize..r.end as usize))
+            else {
+                return Ok(());
+            };
+            let bytes = decode_to_bytes(ctx, f as u64, &stored, e, true).map_err(|e| codec_err(path, e))?;
+            self.metrics.frame_decoded();
+            self.chunks.insert(id, f as u32, bytes);
+        }
+        Ok(())
     }
 
     /// What a HEAD tells of the object at `path`: the store's metadata and, on a mount without a

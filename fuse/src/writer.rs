@@ -94,7 +94,7 @@ impl FileWriter {
     /// The state of file `rel` not yet open: the object as stored now. A damaged object can still
     /// be opened to be `replace`d (truncated); it then records `fallback`'s mode and owner.
     pub async fn load(&self, rel: &str, replace: bool, fallback: &FileAttrs) -> Result<OpenFile> {
-        let base = match self.reader.stat(&self.bucket.key(rel)).await {
+        let base = match self.reader.stat_for_reading(&self.bucket.key(rel)).await {
             Ok(Some(info)) => Some(info),
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Codec { key, source }) if replace => {

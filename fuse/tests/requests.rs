@@ -129,6 +129,15 @@ async fn requests_per_operation_are_at_their_minimum() {
     assert_eq!(stat.getattr(a.ino).await.unwrap().size, "file 5\n".len() as u64 * 6);
     assert_eq!(since(&stat, &before), "head=1", "getattr after the TTL");
 
+    // Reading a small file another mount wrote: one GET brings the whole object, index and
+    // frames together (the lookup's HEAD is above).
+    let before = requests(&stat);
+    let fh = stat.open(a.ino, false, false).await.unwrap();
+    let got = stat.read(fh, 0, 4096).await.unwrap();
+    stat.release(fh).await.unwrap();
+    assert_eq!(&got[..], "file 5\n".repeat(6).as_bytes());
+    assert_eq!(since(&stat, &before), "get_range=1", "open and read of a small file");
+
     // `ls -l` again once the TTL has passed: the listing's ETags confirm what the HEADs said.
     let again = mount(&store, Duration::from_secs(1));
     let d4 = again.lookup(ROOT, "d").await.unwrap().ino;
@@ -137,6 +146,15 @@ async fn requests_per_operation_are_at_their_minimum() {
     let before = requests(&again);
     assert_eq!(ls_l(&again, d4, true).await.len(), 1001);
     assert_eq!(since(&again, &before), "list_delimiter=1", "ls -l of unchanged files after the TTL");
+
+    // Removing a file just looked up (as `rm` does): the DELETE alone.
+    let rm = mount(&store, Duration::from_secs(60));
+    let d5 = rm.lookup(ROOT, "d").await.unwrap().ino;
+    rm.lookup(d5, "f0007").await.unwrap();
+    let before = requests(&rm);
+    rm.unlink(d5, "f0007").await.unwrap();
+    assert_eq!(since(&rm, &before), "delete=1", "unlink of a name just looked up");
+    assert!(matches!(rm.lookup(d5, "f0007").await, Err(shrinkfs_fuse::Error::NotFound)));
 }
 
 /// Objects without a record (older versions, other tools) or with one that is not theirs are

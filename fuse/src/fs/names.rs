@@ -92,11 +92,16 @@ impl Fs {
             return Err(Error::IsDir);
         }
         let key = self.names.key(&rel);
+        // A name looked up within the metadata TTL exists as far as this mount may tell (the
+        // kernel's `rm` looks it up first); else a HEAD says, since a DELETE of nothing succeeds.
+        let known_fresh = known.as_ref().is_some_and(|k| self.names.trusted(k));
         let remove = async {
-            match self.bucket.store.head(&key).await {
-                Ok(_) => {}
-                Err(object_store::Error::NotFound { .. }) => return Ok(false),
-                Err(e) => return Err(Error::from(e)),
+            if !known_fresh {
+                match self.bucket.store.head(&key).await {
+                    Ok(_) => {}
+                    Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                    Err(e) => return Err(Error::from(e)),
+                }
             }
             match self.bucket.store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
