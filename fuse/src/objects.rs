@@ -41,6 +41,9 @@ pub struct ObjectInfo {
     pub last_modified: SystemTime,
     /// Plain or framed.
     pub parsed: Parsed,
+    /// The whole stored object, when the GET that read its index brought all of it (a small file
+    /// about to be read): its frames are taken from here instead of fetched again.
+    pub whole: Option<Bytes>,
 }
 
 impl ObjectInfo {
@@ -197,8 +200,7 @@ impl Reader {
     }
 
     /// Like `stat`, for an object about to be read: when the suffix GET brought the whole object
-    /// (a small file), its frames are decoded and cached from those bytes, so reading it costs no
-    /// further request.
+    /// (a small file), the result keeps those bytes, so reading it costs no further request.
     pub async fn stat_for_reading(&self, path: &Path) -> Result<Option<ObjectInfo>> {
         self.stat_keeping(path, true).await
     }
@@ -225,35 +227,14 @@ impl Reader {
                 p
             }
         };
-        if let (Some(whole), Parsed::Framed { layout, ctx }) = (whole, &parsed) {
-            self.keep_frames(path, &id, layout, ctx, &whole)?;
-        }
-        Ok(Some(ObjectInfo { id, path: path.clone(), stored: meta.size, last_modified: system_time(&meta), parsed }))
-    }
-
-    /// Decodes and caches every frame of an object whose stored bytes are all in `whole`.
-    fn keep_frames(
-        &self,
-        path: &Path,
-        id: &ObjectId,
-        layout: &Layout,
-        ctx: &shrinkfs_codec::ObjectContext,
-        whole: &Bytes,
-    ) -> Result<()> {
-        for (f, e) in layout.entries.iter().enumerate() {
-            if self.chunks.get(id, f as u32).is_some() {
-                continue;
-            }
-            let r = e.stored_range();
-            let Some(stored) = (r.end <= whole.len() as u64).then(|| whole.slice(r.start as usize..r.end as usize))
-            else {
-                return Ok(());
-            };
-            let bytes = decode_to_bytes(ctx, f as u64, &stored, e, true).map_err(|e| codec_err(path, e))?;
-            self.metrics.frame_decoded();
-            self.chunks.insert(id, f as u32, bytes);
-        }
-        Ok(())
+        Ok(Some(ObjectInfo {
+            id,
+            path: path.clone(),
+            stored: meta.size,
+            last_modified: system_time(&meta),
+            parsed,
+            whole,
+        }))
     }
 
     /// What a HEAD tells of the object at `path`: the store's metadata and, on a mount without a
@@ -310,6 +291,7 @@ impl Reader {
             stored: meta.size,
             last_modified: system_time(meta),
             parsed,
+            whole: None,
         })
     }
 
@@ -362,7 +344,10 @@ impl Reader {
         }
         let (layout, ctx) = match &info.parsed {
             Parsed::Plain => {
-                let bytes = self.get_range(&info.path, &info.id, range.start..end, info.stored).await?;
+                let bytes = match &info.whole {
+                    Some(w) if end <= w.len() as u64 => w.slice(range.start as usize..end as usize),
+                    _ => self.get_range(&info.path, &info.id, range.start..end, info.stored).await?,
+                };
                 self.metrics.logical_read(bytes.len() as u64);
                 return Ok(bytes);
             }
@@ -431,7 +416,12 @@ impl Reader {
                 views.extend(fetch.frames.clone());
             }
         }
-        let gets = fetches.iter().map(|f| self.get_range(&info.path, &info.id, f.range.clone(), info.stored));
+        let gets = fetches.iter().map(|f| async move {
+            match &info.whole {
+                Some(w) if f.range.end <= w.len() as u64 => Ok(w.slice(f.range.start as usize..f.range.end as usize)),
+                _ => self.get_range(&info.path, &info.id, f.range.clone(), info.stored).await,
+            }
+        });
         let blobs = futures::future::try_join_all(gets).await?;
         let mut fetched = Vec::with_capacity(missing.len());
         for (fetch, blob) in fetches.into_iter().zip(blobs) {

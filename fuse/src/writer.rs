@@ -243,7 +243,8 @@ impl FileWriter {
         if written.put.e_tag.is_some() {
             self.reader.layouts.insert(id.clone(), parsed.clone());
         }
-        let info = ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed };
+        let info =
+            ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed, whole: None };
         of.base = Some(info.clone());
         tracing::debug!(path = rel, stored = written.stored, "committed");
         Ok(Some(info))

@@ -401,7 +401,9 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
         let before = counts();
         assert_eq!(other.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
         let after = counts();
-        assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "a cold small read: one request, one frame");
+        // (The object is under 64 KiB stored: the GET of its index at open brought all of it,
+        // so a read asks nothing more of the store.)
+        assert_eq!((after.0 - before.0, after.1 - before.1), (0, 1), "a cold small read: no request, one frame");
     }
     assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
 }
