@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end, GPU against CPU (issue 15): `pack` of DATA and a mount with W writers (each writing
-# DATA to its own file, `dd bs=1M conv=fsync`, then W cold readers), for each --gpu policy, on an
+# DATA to its own file, `dd bs=1M conv=fsync`), then W cold readers of those files after a
+# remount and a drop of the kernel's caches, for each --gpu policy, on an
 # idle host and with BUSY CPU-bound processes beside it. Prints wall time, MB/s, the shrinkfs
 # process's CPU-seconds per GiB (user+system) and stored bytes. Bucket and staging on /dev/shm.
 # Usage (root, /dev/fuse): scripts/gpu-e2e.sh BIN DATA [RUNS] [POLICIES] [WRITERS] [BUSY]
@@ -38,6 +39,18 @@ for load in idle busy; do
     stored=$(du -sb "$work/b" | cut -f1)
     awk -v g="$g" -v l="$load" -v w="$w" -v r="$r" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v tk="$tck" -v n="$((size * w))" -v st="$stored" -v sh="${share:-0}" \
       'BEGIN { gib = n / 1073741824; printf "mount  gpu=%-4s %-4s writers=%d run%d  %6.2f s %7.0f MB/s  %5.2f CPU-s/GiB  stored %d  GPU share %.2f\n", g, l, w, r, t1-t0, n/(t1-t0)/1e6, c/tk/gib, st, sh }'
+    # Cold readers: the same files read back after a remount and a drop of the kernel's caches.
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    "$bin" mount "$work/b" "$work/mnt" --gpu "$g" >"$work/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -q " $work/mnt fuse" /proc/mounts && break; sleep 0.1; done
+    c0=$(cpu_of $pid); t0=$(now)
+    dds=(); for i in $(seq "$w"); do dd if="$work/mnt/f$i" of=/dev/null bs=1M status=none & dds+=($!); done
+    wait "${dds[@]}"
+    t1=$(now); c1=$(cpu_of $pid)
+    umount "$work/mnt"; wait $pid || true
+    awk -v g="$g" -v l="$load" -v w="$w" -v r="$r" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v tk="$tck" -v n="$((size * w))" \
+      'BEGIN { gib = n / 1073741824; printf "read   gpu=%-4s %-4s readers=%d run%d  %6.2f s %7.0f MB/s  %5.2f CPU-s/GiB\n", g, l, w, r, t1-t0, n/(t1-t0)/1e6, c/tk/gib }'
   done; done; done
   stop_busy
 done

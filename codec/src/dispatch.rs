@@ -352,6 +352,13 @@ impl Dispatcher {
         None
     }
 
+    /// Whether reads of `codec` frames should be decoded on the GPU: only with `--gpu on`. With
+    /// `auto` reads decode on the cores, which were faster end to end for every reader count
+    /// measured (BENCHMARKS.md §9); deciding by measurement, as writes do, is still to come.
+    pub fn decodes_on_gpu(&self, codec: CodecId) -> bool {
+        self.gpu_only && self.gpu_for(codec)
+    }
+
     /// Whether frames of `codec` can go to the GPU.
     pub fn gpu_for(&self, codec: CodecId) -> bool {
         self.gpu_tx.is_some() && self.gpu_codecs.contains(&codec)

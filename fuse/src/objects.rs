@@ -502,7 +502,7 @@ impl Reader {
         };
         let eligible = slices.len() >= self.cfg.gpu_decode_min_frames
             && ctx.dict().is_none()
-            && self.dispatcher.gpu_for(codec)
+            && self.dispatcher.decodes_on_gpu(codec)
             && slices.iter().all(|(f, _)| layout.entries[*f].codec == codec);
         if !eligible {
             return Ok(None);
