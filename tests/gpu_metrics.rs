@@ -73,17 +73,13 @@ async fn gpu_work_moves_every_gpu_metric() {
     fs.release(fh).await.unwrap();
 
     let body = fs.metrics().render(Format::Prometheus);
-    for family in [
-        "shrinkfs_gpu_batches_total",
-        "shrinkfs_gpu_frames_total",
-        "shrinkfs_gpu_decoded_frames_total",
-        "shrinkfs_gpu_input_bytes_total",
-        "shrinkfs_gpu_output_bytes_total",
-        "shrinkfs_gpu_seconds_total",
-        "shrinkfs_gpu_fallbacks_total{reason=\"not_smaller\"}",
-    ] {
+    use shrinkfs_fuse::metrics::names::*;
+    let moved = [GPU_BATCHES, GPU_FRAMES, GPU_DECODED_FRAMES, GPU_INPUT_BYTES, GPU_OUTPUT_BYTES, GPU_SECONDS]
+        .map(|name| format!("{name}_total"));
+    let fallback = format!("{GPU_FALLBACKS}_total{{reason=\"not_smaller\"}}");
+    for family in moved.iter().chain([&fallback]) {
         assert!(sum(&body, family) > 0.0, "{family} did not move:\n{body}");
     }
-    let (input, output) = (sum(&body, "shrinkfs_gpu_input_bytes_total"), sum(&body, "shrinkfs_gpu_output_bytes_total"));
+    let (input, output) = (sum(&body, &moved[3]), sum(&body, &moved[4]));
     assert!(output < input / 2.0, "the GPU compressed the text: {input} bytes in, {output} out");
 }

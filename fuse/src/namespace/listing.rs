@@ -280,18 +280,8 @@ impl Namespace {
                     let (kind, attr) = attr_from_object(&info);
                     t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
                 }
-                // The version a lookup described: the listing confirms its attributes.
-                (None, Some(i))
-                    if kind == Kind::File
-                        && i.kind != Kind::Dir
-                        && !open_here(&t)
-                        && i.attr.etag.is_some()
-                        && object.as_ref().and_then(|o| o.e_tag.as_ref()) == i.attr.etag.as_ref() =>
-                {
-                    let (kind, attr) = (i.kind, i.attr.clone());
-                    t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
-                }
-                // Another version than the one described: its attributes are to be asked again.
+                // A version a lookup described: the listing's ETag confirms its attributes, or
+                // says they belong to another version and are to be asked again.
                 (None, Some(i))
                     if kind == Kind::File
                         && i.kind != Kind::Dir
@@ -299,8 +289,9 @@ impl Namespace {
                         && i.attr.etag.is_some()
                         && object.as_ref().is_some_and(|o| o.e_tag.is_some()) =>
                 {
+                    let same = object.as_ref().and_then(|o| o.e_tag.as_ref()) == i.attr.etag.as_ref();
                     let (kind, attr) = (i.kind, i.attr.clone());
-                    t.upsert(l.ino, &name, kind, attr, None, false)
+                    t.upsert(l.ino, &name, kind, attr, same.then(Instant::now), false)
                 }
                 // Symlinks list as files until looked up; keep what a lookup learned.
                 (None, Some(i))
