@@ -489,7 +489,8 @@ struct Case {
 }
 
 fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
-    let meta = FileMeta { mode: Some(0o100644), uid: None, gid: None, mtime: Some((1_700_000_000, 5)) };
+    let meta =
+        FileMeta { mode: Some(0o100644), uid: None, gid: None, mtime: Some((1_700_000_000, 5)), ..Default::default() };
     let encode = |key: Option<MasterKey>, codec: CodecId, dict: Option<Arc<shrinkfs_codec::Dictionary>>| {
         let config = EncodeConfig { params: CodecParams { codec, level: 3, dict }, frame_size: 4096, key };
         shrinkfs_codec::encode_all_with(&config, data, &meta).unwrap()

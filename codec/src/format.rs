@@ -335,6 +335,10 @@ pub struct FileMeta {
     pub gid: Option<u32>,
     /// Modification time: seconds and nanoseconds since the Unix epoch.
     pub mtime: Option<(i64, u32)>,
+    /// Status change time (ctime), as `mtime`.
+    pub ctime: Option<(i64, u32)>,
+    /// Access time, as `mtime`.
+    pub atime: Option<(i64, u32)>,
 }
 
 /// `st_mode` file type of a symbolic link (its target is the object's data).
@@ -406,6 +410,8 @@ impl FileMeta {
             uid: (flags & 2 != 0).then(|| u32_at(b, 4)),
             gid: (flags & 4 != 0).then(|| u32_at(b, 8)),
             mtime: (flags & 8 != 0).then(|| (u64_at(b, 16) as i64, ns)),
+            ctime: None,
+            atime: None,
         })
     }
 }

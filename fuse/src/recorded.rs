@@ -116,7 +116,13 @@ mod tests {
         let r = Recorded {
             size: 1 << 40,
             stored: 1234,
-            meta: FileMeta { mode: Some(0o100640), uid: Some(1000), gid: None, mtime: Some((-5, 999_999_999)) },
+            meta: FileMeta {
+                mode: Some(0o100640),
+                uid: Some(1000),
+                gid: None,
+                mtime: Some((-5, 999_999_999)),
+                ..Default::default()
+            },
             rdev: 7,
             codec: "zstd+none".into(),
         };

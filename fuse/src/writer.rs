@@ -110,6 +110,7 @@ impl FileWriter {
                 uid: Some(fallback.uid),
                 gid: Some(fallback.gid),
                 mtime: Some(now_meta()),
+                ..Default::default()
             },
         };
         Ok(OpenFile { meta, body: Body::Clean, dirty: false, unlinked: false, base })
@@ -259,6 +260,7 @@ impl FileWriter {
             uid: attr.uid,
             gid: attr.gid,
             mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
+            ..Default::default()
         };
         let obj = shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(Error::Config)?;
         let mut opts = object_store::PutOptions::default();

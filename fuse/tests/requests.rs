@@ -164,7 +164,13 @@ async fn objects_without_a_valid_record_are_described_by_their_footer() {
     use object_store::{ObjectStore, PutOptions};
     use shrinkfs_fuse::recorded::Recorded;
     let store = Arc::new(InMemory::new());
-    let meta = shrinkfs_codec::FileMeta { mode: Some(0o100600), uid: Some(7), gid: Some(8), mtime: Some((1000, 0)) };
+    let meta = shrinkfs_codec::FileMeta {
+        mode: Some(0o100600),
+        uid: Some(7),
+        gid: Some(8),
+        mtime: Some((1000, 0)),
+        ..Default::default()
+    };
     let obj = shrinkfs_codec::encode_all_with(&Default::default(), b"twelve bytes", &meta).unwrap();
     store.put(&Path::from("pre/old"), obj.clone().into()).await.unwrap();
     store.put(&Path::from("pre/plain"), b"from another tool".to_vec().into()).await.unwrap();

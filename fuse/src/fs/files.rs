@@ -31,8 +31,13 @@ impl Fs {
         let rel = join(&dir.path, name);
         self.names.check_key_len(&rel)?;
         let (gid, _) = self.names.inherited_group(&dir, gid);
-        let meta =
-            FileMeta { mode: Some(S_IFREG | (mode & 0o7777)), uid: Some(uid), gid: Some(gid), mtime: Some(now_meta()) };
+        let meta = FileMeta {
+            mode: Some(S_IFREG | (mode & 0o7777)),
+            uid: Some(uid),
+            gid: Some(gid),
+            mtime: Some(now_meta()),
+            ..Default::default()
+        };
         let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         let of = OpenFile {
             body: Body::Streaming(Box::new(self.writer.new_upload(&rel)?)),
