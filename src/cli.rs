@@ -234,7 +234,7 @@ pub struct MountArgs {
     pub dir_mode: Option<u16>,
     /// Generic mount options for the kernel, comma-separated as in fstab: ro, rw, noexec, exec,
     /// nosuid, suid, nodev, dev, noatime, relatime, strictatime, nodiratime, sync, dirsync.
-    /// Default: rw,nosuid,nodev,relatime.
+    /// Default: rw,nosuid,nodev,noatime (reads never update access times on shrinkfs).
     #[arg(short = 'o', long = "options", value_name = "OPTS", value_delimiter = ',')]
     pub options: Vec<String>,
     /// Detach once the mount is ready (without --log-file, the log then goes to the systemd

@@ -132,7 +132,25 @@ pub fn kernel_options(
             ))),
         }
     }
+    if k.atime != Atime::Noatime {
+        tracing::warn!(
+            "-o relatime/strictatime: reads never update access times on shrinkfs (docs/SEMANTICS.md, atime)"
+        );
+    }
     Ok(k)
+}
+
+/// Writes the markers of directories whose entries changed, every second while the mount lives.
+async fn write_dir_times(fs: std::sync::Weak<Fs>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(fs) = fs.upgrade() else { return };
+        if let Err(e) = fs.write_dir_times().await {
+            tracing::warn!(error = %e, "directory times not stored yet; tried again in a second");
+        }
+    }
 }
 
 /// Makes the paths of `a` absolute: a `--daemon` works in `/`.
@@ -292,8 +310,10 @@ fn serve(
     }
     ready.ready(log, &mountpoint);
     let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone()));
+    let dir_times = rt.spawn(write_dir_times(Arc::downgrade(&fs)));
     let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
     watcher.abort();
+    dir_times.abort();
     if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
     }

@@ -13,7 +13,7 @@ use fuser::{
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::fs::{FileAttrs, Fs};
+use crate::fs::{FileAttrs, Fs, SetAttr};
 use crate::inode::Kind;
 use shrinkfs_codec::format::{S_IFCHR, S_IFIFO, S_IFSOCK};
 
@@ -60,9 +60,9 @@ fn attr(a: &FileAttrs) -> FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.blocks,
-        atime: a.mtime,
+        atime: a.atime,
         mtime: a.mtime,
-        ctime: a.mtime,
+        ctime: a.ctime,
         crtime: a.mtime,
         kind: kind(a.kind),
         perm: a.perm,
@@ -116,10 +116,6 @@ impl FuseAdapter {
         let start = std::time::Instant::now();
         let res = self.rt.block_on(f.instrument(span));
         self.fs.metrics().op(op, Error::outcome(&res), start.elapsed());
-        if res.is_ok() && matches!(op, "create" | "mkdir" | "mknod" | "symlink" | "unlink" | "rmdir" | "rename") {
-            // An entry of directory `ino` was added, removed or renamed.
-            self.fs.entries_changed(ino);
-        }
         if let Err(e) = &res {
             self.fs.log_error(e, op, ino, name.map(|n| n.to_string_lossy()).as_deref());
         }
@@ -206,6 +202,8 @@ impl Filesystem for FuseAdapter {
                     size: 0,
                     blocks: 0,
                     mtime: SystemTime::UNIX_EPOCH,
+                    ctime: SystemTime::UNIX_EPOCH,
+                    atime: SystemTime::UNIX_EPOCH,
                     perm: 0,
                     uid: 0,
                     gid: 0,
@@ -237,7 +235,7 @@ impl Filesystem for FuseAdapter {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
@@ -249,7 +247,8 @@ impl Filesystem for FuseAdapter {
     ) {
         // With FUSE_HANDLE_KILLPRIV_V2 the core clears set-user-ID bits itself, by who asks.
         let privileged = req.uid() == 0;
-        match self.run("setattr", ino.0, self.fs.setattr_as(ino.0, size, mode, uid, gid, time(mtime), privileged)) {
+        let change = SetAttr { size, mode, uid, gid, atime: time(atime), mtime: time(mtime) };
+        match self.run("setattr", ino.0, self.fs.setattr_as(ino.0, change, privileged)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -307,9 +306,6 @@ impl Filesystem for FuseAdapter {
             let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
             self.fs.rename(parent.0, name(n)?, newparent.0, name(newname)?, no_replace).await
         });
-        if r.is_ok() {
-            self.fs.entries_changed(newparent.0);
-        }
         Self::empty(reply, r);
     }
 

@@ -1,13 +1,16 @@
 //! What the kernel is told of a node: its attributes (`FileAttrs`) and directory entries
 //! (`DirEntry`), and the attributes an object version records.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+use shrinkfs_codec::FileMeta;
 
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
 
 use crate::inode::{Attr, Kind};
 use crate::objects::{Head, ObjectInfo};
 use crate::recorded::Recorded;
+use crate::stamp;
 
 /// Attributes as the kernel sees them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +25,10 @@ pub struct FileAttrs {
     pub blocks: u64,
     /// Modification time.
     pub mtime: SystemTime,
+    /// Status change time.
+    pub ctime: SystemTime,
+    /// Access time.
+    pub atime: SystemTime,
     /// Permission bits.
     pub perm: u16,
     /// Owner.
@@ -30,8 +37,33 @@ pub struct FileAttrs {
     pub gid: u32,
     /// Device number of a device node.
     pub rdev: u32,
-    /// Links: 2 for a directory, 1 for anything else, 0 for a file unlinked while open.
+    /// Links: for a directory 2 and one per subdirectory (1 while that is unknown), 1 for anything
+    /// else, 0 for a file unlinked while open.
     pub nlink: u32,
+}
+
+/// What a `setattr` changes (`chmod`, `chown`, `truncate`, `utimensat`); `None` leaves a field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New length.
+    pub size: Option<u64>,
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New access time.
+    pub atime: Option<SystemTime>,
+    /// New modification time.
+    pub mtime: Option<SystemTime>,
+}
+
+impl SetAttr {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == SetAttr::default()
+    }
 }
 
 /// One directory entry.
@@ -50,10 +82,13 @@ pub struct DirEntry {
 pub fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
     let meta = info.meta();
     let kind = kind_of(meta.mode);
+    let (mtime, ctime, atime) = times(&meta, info.mtime());
     let attr = Attr {
         size: info.size(),
         stored: info.stored,
-        mtime: info.mtime(),
+        mtime,
+        ctime,
+        atime,
         perm: meta.mode.map(|m| (m & 0o7777) as u16),
         uid: meta.uid,
         gid: meta.gid,
@@ -62,6 +97,13 @@ pub fn attr_from_object(info: &ObjectInfo) -> (Kind, Attr) {
         rdev: 0,
     };
     (kind, attr)
+}
+
+/// Modification, change and access times an object records; the store's time stands in for a
+/// modification time it does not, and the modification time for the others.
+fn times(meta: &FileMeta, stored: SystemTime) -> (SystemTime, SystemTime, SystemTime) {
+    let mtime = meta.mtime.map_or(stored, stamp::time);
+    (mtime, meta.ctime.map_or(mtime, stamp::time), meta.atime.map_or(mtime, stamp::time))
 }
 
 /// What a recorded mode says an object is.
@@ -76,14 +118,13 @@ fn kind_of(mode: Option<u32>) -> Kind {
 /// Kind and attributes of an object version from what a HEAD says of it and the record it
 /// carries (see `recorded`): the same as its footer gives, without reading it.
 pub fn attr_from_head(head: &Head, r: &Recorded) -> (Kind, Attr) {
-    let mtime = match r.meta.mtime {
-        Some((s, ns)) if s >= 0 => UNIX_EPOCH + Duration::new(s as u64, ns),
-        _ => head.last_modified(),
-    };
+    let (mtime, ctime, atime) = times(&r.meta, head.last_modified());
     let attr = Attr {
         size: r.size,
         stored: r.stored,
         mtime,
+        ctime,
+        atime,
         perm: r.meta.mode.map(|m| (m & 0o7777) as u16),
         uid: r.meta.uid,
         gid: r.meta.gid,

@@ -13,13 +13,15 @@ use nix::mount::{MntFlags, MsFlags};
 /// The filesystem type in /proc/mounts (`findmnt -t fuse.shrinkfs`).
 pub const FS_TYPE: &str = "fuse.shrinkfs";
 
-/// When the kernel updates access times.
+/// The access-time option the mount is made with. shrinkfs stores access times but reads never
+/// change them (that would rewrite objects), so `noatime` is the default and the truth; the
+/// others are accepted for fstab lines that name them, with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Atime {
-    /// Only when older than the modification time or a day (the kernel's default).
-    #[default]
+    /// Only when older than the modification time or a day (the kernel's default elsewhere).
     Relatime,
-    /// Never.
+    /// Never (shrinkfs's default).
+    #[default]
     Noatime,
     /// On every access.
     Strictatime,
@@ -53,7 +55,7 @@ pub struct KernelOptions {
 }
 
 impl KernelOptions {
-    /// The safe defaults: read-write, `nosuid`, `nodev`, relatime, owner-only access.
+    /// The safe defaults: read-write, `nosuid`, `nodev`, `noatime`, owner-only access.
     pub fn new(fs_name: &str) -> Self {
         KernelOptions {
             fs_name: fs_name.to_owned(),
@@ -62,7 +64,7 @@ impl KernelOptions {
             noexec: false,
             nosuid: true,
             nodev: true,
-            atime: Atime::Relatime,
+            atime: Atime::Noatime,
             nodiratime: false,
             sync: false,
             dirsync: false,
@@ -130,7 +132,7 @@ pub struct MountEntry {
     pub fstype: String,
     /// Source, e.g. the bucket.
     pub source: String,
-    /// The mount's own options (`rw,nosuid,nodev,noexec,relatime`).
+    /// The mount's own options (`rw,nosuid,nodev,noexec,noatime`).
     pub options: Vec<String>,
 }
 

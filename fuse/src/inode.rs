@@ -31,6 +31,10 @@ pub struct Attr {
     pub stored: u64,
     /// Modification time.
     pub mtime: SystemTime,
+    /// Status change time.
+    pub ctime: SystemTime,
+    /// Access time.
+    pub atime: SystemTime,
     /// Permission bits, when recorded with the object (else the mount's default).
     pub perm: Option<u16>,
     /// Owner, when recorded.
@@ -48,10 +52,13 @@ pub struct Attr {
 impl Attr {
     /// Attributes of something that has no object yet (a new file, a directory).
     pub fn empty() -> Self {
+        let now = SystemTime::now();
         Attr {
             size: 0,
             stored: 0,
-            mtime: SystemTime::now(),
+            mtime: now,
+            ctime: now,
+            atime: now,
             perm: None,
             uid: None,
             gid: None,
@@ -81,6 +88,9 @@ pub struct Inode {
     pub fetched: Option<Instant>,
     /// Kernel lookups not yet forgotten.
     pub lookups: u64,
+    /// A directory's subdirectories, when known: counted by its latest complete listing, or from
+    /// its making here, and kept up as this mount adds, removes and moves them.
+    pub subdirs: Option<u32>,
 }
 
 /// All inodes the kernel knows.
@@ -119,6 +129,7 @@ impl InodeTable {
             attr: Attr::empty(),
             fetched: None,
             lookups: 1,
+            subdirs: None,
         };
         InodeTable { by_ino: HashMap::from([(ROOT, root)]), children: HashMap::new(), next: ROOT + 1 }
     }
@@ -208,6 +219,7 @@ impl InodeTable {
                         attr: attr.clone(),
                         fetched,
                         lookups: 0,
+                        subdirs: None,
                     },
                 );
                 self.name(parent, name, ino);

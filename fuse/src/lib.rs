@@ -25,6 +25,7 @@ pub mod openfile;
 pub mod readahead;
 pub mod recorded;
 pub mod session;
+pub mod stamp;
 pub mod store;
 pub mod upload;
 pub mod uploads;
@@ -32,4 +33,4 @@ pub mod writer;
 
 pub use config::{FsConfig, NamespaceConfig, ReaderConfig, WriterConfig};
 pub use error::{Error, Result};
-pub use fs::{DirEntry, FileAttrs, Fs, Services};
+pub use fs::{DirEntry, FileAttrs, Fs, Services, SetAttr};

@@ -65,10 +65,7 @@ impl ObjectInfo {
 
     /// Modification time: the recorded one, else the store's.
     pub fn mtime(&self) -> SystemTime {
-        match self.meta().mtime {
-            Some((s, ns)) if s >= 0 => UNIX_EPOCH + Duration::new(s as u64, ns),
-            _ => self.last_modified,
-        }
+        self.meta().mtime.map_or(self.last_modified, crate::stamp::time)
     }
 
     /// Codec summary: "plain", or the codecs of its frames joined by '+'.

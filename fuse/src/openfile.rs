@@ -5,12 +5,13 @@
 use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use shrinkfs_codec::FileMeta;
 
 use crate::attrs::FileAttrs;
 use crate::objects::ObjectInfo;
+use crate::stamp;
 use crate::upload::Upload;
 
 /// The shared state of one open inode.
@@ -122,12 +123,6 @@ pub struct OpenFile {
     pub base: Option<ObjectInfo>,
 }
 
-/// Now, as an object records its modification time.
-pub fn now_meta() -> (i64, u32) {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    (d.as_secs() as i64, d.subsec_nanos())
-}
-
 impl OpenFile {
     /// Where the next write continues a sequential upload: the end of a streaming upload, or 0
     /// for an empty file not written yet.
@@ -172,9 +167,10 @@ impl OpenFile {
         }
         a.uid = self.meta.uid.unwrap_or(a.uid);
         a.gid = self.meta.gid.unwrap_or(a.gid);
-        if let Some((s, ns)) = self.meta.mtime {
-            a.mtime = UNIX_EPOCH + Duration::new(s.max(0) as u64, ns);
-        }
+        let m = &self.meta;
+        a.mtime = m.mtime.map_or(a.mtime, stamp::time);
+        a.ctime = m.ctime.map_or(a.ctime, stamp::time);
+        a.atime = m.atime.map_or(a.atime, stamp::time);
         if self.unlinked {
             a.nlink = 0;
         }

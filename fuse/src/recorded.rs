@@ -36,7 +36,8 @@ impl Recorded {
         Recorded { size: layout.logical_size(), stored, meta: layout.meta, rdev: 0, codec: names.join("+") }
     }
 
-    /// The record as one ASCII value: `v1 size=… stored=… mode=… uid=… gid=… mtime=S.NS rdev=… codec=…`
+    /// The record as one ASCII value: `v1 size=… stored=… rdev=… mode=… uid=… gid=… mtime=S.NS
+    /// ctime=S.NS atime=S.NS codec=…`
     /// (fields without a value are left out).
     pub fn encode(&self) -> String {
         let m = &self.meta;
@@ -50,8 +51,10 @@ impl Recorded {
         if let Some(gid) = m.gid {
             s += &format!(" gid={gid}");
         }
-        if let Some((sec, ns)) = m.mtime {
-            s += &format!(" mtime={sec}.{ns:09}");
+        for (name, t) in [("mtime", m.mtime), ("ctime", m.ctime), ("atime", m.atime)] {
+            if let Some((sec, ns)) = t {
+                s += &format!(" {name}={sec}.{ns:09}");
+            }
         }
         if !self.codec.is_empty() && self.codec.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+') {
             s += &format!(" codec={}", self.codec);
@@ -77,14 +80,9 @@ impl Recorded {
                 "mode" => meta.mode = Some(v.parse().ok()?),
                 "uid" => meta.uid = Some(v.parse().ok()?),
                 "gid" => meta.gid = Some(v.parse().ok()?),
-                "mtime" => {
-                    let (sec, ns) = v.split_once('.')?;
-                    let ns: u32 = ns.parse().ok()?;
-                    if ns >= 1_000_000_000 {
-                        return None;
-                    }
-                    meta.mtime = Some((sec.parse().ok()?, ns));
-                }
+                "mtime" => meta.mtime = Some(time(v)?),
+                "ctime" => meta.ctime = Some(time(v)?),
+                "atime" => meta.atime = Some(time(v)?),
                 "codec" => codec = v.to_owned(),
                 _ => {} // A field a later version added.
             }
@@ -107,6 +105,14 @@ impl Recorded {
     }
 }
 
+/// A recorded time, `SECONDS.NANOSECONDS` (nine digits).
+fn time(v: &str) -> Option<(i64, u32)> {
+    let (sec, ns) = v.split_once('.')?;
+    let ns: u32 = ns.parse().ok()?;
+    (ns < 1_000_000_000).then_some(())?;
+    Some((sec.parse().ok()?, ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,7 +127,8 @@ mod tests {
                 uid: Some(1000),
                 gid: None,
                 mtime: Some((-5, 999_999_999)),
-                ..Default::default()
+                ctime: Some((1_700_000_000, 1)),
+                atime: None,
             },
             rdev: 7,
             codec: "zstd+none".into(),

@@ -23,8 +23,9 @@ use crate::error::{Error, Result};
 use crate::inode::Attr;
 use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
-use crate::openfile::{Body, FileCell, OpenFile, now_meta};
+use crate::openfile::{Body, FileCell, OpenFile};
 use crate::recorded::Recorded;
+use crate::stamp;
 use crate::store::Bucket;
 use crate::upload::{Sink, Upload, Written, upload_file};
 
@@ -109,8 +110,9 @@ impl FileWriter {
                 mode: Some(S_IFREG | u32::from(fallback.perm)),
                 uid: Some(fallback.uid),
                 gid: Some(fallback.gid),
-                mtime: Some(now_meta()),
-                ..Default::default()
+                mtime: Some(stamp::now()),
+                ctime: Some(stamp::now()),
+                atime: Some(stamp::now()),
             },
         };
         Ok(OpenFile { meta, body: Body::Clean, dirty: false, unlinked: false, base })
@@ -178,7 +180,8 @@ impl FileWriter {
             Body::Clean => unreachable!("streaming or staged above"),
         }
         of.dirty = true;
-        of.meta.mtime = Some(now_meta());
+        let now = Some(stamp::now());
+        (of.meta.mtime, of.meta.ctime) = (now, now);
         Ok(())
     }
 
@@ -200,7 +203,8 @@ impl FileWriter {
             }
         }
         of.dirty = true;
-        of.meta.mtime = Some(now_meta());
+        let now = Some(stamp::now());
+        (of.meta.mtime, of.meta.ctime) = (now, now);
         Ok(())
     }
 
@@ -254,13 +258,13 @@ impl FileWriter {
     /// Writes the small object at path `rel` (a symbolic link, a special node, a directory's
     /// marker): `data` with metadata `mode` and the owner and time of `attr`.
     pub async fn put_node(&self, rel: &str, mode: u32, attr: &Attr, data: &[u8]) -> Result<()> {
-        let t = attr.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let meta = FileMeta {
             mode: Some(mode),
             uid: attr.uid,
             gid: attr.gid,
-            mtime: Some((t.as_secs() as i64, t.subsec_nanos())),
-            ..Default::default()
+            mtime: Some(stamp::stamp(attr.mtime)),
+            ctime: Some(stamp::stamp(attr.ctime)),
+            atime: Some(stamp::stamp(attr.atime)),
         };
         let obj = shrinkfs_codec::encode_all_with(&self.encode, data, &meta).map_err(Error::Config)?;
         let mut opts = object_store::PutOptions::default();

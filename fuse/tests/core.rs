@@ -9,7 +9,7 @@ use object_store::path::Path;
 use shrinkfs_codec::{EncodeConfig, MasterKey};
 use shrinkfs_fuse::inode::{Kind, ROOT};
 use shrinkfs_fuse::store::Bucket;
-use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services, SetAttr};
 
 fn bucket(store: &Arc<InMemory>) -> Bucket {
     Bucket::new(store.clone(), Path::from("pre"), "memory")
@@ -122,7 +122,7 @@ async fn a_lookup_of_an_open_changed_file_reports_its_live_attributes() {
     let ino = write_file(&fs, ROOT, "f", &text(10_000), 4096).await;
     let fh = fs.open(ino, true, false).await.unwrap();
     fs.write(fh, 10_000, &text(50_000)).await.unwrap();
-    fs.setattr(ino, None, Some(0o600), None, None, None).await.unwrap();
+    fs.setattr(ino, SetAttr { mode: Some(0o600), ..SetAttr::default() }).await.unwrap();
     let seen = fs.lookup(ROOT, "f").await.unwrap();
     assert_eq!((seen.size, seen.perm), (60_000, 0o600));
     assert_eq!(fs.getattr(ino).await.unwrap().size, 60_000);
@@ -208,7 +208,7 @@ async fn random_offsets_appends_and_truncates_are_staged_and_reencoded() {
     fs.release(fh).await.unwrap();
     assert_eq!(read_file(&fs, ino).await, model);
     // Truncate through setattr with no open handle.
-    fs.setattr(ino, Some(12_345), None, None, None, None).await.unwrap();
+    fs.setattr(ino, SetAttr { size: Some(12_345), ..SetAttr::default() }).await.unwrap();
     model.truncate(12_345);
     let fs2 = fs_on(&store, small_frames());
     let db = fs2.lookup(ROOT, "db").await.unwrap();
@@ -251,7 +251,7 @@ async fn directories_renames_unlinks_and_symlinks() {
     assert!(matches!(fs.rename(ROOT, "link", ROOT, "g.txt", true).await, Err(Error::Exists)));
     // Directory modes are kept in memory only.
     let e_ino = fs.lookup(ROOT, "e").await.unwrap().ino;
-    assert_eq!(fs.setattr(e_ino, None, Some(0o700), None, None, None).await.unwrap().perm, 0o700);
+    assert_eq!(fs.setattr(e_ino, SetAttr { mode: Some(0o700), ..SetAttr::default() }).await.unwrap().perm, 0o700);
     assert_eq!(fs.getattr(e_ino).await.unwrap().perm, 0o700);
     // Unlink and rmdir.
     fs.unlink(ROOT, "g.txt").await.unwrap();
@@ -269,7 +269,8 @@ async fn chmod_chown_and_mtime_persist_with_the_object() {
     let fs = fs_on(&store, small_frames());
     let ino = write_file(&fs, ROOT, "f", b"data", 4).await;
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-    fs.setattr(ino, None, Some(0o600), Some(42), Some(43), Some(t)).await.unwrap();
+    let change = SetAttr { mode: Some(0o600), uid: Some(42), gid: Some(43), mtime: Some(t), ..SetAttr::default() };
+    fs.setattr(ino, change).await.unwrap();
     let a = fs_on(&store, small_frames()).lookup(ROOT, "f").await.unwrap();
     assert_eq!((a.perm, a.uid, a.gid, a.mtime, a.size), (0o600, 42, 43, t, 4));
 }

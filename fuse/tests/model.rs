@@ -20,7 +20,7 @@ use shrinkfs_codec::EncodeConfig;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore};
-use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, ReaderConfig, Services};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, ReaderConfig, Services, SetAttr};
 
 /// What all cases did together: proof that the sequences reach commits, failures and reads.
 static COMMITS: AtomicU64 = AtomicU64::new(0);
@@ -255,7 +255,7 @@ async fn steps_on(
                 if !write {
                     continue;
                 }
-                if fs.setattr(ino, Some(u64::from(size)), None, None, None, None).await.is_ok() {
+                if fs.setattr(ino, SetAttr { size: Some(u64::from(size)), ..SetAttr::default() }).await.is_ok() {
                     let o = m.open.get_mut(&ino).expect("open");
                     o.live.resize(size as usize, 0);
                     o.dirty = true;

@@ -6,18 +6,19 @@
 //! partial rewrite. A failed upload leaves the file dirty with all its bytes (see `writer`).
 
 use std::os::unix::fs::FileExt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use shrinkfs_codec::FileMeta;
 use shrinkfs_codec::format::S_IFREG;
 
-use super::{FileAttrs, Fs};
+use super::{FileAttrs, Fs, SetAttr};
 use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::namespace::check_name;
-use crate::openfile::{Body, FileCell, OpenFile, now_meta};
+use crate::openfile::{Body, FileCell, OpenFile};
 use crate::readahead::max_frames;
+use crate::stamp;
 
 impl Fs {
     /// Creates and opens a new, empty file.
@@ -31,14 +32,16 @@ impl Fs {
         let rel = join(&dir.path, name);
         self.names.check_key_len(&rel)?;
         let (gid, _) = self.names.inherited_group(&dir, gid);
+        let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
+        let now = Some(stamp::stamp(attr.mtime));
         let meta = FileMeta {
             mode: Some(S_IFREG | (mode & 0o7777)),
             uid: Some(uid),
             gid: Some(gid),
-            mtime: Some(now_meta()),
-            ..Default::default()
+            mtime: now,
+            ctime: now,
+            atime: now,
         };
-        let attr = Attr { perm: Some((mode & 0o7777) as u16), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         let of = OpenFile {
             body: Body::Streaming(Box::new(self.writer.new_upload(&rel)?)),
             meta,
@@ -49,6 +52,7 @@ impl Fs {
         let i = self.names.created(parent, name, Kind::File, attr, None);
         let file = self.handles.attach_new(i.ino, of);
         let fh = self.handles.new_handle(i.ino, true, file);
+        self.names.entries_changed(parent);
         Ok((self.names.attrs_of(&i), fh))
     }
 
@@ -264,7 +268,7 @@ impl Fs {
     /// `security.capability` lookup before every write).
     pub async fn clear_suidgid(&self, ino: u64) -> Result<()> {
         match self.mode_without_suidgid(ino).await? {
-            Some(m) => self.setattr(ino, None, Some(m), None, None, None).await.map(drop),
+            Some(m) => self.setattr(ino, SetAttr { mode: Some(m), ..SetAttr::default() }).await.map(drop),
             None => Ok(()),
         }
     }
@@ -272,23 +276,12 @@ impl Fs {
     /// [`Self::setattr`] asked by a caller who is `privileged` (uid 0) or not: a change of owner,
     /// or a truncate by an unprivileged caller, also clears the set-user-ID and set-group-ID bits
     /// as [`Self::clear_suidgid`] says (unless the call sets the mode itself).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn setattr_as(
-        &self,
-        ino: u64,
-        size: Option<u64>,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        mtime: Option<SystemTime>,
-        privileged: bool,
-    ) -> Result<FileAttrs> {
-        let kill = uid.is_some() || gid.is_some() || (size.is_some() && !privileged);
-        let mode = match mode {
-            None if kill => self.mode_without_suidgid(ino).await?,
-            m => m,
-        };
-        self.setattr(ino, size, mode, uid, gid, mtime).await
+    pub async fn setattr_as(&self, ino: u64, mut change: SetAttr, privileged: bool) -> Result<FileAttrs> {
+        let kill = change.uid.is_some() || change.gid.is_some() || (change.size.is_some() && !privileged);
+        if change.mode.is_none() && kill {
+            change.mode = self.mode_without_suidgid(ino).await?;
+        }
+        self.setattr(ino, change).await
     }
 
     /// The permission bits regular file `ino` keeps once its set-user-ID and set-group-ID bits are
@@ -306,26 +299,18 @@ impl Fs {
         Ok((kept != m).then_some(kept))
     }
 
-    /// Changes size, mode, owner or times; persisted with the object on the next upload (at once
-    /// when no handle is open).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn setattr(
-        &self,
-        ino: u64,
-        size: Option<u64>,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        mtime: Option<SystemTime>,
-    ) -> Result<FileAttrs> {
+    /// Changes size, mode, owner or times, and so the change time; persisted with the object on
+    /// the next upload (at once when no handle is open).
+    pub async fn setattr(&self, ino: u64, change: SetAttr) -> Result<FileAttrs> {
         let i = self.names.inode(ino)?;
-        if size.is_none() && mode.is_none() && uid.is_none() && gid.is_none() && mtime.is_none() {
+        if change.is_empty() {
             return self.getattr(ino).await;
         }
         self.writable()?;
         if i.kind != Kind::File {
-            return self.setattr_node(&i, size, mode, uid, gid, mtime).await;
+            return self.setattr_node(&i, change).await;
         }
+        let SetAttr { size, mode, uid, gid, atime, mtime } = change;
         let (of_arc, temporary) = match self.handles.file(ino) {
             Some(of) => (of, false),
             None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
@@ -346,11 +331,10 @@ impl Fs {
             of.meta.gid = gid;
             of.dirty = true;
         }
-        if let Some(t) = mtime {
-            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-            of.meta.mtime = Some((d.as_secs() as i64, d.subsec_nanos()));
-            of.dirty = true;
-        }
+        of.meta.atime = atime.map(stamp::stamp).or(of.meta.atime);
+        of.meta.mtime = mtime.map(stamp::stamp).or(of.meta.mtime);
+        of.meta.ctime = Some(stamp::now());
+        of.dirty = true;
         if temporary {
             self.commit(&i, &mut of).await?;
             let i = self.names.inode(ino)?;
@@ -362,15 +346,8 @@ impl Fs {
 
     /// [`Self::setattr`] of a directory, symbolic link or special node: directories keep their
     /// attributes in their marker object, links and nodes in their own object.
-    async fn setattr_node(
-        &self,
-        i: &Inode,
-        size: Option<u64>,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        mtime: Option<SystemTime>,
-    ) -> Result<FileAttrs> {
+    async fn setattr_node(&self, i: &Inode, change: SetAttr) -> Result<FileAttrs> {
+        let SetAttr { size, mode, uid, gid, atime, mtime } = change;
         if size.is_some() {
             return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::WrongType("truncate a link") });
         }
@@ -383,6 +360,8 @@ impl Fs {
             cur.attr.uid = uid.or(cur.attr.uid);
             cur.attr.gid = gid.or(cur.attr.gid);
             cur.attr.mtime = mtime.unwrap_or(cur.attr.mtime);
+            cur.attr.atime = atime.unwrap_or(cur.attr.atime);
+            cur.attr.ctime = SystemTime::now();
             cur.attr.clone()
         };
         match i.kind {
@@ -398,7 +377,7 @@ impl Fs {
     /// any more (a close whose upload failed, retried once more). A file still open for writing is
     /// never published half-written: its upload is left to its writer's close.
     pub async fn flush_all(&self) -> Result<()> {
-        let mut first_err = None;
+        let mut first_err = self.write_dir_times().await.err();
         for (ino, file, writers) in self.handles.open_files() {
             if writers > 0 {
                 let path = self.names.path_of(ino);

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use shrinkfs_codec::dispatch::Dispatcher;
 
-pub use crate::attrs::{DirEntry, FileAttrs};
+pub use crate::attrs::{DirEntry, FileAttrs, SetAttr};
 use crate::budget::Budget;
 use crate::cache::Parsed;
 pub use crate::config::FsConfig;
@@ -58,6 +58,9 @@ pub struct Fs {
     budget: Budget,
     /// Where the mount serves its metrics, once it does (for `shrinkfs stats`).
     metrics_addr: OnceLock<String>,
+    /// Held while directory markers are written for their times, and by rmdir and rename, so a
+    /// late marker never brings back a directory removed or moved meanwhile.
+    dir_writes: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -103,6 +106,7 @@ impl Fs {
             metrics,
             budget,
             metrics_addr: OnceLock::new(),
+            dir_writes: tokio::sync::Mutex::default(),
         }
     }
 
@@ -116,10 +120,26 @@ impl Fs {
         &self.cfg
     }
 
-    /// Directory `dir` gained, lost or renamed an entry: its modification time is now (in this
-    /// mount's memory; docs/SEMANTICS.md says what persists).
-    pub fn entries_changed(&self, dir: u64) {
-        self.names.entries_changed(dir);
+    /// Writes the markers of directories whose times changed with their entries, so those times
+    /// outlive the kernel's cache and the mount (the mount calls this every second and at
+    /// unmount). A marker that fails to be written is tried again next time.
+    pub async fn write_dir_times(&self) -> Result<()> {
+        let _writing = self.dir_writes.lock().await;
+        self.write_dir_times_locked().await
+    }
+
+    /// [`Self::write_dir_times`] with `dir_writes` held.
+    async fn write_dir_times_locked(&self) -> Result<()> {
+        let mut unwritten = std::collections::HashMap::new();
+        let mut first_err = None;
+        for (rel, attr) in self.names.take_dir_times() {
+            if let Err(e) = self.put_dir_marker(&rel, &attr).await {
+                unwritten.insert(rel, attr);
+                first_err.get_or_insert(e);
+            }
+        }
+        self.names.keep_dir_times(unwritten);
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Logs `e` from operation `op` on inode `ino` (or on its entry `name`), naming the path

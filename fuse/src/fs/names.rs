@@ -33,6 +33,9 @@ impl Fs {
         self.put_dir_marker(&rel, &attr).await?;
         let i = self.names.created(parent, name, Kind::Dir, attr, Some(Instant::now()));
         self.names.made_empty(i.ino);
+        self.names.subdirs_changed(parent, 1);
+        self.names.entries_changed(parent);
+        let i = self.names.inode(i.ino)?;
         Ok(self.names.attrs_of(&i))
     }
 
@@ -45,6 +48,12 @@ impl Fs {
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let _writing = self.dir_writes.lock().await;
+        self.remove_dir(parent, name).await
+    }
+
+    /// [`Self::rmdir`] with `dir_writes` held.
+    async fn remove_dir(&self, parent: u64, name: &str) -> Result<()> {
         self.writable()?;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
@@ -72,11 +81,14 @@ impl Fs {
         if !found && !known_local {
             return Err(Error::NotFound);
         }
+        self.names.drop_dir_times(&rel);
         match self.bucket.store.delete(&marker).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
         self.names.table().remove_name(parent, name);
+        self.names.subdirs_changed(parent, -1);
+        self.names.entries_changed(parent);
         Ok(())
     }
 
@@ -121,6 +133,7 @@ impl Fs {
             return Err(Error::NotFound);
         }
         self.names.table().remove_name(parent, name);
+        self.names.entries_changed(parent);
         Ok(())
     }
 
@@ -138,6 +151,7 @@ impl Fs {
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
         self.writer.put_node(&rel, S_IFLNK | 0o777, &attr, target.as_bytes()).await?;
         let i = self.names.created(parent, name, Kind::Symlink, attr, None);
+        self.names.entries_changed(parent);
         Ok(self.names.attrs_of(&i))
     }
 
@@ -183,6 +197,7 @@ impl Fs {
         };
         self.writer.put_node(&rel, type_bits | u32::from(perm), &attr, &data).await?;
         let i = self.names.created(parent, name, kind, attr, None);
+        self.names.entries_changed(parent);
         Ok(self.names.attrs_of(&i))
     }
 
@@ -240,12 +255,16 @@ impl Fs {
         let to = join(&dst_dir.path, new_name);
         self.names.check_key_len(&to)?;
         let moved: Vec<u64>;
-        if src_attr.kind == Kind::Dir {
+        let is_dir = src_attr.kind == Kind::Dir;
+        if is_dir {
             if to == from || to.starts_with(&format!("{from}/")) {
                 return Err(Error::IntoItself);
             }
+            // Markers with pending times are written before the copy, which carries them.
+            let _writing = self.dir_writes.lock().await;
+            self.write_dir_times_locked().await?;
             if dst.is_some() {
-                self.rmdir(new_parent, new_name).await?;
+                self.remove_dir(new_parent, new_name).await?;
             }
             // Files open below it are uploaded first, so the copy carries their bytes.
             moved = self.names.subtree(src_attr.ino).into_iter().filter(|&i| self.handles.is_open(i)).collect();
@@ -281,6 +300,12 @@ impl Fs {
         }
         self.names.appeared(new_parent, new_name);
         self.names.table().rename(parent, name, new_parent, new_name);
+        if is_dir && parent != new_parent {
+            self.names.subdirs_changed(parent, -1);
+            self.names.subdirs_changed(new_parent, 1);
+        }
+        self.names.entries_changed(parent);
+        self.names.entries_changed(new_parent);
         for ino in moved {
             self.rebase_open(ino).await;
         }

@@ -216,7 +216,9 @@ impl Namespace {
             None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
         };
         let listed = names(page);
-        let dirs = listed.iter().filter(|(_, k, _)| *k == Kind::Dir).map(|(n, _, _)| n.clone()).collect();
+        let dirs: HashSet<String> =
+            listed.iter().filter(|(_, k, _)| *k == Kind::Dir).map(|(n, _, _)| n.clone()).collect();
+        self.subdirs_counted(dir, dirs.len());
         self.listed_completely(dir, started, listed.into_iter().map(|(n, _, _)| n).collect());
         Ok(Some(dirs))
     }
@@ -308,6 +310,7 @@ impl Namespace {
         }
         drop(t);
         if matches!(l.next, Next::Done) {
+            self.subdirs_counted(l.ino, l.entries.iter().filter(|e| e.kind == Kind::Dir).count());
             self.listed_completely(l.ino, l.started, l.seen.clone());
         }
         // The first lookup in this directory fetches these files' attributes together (`ls -l`).

@@ -15,7 +15,7 @@ use shrinkfs_codec::format::{S_IFBLK, S_IFCHR};
 use crate::attrs::{FileAttrs, attr_from_head, attr_from_object};
 use crate::config::NamespaceConfig;
 use crate::error::{Error, Result};
-use crate::inode::{Attr, Inode, InodeTable, Kind, join};
+use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
 use crate::objects::{ObjectInfo, Reader};
 use crate::store::Bucket;
 
@@ -55,6 +55,9 @@ pub struct Namespace {
     listed: Mutex<HashMap<u64, Vec<String>>>,
     /// What is known to be absent: directories' complete listings and names a lookup missed.
     absent: Mutex<Absent>,
+    /// Directories whose times changed with their entries, by path: the attributes their markers
+    /// are to carry, until written (see [`Namespace::take_dir_times`]).
+    dir_times: Mutex<HashMap<String, Attr>>,
 }
 
 /// Names known to be absent from the store, each for the negative TTL from when it was learned.
@@ -84,6 +87,7 @@ impl Namespace {
             next_fh: AtomicU64::new(1),
             listed: Mutex::default(),
             absent: Mutex::default(),
+            dir_times: Mutex::default(),
         }
     }
 
@@ -132,11 +136,17 @@ impl Namespace {
             size: i.attr.size,
             blocks: i.attr.stored.div_ceil(512),
             mtime: i.attr.mtime,
+            ctime: i.attr.ctime,
+            atime: i.attr.atime,
             perm,
             uid: i.attr.uid.unwrap_or(self.cfg.uid),
             gid: i.attr.gid.unwrap_or(self.cfg.gid),
             rdev: i.attr.rdev,
-            nlink: if i.kind == Kind::Dir { 2 } else { 1 },
+            nlink: match (i.kind, i.subdirs) {
+                (Kind::Dir, Some(n)) => 2 + n,
+                (Kind::Dir, None) => 1,
+                _ => 1,
+            },
         }
     }
 
@@ -180,6 +190,7 @@ impl Namespace {
 
     /// Directory `dir` was just made here: it holds nothing.
     pub fn made_empty(&self, dir: u64) {
+        self.subdirs_counted(dir, 0);
         self.listed_completely(dir, Instant::now(), HashSet::new());
     }
 
@@ -204,11 +215,52 @@ impl Namespace {
         self.absent().listings.get(&dir).is_some_and(|(at, _)| at.elapsed() < ttl)
     }
 
-    /// Directory `dir` gained, lost or renamed an entry: its modification time is now (in this
-    /// mount's memory; docs/SEMANTICS.md says what persists).
+    /// Directory `dir` gained, lost or renamed an entry: its modification and change times are
+    /// now, to be written to its marker by the next [`Self::take_dir_times`].
     pub fn entries_changed(&self, dir: u64) {
+        let mut t = self.table();
+        let Some(d) = t.get_mut(dir).filter(|d| d.kind == Kind::Dir && (d.parent != 0 || d.ino == ROOT)) else {
+            return;
+        };
+        let now = SystemTime::now();
+        (d.attr.mtime, d.attr.ctime) = (now, now);
+        let (path, attr) = (d.path.clone(), d.attr.clone());
+        drop(t);
+        self.dir_times.lock().expect("dir times lock").insert(path, attr);
+    }
+
+    /// The directories whose times changed since the last call, by path, with the attributes
+    /// their markers are to carry; the caller writes them (or gives them back on failure).
+    pub fn take_dir_times(&self) -> HashMap<String, Attr> {
+        std::mem::take(&mut *self.dir_times.lock().expect("dir times lock"))
+    }
+
+    /// Gives back directory times a write failed to store, unless newer ones came meanwhile.
+    pub fn keep_dir_times(&self, unwritten: HashMap<String, Attr>) {
+        let mut pending = self.dir_times.lock().expect("dir times lock");
+        for (path, attr) in unwritten {
+            pending.entry(path).or_insert(attr);
+        }
+    }
+
+    /// Forgets the unwritten times of directory `rel`, whose marker is written or removed now.
+    pub fn drop_dir_times(&self, rel: &str) {
+        self.dir_times.lock().expect("dir times lock").remove(rel);
+    }
+
+    /// Directory `dir` has `delta` more subdirectories, made, removed or moved by this mount.
+    pub fn subdirs_changed(&self, dir: u64, delta: i32) {
+        if let Some(d) = self.table().get_mut(dir)
+            && let Some(n) = d.subdirs
+        {
+            d.subdirs = Some(n.saturating_add_signed(delta));
+        }
+    }
+
+    /// Directory `dir`'s latest complete listing holds `n` subdirectories.
+    fn subdirs_counted(&self, dir: u64, n: usize) {
         if let Some(d) = self.table().get_mut(dir) {
-            d.attr.mtime = SystemTime::now();
+            d.subdirs = Some(u32::try_from(n).unwrap_or(u32::MAX));
         }
     }
 
@@ -384,6 +436,10 @@ impl Namespace {
     /// when it has none (no marker, an empty one from an older version or another tool, or one
     /// that cannot be read with this mount's key).
     async fn dir_attr(&self, rel: &str) -> Result<Attr> {
+        if let Some(a) = self.dir_times.lock().expect("dir times lock").get(rel) {
+            // Newer than its marker, which is yet to be written.
+            return Ok(a.clone());
+        }
         match self.stat_attrs(&self.key(&join(rel, DIR_MARKER)), None).await {
             Ok(Some((_, a))) => Ok(Attr { size: 0, stored: 0, etag: None, codec: String::new(), ..a }),
             Ok(None) | Err(Error::Codec { .. }) => Ok(Attr::empty()),
