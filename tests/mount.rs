@@ -6,7 +6,7 @@ mod common;
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -159,6 +159,9 @@ fn exercise(m: &Path, backing: &Path) {
 
     // unsupported: hard links
     assert_eq!(errno_of(&fs::hard_link(m.join("small.txt"), m.join("hard")).unwrap_err()), libc::EPERM);
+    // unsupported: O_TMPFILE (callers fall back to a named file)
+    let tmpfile = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).open(m);
+    assert_eq!(errno_of(&tmpfile.unwrap_err()), libc::EOPNOTSUPP);
 
     // unlink and rmdir
     fs::remove_file(m.join("moved/sub/f1")).unwrap();

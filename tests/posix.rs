@@ -1,5 +1,5 @@
-//! POSIX metadata through a real mount: owners, modes and times of directories and symbolic
-//! links outlive the kernel's cache and the mount; new entries in a set-group-ID directory take
+//! POSIX metadata through a real mount: owners, modes and all three times of every kind of entry
+//! outlive the kernel's cache and the mount; new entries in a set-group-ID directory take
 //! its group; set-user-ID and set-group-ID bits are cleared as the kernel would.
 
 mod common;
@@ -177,6 +177,80 @@ fn fifos_sockets_and_device_nodes_are_made_work_and_survive_a_remount() {
     m.unmount();
 }
 
+/// Sets the access and modification times of `p` itself, to the nanosecond.
+fn set_times_nofollow(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
+    let times =
+        [libc::timespec { tv_sec: atime.0, tv_nsec: atime.1 }, libc::timespec { tv_sec: mtime.0, tv_nsec: mtime.1 }];
+    // SAFETY: a valid path string and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c(p).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    assert_eq!(rc, 0, "utimensat {}: {}", p.display(), std::io::Error::last_os_error());
+}
+
+/// Everything `lstat` says of `p` that the mount keeps: type and mode, owner, size, device number
+/// and the three times to the nanosecond.
+fn full_meta(p: &Path) -> [i64; 12] {
+    let m = fs::symlink_metadata(p).unwrap();
+    let u = |v: u32| i64::from(v);
+    [
+        u(m.mode()),
+        u(m.uid()),
+        u(m.gid()),
+        m.size() as i64,
+        m.rdev() as i64,
+        m.atime(),
+        m.atime_nsec(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        i64::from(m.ctime() != m.mtime() || m.ctime_nsec() != m.mtime_nsec()),
+    ]
+}
+
+#[test]
+fn modes_owners_and_times_of_every_kind_of_entry_are_as_they_were_after_a_remount() {
+    require_root_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir_all(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    fs::create_dir(mnt.join("dir")).unwrap();
+    fs::write(mnt.join("file"), b"some bytes").unwrap();
+    std::os::unix::fs::symlink("file", mnt.join("link")).unwrap();
+    mknod(&mnt.join("fifo"), libc::S_IFIFO | 0o640, 0);
+    mknod(&mnt.join("char"), libc::S_IFCHR | 0o600, libc::makedev(1, 7));
+    let names = ["dir", "file", "link", "fifo", "char"];
+    for (i, name) in names.iter().enumerate() {
+        let p = mnt.join(name);
+        if *name != "link" {
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o751 - i as u32)).unwrap();
+        }
+        lchown(&p, 65534, 100 + i as u32);
+        // Access times before the epoch and modification times past 2038, to the nanosecond.
+        set_times_nofollow(&p, (-1_000 - i as i64, 5), (4_102_444_800 + i as i64, 999_999_999 - i as i64));
+    }
+    // An entry made in the directory afterwards moves its modification and change times again.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(mnt.join("dir/inside"), b"x").unwrap();
+    let before: Vec<[i64; 12]> = names.iter().map(|n| full_meta(&mnt.join(n))).collect();
+    for (name, b) in names.iter().zip(&before).filter(|(n, _)| **n != "dir") {
+        assert_eq!(b[11], 1, "{name}: ctime is the time of the last change, not the mtime set");
+    }
+    let dir_mtime = fs::symlink_metadata(mnt.join("dir")).unwrap().modified().unwrap();
+    assert!(dir_mtime.elapsed().unwrap() < std::time::Duration::from_secs(60), "the new entry set dir's mtime");
+    drop_kernel_caches();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (name, b) in names.iter().zip(&before) {
+        assert_eq!(&full_meta(&mnt.join(name)), b, "{name}, after the kernel forgot it");
+    }
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
+    for (name, b) in names.iter().zip(&before) {
+        assert_eq!(&full_meta(&mnt.join(name)), b, "{name}, after a remount");
+    }
+    m.unmount();
+}
+
 /// Runs `script` with `sh -c` as uid and gid 65534.
 fn as_nobody(script: &str) {
     let out = std::process::Command::new("setpriv")
@@ -216,6 +290,13 @@ fn set_user_and_group_id_bits_are_cleared_by_unprivileged_writes_and_truncates_a
     ));
     std::os::unix::fs::chown(mnt.join("chowned"), Some(0), None).unwrap();
     fs::OpenOptions::new().append(true).open(mnt.join("by-root")).unwrap().write_all(b"root\n").unwrap();
+    // A special node loses them on a change of owner too; a directory keeps them (as on ext4).
+    mknod(&mnt.join("fifo"), libc::S_IFIFO | 0o644, 0);
+    fs::set_permissions(mnt.join("fifo"), fs::Permissions::from_mode(0o6555)).unwrap();
+    std::os::unix::fs::chown(mnt.join("fifo"), Some(65534), None).unwrap();
+    fs::create_dir(mnt.join("dir")).unwrap();
+    fs::set_permissions(mnt.join("dir"), fs::Permissions::from_mode(0o6755)).unwrap();
+    std::os::unix::fs::chown(mnt.join("dir"), Some(65534), None).unwrap();
     let want = [
         ("written", 0o0775),
         ("no-group-exec", 0o2764),
@@ -223,6 +304,8 @@ fn set_user_and_group_id_bits_are_cleared_by_unprivileged_writes_and_truncates_a
         ("opened-trunc", 0o0766),
         ("chowned", 0o0755),
         ("by-root", 0o6755),
+        ("fifo", 0o0555),
+        ("dir", 0o6755),
     ];
     for (name, bits) in want {
         assert_eq!(mode(name), bits, "{name}");

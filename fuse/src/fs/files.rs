@@ -284,11 +284,12 @@ impl Fs {
         self.setattr(ino, change).await
     }
 
-    /// The permission bits regular file `ino` keeps once its set-user-ID and set-group-ID bits are
-    /// cleared as [`Self::clear_suidgid`] says, or None when that changes nothing.
+    /// The permission bits file or special node `ino` keeps once its set-user-ID and set-group-ID
+    /// bits are cleared as [`Self::clear_suidgid`] says, or None when that changes nothing (and
+    /// for directories and links, which keep them, as on Linux's own filesystems).
     async fn mode_without_suidgid(&self, ino: u64) -> Result<Option<u32>> {
         let a = self.getattr(ino).await?;
-        if a.kind != Kind::File {
+        if matches!(a.kind, Kind::Dir | Kind::Symlink) {
             return Ok(None);
         }
         let m = u32::from(a.perm);
