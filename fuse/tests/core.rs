@@ -673,3 +673,37 @@ async fn a_listing_of_objects_this_mount_knows_needs_no_request_per_file() {
     }
     assert_eq!(tails(), before, "sizes came from the listing and the layout cache");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_whose_marker_key_is_too_long_may_be_a_file_but_not_a_directory() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    fn too_long<T>(r: Result<T, Error>) -> bool {
+        matches!(r, Err(Error::BadName))
+    }
+    // The bucket takes keys of up to 1,024 bytes, "pre/" included: d4's is 1,007, its marker's 1,021.
+    let mut dir = ROOT;
+    for i in 0..4 {
+        dir = fs.mkdir(dir, &format!("{i}{}", "d".repeat(249)), 0o755, 1000, 1000).await.unwrap().ino;
+    }
+    // A 12-byte name there has a 1,020-byte key, and its marker would have 1,034 bytes.
+    let name = "a".repeat(12);
+    assert!(matches!(fs.lookup(dir, &name).await, Err(Error::NotFound)));
+    assert!(too_long(fs.mkdir(dir, &name, 0o755, 1000, 1000).await));
+    let ino = write_file(&fs, dir, &name, b"long", 10).await;
+    assert_eq!(read_file(&fs, ino).await, b"long");
+    assert_eq!(fs.lookup(dir, &name).await.unwrap().ino, ino);
+    // 1,024 bytes is the most.
+    fs.rename(dir, &name, dir, &"c".repeat(16), false).await.unwrap();
+    assert!(too_long(fs.create(dir, &"b".repeat(17), 0o644, 1000, 1000).await));
+    assert!(too_long(fs.rename(dir, &"c".repeat(16), dir, &"b".repeat(17), false).await));
+    // A directory may not move to such a name; a file may.
+    let up = fs.lookup(ROOT, &format!("0{}", "d".repeat(249))).await.unwrap().ino;
+    let up = fs.lookup(up, &format!("1{}", "d".repeat(249))).await.unwrap().ino;
+    let up = fs.lookup(up, &format!("2{}", "d".repeat(249))).await.unwrap().ino;
+    fs.mkdir(up, "e", 0o755, 1000, 1000).await.unwrap();
+    write_file(&fs, up, "f", b"f", 10).await;
+    let far = "x".repeat(255);
+    assert!(too_long(fs.rename(up, "e", up, &far, false).await));
+    fs.rename(up, "f", up, &far, false).await.unwrap();
+}

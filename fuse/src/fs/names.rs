@@ -26,7 +26,7 @@ impl Fs {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
-        self.names.check_key_len(&rel)?;
+        self.names.check_dir_key_len(&rel)?;
         let (gid, setgid) = self.names.inherited_group(&dir, gid);
         let perm = (mode & 0o7777) as u16 | if setgid { 0o2000 } else { 0 };
         let attr = Attr { perm: Some(perm), uid: Some(uid), gid: Some(gid), ..Attr::empty() };
@@ -253,7 +253,10 @@ impl Fs {
         }
         let from = join(&src_dir.path, name);
         let to = join(&dst_dir.path, new_name);
-        self.names.check_key_len(&to)?;
+        match src_attr.kind {
+            Kind::Dir => self.names.check_dir_key_len(&to)?,
+            _ => self.names.check_key_len(&to)?,
+        }
         let moved: Vec<u64>;
         let is_dir = src_attr.kind == Kind::Dir;
         if is_dir {

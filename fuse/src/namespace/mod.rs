@@ -117,9 +117,20 @@ impl Namespace {
     }
 
     /// Refuses a path whose object key (prefix included) would be longer than the store takes,
-    /// or whose marker key would be, with `ENAMETOOLONG`: such a name can neither exist nor be made.
+    /// with `ENAMETOOLONG`: such a name can neither exist nor be made.
     pub fn check_key_len(&self, rel: &str) -> Result<()> {
-        let len = self.bucket.prefix_len + self.key(rel).as_ref().len() + 1 + DIR_MARKER.len();
+        self.check_len(rel, 0)
+    }
+
+    /// Refuses, with `ENAMETOOLONG`, to make a directory at a path whose marker key (the key, a
+    /// slash and `DIR_MARKER`) would be longer than the store takes: a name whose marker cannot
+    /// exist cannot be a directory, though it may be a file.
+    pub fn check_dir_key_len(&self, rel: &str) -> Result<()> {
+        self.check_len(rel, 1 + DIR_MARKER.len())
+    }
+
+    fn check_len(&self, rel: &str, more: usize) -> Result<()> {
+        let len = self.bucket.prefix_len + self.key(rel).as_ref().len() + more;
         if len > self.bucket.max_key_len { Err(Error::BadName) } else { Ok(()) }
     }
 

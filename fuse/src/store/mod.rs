@@ -163,7 +163,7 @@ pub struct Bucket {
     /// and one a crash interrupts is left to the bucket's lifecycle rule, not to `cleanup`.
     pub tracks_uploads: bool,
     /// Longest key the store takes, in bytes, prefix included: S3's 1,024; for a local directory
-    /// what the host's `PATH_MAX` leaves after the directory's own path.
+    /// the host's `PATH_MAX` less its NUL (4,095), whatever the directory's own path.
     pub max_key_len: usize,
     /// Bytes of the prefix every key has in the backend, with its slash (0 without a prefix).
     pub prefix_len: usize,
@@ -285,9 +285,9 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
             let mut bucket =
                 Bucket::stack(Backend::plain(store.clone()), &Path::default(), &dir.display().to_string(), cfg);
             bucket.local = Some(store);
-            // A file's path is the directory's, a slash and the key, within PATH_MAX with its NUL.
-            let root = std::path::absolute(dir).map_or(dir.as_os_str().len(), |p| p.as_os_str().len());
-            bucket.max_key_len = (libc::PATH_MAX as usize).saturating_sub(root + 2);
+            // The store gives every system call a path relative to the directory: the key,
+            // within PATH_MAX with its NUL, whatever the directory's own path.
+            bucket.max_key_len = libc::PATH_MAX as usize - 1;
             Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {

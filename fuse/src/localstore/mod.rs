@@ -1,0 +1,838 @@
+//! `LocalStore`: a local directory as a bucket, written crash-safely. Every write is staged in
+//! `<root>/.shrinkfs-tmp/`, fsynced, renamed into place and its directory fsynced. Every system
+//! call is given a path relative to the root's directory file descriptor, so a key may be up to
+//! `PATH_MAX - 1` (4,095) bytes whatever the root's own path. Reads, deletes and listings give
+//! `LocalFileSystem`'s results: the same files, metadata, ETags and error kinds.
+//!
+//! Why not `LocalFileSystem`: it builds absolute paths, so a key is limited to `PATH_MAX` less
+//! the root's path; it stages `NAME#N` beside the target, so a 254- or 255-byte name fails with
+//! ENAMETOOLONG; kill -9 leaves those files behind, hidden from listings; a failed multipart part
+//! is forgotten and `complete` succeeds with a hole; and nothing is fsynced.
+
+mod root;
+mod upload;
+mod walk;
+mod xattr;
+
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    Attributes, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+use rustix::fs::FileType;
+
+use root::{FileInfo, Root, Staged};
+use xattr::{metadata_only, read_metadata, write_metadata};
+
+/// Directory under the bucket root where writes are staged: on the same filesystem as every
+/// object, so moving a staged file into place is one atomic rename. Never listed, never a key.
+pub const TMP_DIR: &str = ".shrinkfs-tmp";
+
+/// The `store` named in `object_store::Error::Generic`.
+const STORE: &str = "LocalStore";
+
+/// What went wrong in a `LocalStore`; the source of the `object_store::Error` it returns.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// A local I/O call failed; `source` keeps the OS error (ENOSPC, ENAMETOOLONG…).
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory it was done to.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A multipart upload could not be completed; nothing was written under its key.
+    #[error("multipart upload to {}: {reason}; nothing was written", path.display())]
+    Incomplete {
+        /// Where the object would have gone.
+        path: PathBuf,
+        /// Which part failed or is missing.
+        reason: String,
+    },
+    /// A key under the staging directory, which no object may use.
+    #[error("key {key} is reserved: {TMP_DIR} holds staged writes")]
+    Reserved {
+        /// The key.
+        key: String,
+    },
+    /// A key no file may have: empty, or one `LocalFileSystem` takes for its own staging files
+    /// (`NAME#N`, the part after the first `#` all digits), which it would not read back.
+    #[error("key {key:?} cannot name a file: empty, or `NAME#N` (digits after the first `#`)")]
+    BadKey {
+        /// The key.
+        key: String,
+    },
+    /// A range outside the object.
+    #[error("range of {}: {source}", path.display())]
+    Range {
+        /// The object's file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What `LocalStore::cleanup` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Files removed.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A local directory as an object store: staged and fsynced writes for everything that creates
+/// an object, `LocalFileSystem`'s results for everything else, every path relative to the
+/// directory's file descriptor.
+#[derive(Debug)]
+pub struct LocalStore {
+    root: Arc<Root>,
+    /// Makes this multipart part's write fail (tests of the failed-part path).
+    #[cfg(test)]
+    fail_part: Option<u64>,
+}
+
+impl LocalStore {
+    /// Opens the directory `root` as a bucket, creating its staging directory if missing. A
+    /// read-only directory opens too; writes then fail with the OS error.
+    pub fn new(root: &std::path::Path) -> Result<Self> {
+        Ok(LocalStore {
+            root: Root::open(root)?,
+            #[cfg(test)]
+            fail_part: None,
+        })
+    }
+
+    /// The bucket directory (canonical).
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// Removes what interrupted writes left behind, if older than `older_than` (a grace period,
+    /// so that another process's writes in flight survive): every file in the staging directory
+    /// (a staged file's mtime moves with each write, so a live upload stays young), and
+    /// `LocalFileSystem`'s staging files anywhere under the root — names whose part after the
+    /// first `#` is all digits, which `LocalFileSystem` refuses as keys and hides from listings.
+    /// Symbolic links are not followed.
+    pub fn cleanup(&self, older_than: Duration) -> std::io::Result<Cleanup> {
+        walk::cleanup(&self.root, older_than)
+    }
+
+    /// The file a new object at `location` goes to (its path from the root): no staging key, no
+    /// name `LocalFileSystem` would refuse to read back.
+    fn writable(&self, location: &Path) -> Result<String> {
+        if is_reserved(location) {
+            return Err(generic(LocalError::Reserved { key: location.to_string() }));
+        }
+        file_of(location)
+    }
+
+    /// The file of the object at `location`: staging keys do not exist for readers.
+    fn readable(&self, location: &Path) -> Result<String> {
+        if is_reserved(location) {
+            let source = Box::new(LocalError::Reserved { key: location.to_string() });
+            return Err(object_store::Error::NotFound { path: location.to_string(), source });
+        }
+        file_of(location)
+    }
+
+    /// Starts an object written in place: a staged file the caller writes at any offsets, which
+    /// becomes the object at `location` when published — its bytes written once, with no parts.
+    pub fn write_in_place(&self, location: &Path) -> Result<InPlace> {
+        let target = self.writable(location)?;
+        let (file, staged) = self.root.temp_file("ip-")?;
+        Ok(InPlace { file, staged: Some(staged), target, root: self.root.clone() })
+    }
+
+    async fn copy_to(&self, from: &Path, to: &Path, noclobber: bool) -> Result<()> {
+        let src = self.readable(from)?;
+        let dst = self.writable(to)?;
+        let root = self.root.clone();
+        blocking(move || root.place(root.copy_of(&src)?, &dst, noclobber)).await
+    }
+}
+
+/// The file of the object at `location`, relative to the root: the key itself, since a key's
+/// parts are the file names `LocalFileSystem` gives them.
+fn file_of(location: &Path) -> Result<String> {
+    match location.filename() {
+        Some(name) if !is_staging_name(name) => Ok(location.as_ref().to_owned()),
+        _ => Err(generic(LocalError::BadKey { key: location.to_string() })),
+    }
+}
+
+/// An object being written in place (`LocalStore::write_in_place`). Dropped unpublished, it
+/// leaves nothing behind.
+#[derive(Debug)]
+pub struct InPlace {
+    file: File,
+    /// The staged file; `None` once published.
+    staged: Option<Staged>,
+    /// The key's file.
+    target: String,
+    root: Arc<Root>,
+}
+
+impl InPlace {
+    /// Records `attributes` (user metadata only; others are left out) with the object.
+    pub fn record(&self, attributes: &Attributes) {
+        write_metadata(&self.file, attributes);
+    }
+
+    /// The staged file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// fsyncs the staged file and moves it to its key: the object appears whole, replacing any
+    /// object there. On failure the staged file stays, and publishing can be tried again.
+    pub fn publish(&mut self) -> Result<PutResult> {
+        let staged = self.staged.take().ok_or_else(|| {
+            let reason = "already published".to_owned();
+            generic(LocalError::Incomplete { path: self.root.display(&self.target), reason })
+        })?;
+        let e_tag = match synced(&self.file, &staged) {
+            Ok(info) => info.e_tag(),
+            Err(e) => {
+                self.staged = Some(staged);
+                return Err(e);
+            }
+        };
+        match self.root.place_or_keep(staged, &self.target, false) {
+            Ok(()) => Ok(PutResult { e_tag: Some(e_tag), version: None }),
+            Err((e, staged)) => {
+                self.staged = staged;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LocalStore({})", self.root.path().display())
+    }
+}
+
+#[async_trait]
+impl ObjectStore for LocalStore {
+    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+        let noclobber = match opts.mode {
+            PutMode::Overwrite => false,
+            PutMode::Create => true,
+            PutMode::Update(_) => return Err(object_store::Error::NotImplemented),
+        };
+        metadata_only(&opts.attributes)?;
+        let target = self.writable(location)?;
+        let root = self.root.clone();
+        blocking(move || {
+            let (mut file, staged) = root.temp_file("put-")?;
+            let written = payload.iter().try_for_each(|chunk| file.write_all(chunk));
+            written.map_err(|e| io_error("write", &staged.display(), e))?;
+            write_metadata(&file, &opts.attributes);
+            let e_tag = synced(&file, &staged)?.e_tag();
+            root.place(staged, &target, noclobber)?;
+            Ok(PutResult { e_tag: Some(e_tag), version: None })
+        })
+        .await
+    }
+
+    async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+        if !opts.attributes.is_empty() {
+            return Err(object_store::Error::NotImplemented);
+        }
+        let target = self.writable(location)?;
+        let root = self.root.clone();
+        let (file, staged) = blocking(move || root.temp_file("mp-")).await?;
+        #[allow(unused_mut)]
+        let mut upload = upload::LocalUpload::new(self.root.clone(), &target, file, staged);
+        #[cfg(test)]
+        {
+            upload.fail_part = self.fail_part;
+        }
+        Ok(Box::new(upload))
+    }
+
+    /// `LocalFileSystem`'s answer (the file opened, its preconditions checked, the range
+    /// resolved; `head` changes nothing), with the user metadata kept beside the file (read
+    /// from the file opened, so it is that version's).
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let rel = self.readable(location)?;
+        let (root, location) = (self.root.clone(), location.clone());
+        blocking(move || {
+            let (file, info) = open_object(&root, &rel)?;
+            let meta = info.meta(location);
+            options.check_preconditions(&meta)?;
+            let range = match options.range {
+                Some(r) => r.as_range(meta.size).map_err(|e| range_error(&root, &rel, e))?,
+                None => 0..meta.size,
+            };
+            let attributes = read_metadata(&file);
+            Ok(GetResult { payload: GetResultPayload::File(file, root.display(&rel)), attributes, range, meta })
+        })
+        .await
+    }
+
+    async fn get_range(&self, location: &Path, range: Range<u64>) -> Result<Bytes> {
+        Ok(self.get_ranges(location, &[range]).await?.remove(0))
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let rel = self.readable(location)?;
+        let (root, ranges) = (self.root.clone(), ranges.to_vec());
+        blocking(move || {
+            let (file, info) = open_object(&root, &rel)?;
+            ranges.into_iter().map(|r| read_range(&root, &rel, &file, info.size, r)).collect()
+        })
+        .await
+    }
+
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        let rel = self.readable(location)?;
+        let (root, location) = (self.root.clone(), location.clone());
+        blocking(move || match root.stat(&rel, true) {
+            Ok(info) if info.kind == FileType::Directory => Err(is_a_directory(&root, &rel)),
+            Ok(info) => Ok(info.meta(location)),
+            Err(e) => Err(io_error("open", &root.display(&rel), e)),
+        })
+        .await
+    }
+
+    async fn delete(&self, location: &Path) -> Result<()> {
+        let rel = self.readable(location)?;
+        let root = self.root.clone();
+        blocking(move || root.remove(&rel)).await
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.list_after(prefix, None)
+    }
+
+    fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.list_after(prefix, Some(offset.clone()))
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        let prefix = prefix.cloned().unwrap_or_default();
+        if is_reserved(&prefix) {
+            return Ok(ListResult { common_prefixes: vec![], objects: vec![] });
+        }
+        let root = self.root.clone();
+        blocking(move || walk::one_level(&root, &prefix)).await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
+        self.copy_to(from, to, false).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> Result<()> {
+        self.copy_to(from, to, true).await
+    }
+}
+
+impl LocalStore {
+    /// Every object under `prefix` (all of them without one), after `offset` if given.
+    fn list_after(&self, prefix: Option<&Path>, offset: Option<Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let prefix = prefix.cloned().unwrap_or_default();
+        if is_reserved(&prefix) {
+            return futures::stream::empty().boxed();
+        }
+        walk::stream(walk::Walk::new(self.root.clone(), &prefix, offset))
+    }
+}
+
+/// The object at `rel`, opened, as `LocalFileSystem` opens it: a directory is not found.
+fn open_object(root: &Root, rel: &str) -> Result<(File, FileInfo)> {
+    let file = root.open_file(rel).map_err(|e| io_error("open", &root.display(rel), e))?;
+    let info = FileInfo::of_file(&file).map_err(|e| io_error("stat", &root.display(rel), e))?;
+    match info.kind {
+        FileType::Directory => Err(is_a_directory(root, rel)),
+        _ => Ok((file, info)),
+    }
+}
+
+fn is_a_directory(root: &Root, rel: &str) -> object_store::Error {
+    io_error("open", &root.display(rel), std::io::Error::new(ErrorKind::NotFound, "is a directory"))
+}
+
+/// Bytes `range` of the object's `file` (`len` bytes long), as `LocalFileSystem` reads them: the
+/// range is cut at the end, but must start before it.
+fn read_range(root: &Root, rel: &str, file: &File, len: u64, range: Range<u64>) -> Result<Bytes> {
+    if range.start >= len || range.start > range.end {
+        let reason = format!("wanted {range:?}, but the object is {len} bytes long");
+        return Err(range_error(root, rel, reason));
+    }
+    let mut buf = vec![0; (range.end.min(len) - range.start) as usize];
+    file.read_exact_at(&mut buf, range.start).map_err(|e| io_error("read", &root.display(rel), e))?;
+    Ok(buf.into())
+}
+
+fn range_error(
+    root: &Root,
+    rel: &str,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> object_store::Error {
+    generic(LocalError::Range { path: root.display(rel), source: source.into() })
+}
+
+/// Runs blocking file work off the async threads (inline when there is no tokio runtime).
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => rt.spawn_blocking(work).await?,
+        Err(_) => work(),
+    }
+}
+
+/// Makes a staged file's bytes durable and returns what its `stat` says, the ETag it will have
+/// in place included.
+///
+/// The ETag is `LocalFileSystem`'s, taken from our own handle rather than from a `head` after the
+/// rename: a rename keeps the inode and the mtime, and a `head` could already see another
+/// writer's object under the key. The test `put_etag_is_the_etag_head_reports` holds the two
+/// formulas together.
+fn synced(file: &File, staged: &Staged) -> Result<FileInfo> {
+    file.sync_all().map_err(|e| io_error("sync", &staged.display(), e))?;
+    FileInfo::of_file(file).map_err(|e| io_error("stat", &staged.display(), e))
+}
+
+/// Whether a key lies in the staging directory.
+fn is_reserved(key: &Path) -> bool {
+    key.parts().next().is_some_and(|first| first.as_ref() == TMP_DIR)
+}
+
+/// Whether a file name is one `LocalFileSystem` stages writes under (`NAME#N`): exactly the names
+/// its `is_valid_file_path` refuses, those whose part after the first `#` is all digits. A name
+/// like `a#b#1` may be a staging file of key `a#b` but is also a valid key, so it is left alone.
+fn is_staging_name(name: &str) -> bool {
+    let Some((_, suffix)) = name.split_once('#') else {
+        return false;
+    };
+    !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `AlreadyExists` for the file at `path`, with the OS's error.
+fn already_exists(path: PathBuf) -> object_store::Error {
+    let shown = path.display().to_string();
+    let source = LocalError::Io { what: "create", path, source: std::io::Error::from_raw_os_error(libc::EEXIST) };
+    object_store::Error::AlreadyExists { path: shown, source: source.into() }
+}
+
+fn generic(e: LocalError) -> object_store::Error {
+    object_store::Error::Generic { store: STORE, source: Box::new(e) }
+}
+
+/// An I/O failure as a store error: `NotFound` when the OS said so, `Generic` otherwise, with the
+/// OS error kept as the source (see [`os_error`]).
+fn io_error(what: &'static str, path: &std::path::Path, source: std::io::Error) -> object_store::Error {
+    let not_found = source.kind() == ErrorKind::NotFound;
+    let e = LocalError::Io { what, path: path.into(), source };
+    match not_found {
+        true => object_store::Error::NotFound { path: path.display().to_string(), source: Box::new(e) },
+        false => generic(e),
+    }
+}
+
+/// The OS error number behind a store error, if a local I/O error caused it (ENOSPC,
+/// ENAMETOOLONG, EDQUOT…), so that the filesystem can report it as itself rather than as EIO.
+/// Works for `LocalFileSystem`'s errors too.
+pub fn os_error(e: &object_store::Error) -> Option<i32> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cause {
+        if let Some(n) = err.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+            return Some(n);
+        }
+        cause = err.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+    use object_store::GetRange;
+    use object_store::local::LocalFileSystem;
+    use std::time::SystemTime;
+
+    pub(super) fn store() -> (tempfile::TempDir, LocalStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    pub(super) async fn read(store: &LocalStore, key: &Path) -> Vec<u8> {
+        store.get(key).await.unwrap().bytes().await.unwrap().to_vec()
+    }
+
+    pub(super) async fn keys(store: &LocalStore, prefix: Option<&Path>) -> Vec<String> {
+        let mut keys: Vec<String> = store.list(prefix).map_ok(|m| m.location.to_string()).try_collect().await.unwrap();
+        keys.sort();
+        keys
+    }
+
+    /// Files in the staging directory.
+    pub(super) fn staged(store: &LocalStore) -> usize {
+        std::fs::read_dir(store.root().join(TMP_DIR)).unwrap().count()
+    }
+
+    pub(super) fn is_not_found<T>(r: Result<T>) -> bool {
+        matches!(r, Err(object_store::Error::NotFound { .. }))
+    }
+
+    #[tokio::test]
+    async fn a_255_byte_name_works_for_every_operation() {
+        let (_dir, store) = store();
+        let key = Path::from(format!("dir/{}", "n".repeat(255)));
+        store.put(&key, "hello".into()).await.unwrap();
+        assert_eq!(read(&store, &key).await, b"hello");
+        assert_eq!(keys(&store, None).await, vec![key.to_string()]);
+        let listed = store.list_with_delimiter(Some(&Path::from("dir"))).await.unwrap();
+        assert_eq!(listed.objects.iter().map(|o| &o.location).collect::<Vec<_>>(), vec![&key]);
+
+        let copy = Path::from(format!("other/{}", "c".repeat(255)));
+        store.copy(&key, &copy).await.unwrap();
+        let moved = Path::from(format!("moved/{}", "m".repeat(255)));
+        store.copy_if_not_exists(&key, &moved).await.unwrap();
+        let renamed = Path::from(format!("renamed/{}", "r".repeat(255)));
+        store.rename(&moved, &renamed).await.unwrap();
+        let mut up = store.put_multipart(&Path::from(format!("mp/{}", "p".repeat(255)))).await.unwrap();
+        up.put_part("part".into()).await.unwrap();
+        up.complete().await.unwrap();
+        assert_eq!(read(&store, &copy).await, b"hello");
+        assert_eq!(read(&store, &renamed).await, b"hello");
+        assert_eq!(keys(&store, None).await.len(), 4);
+
+        for key in keys(&store, None).await {
+            store.delete(&Path::from(key)).await.unwrap();
+        }
+        assert!(keys(&store, None).await.is_empty());
+        assert_eq!(staged(&store), 0);
+    }
+
+    #[tokio::test]
+    async fn a_4000_byte_path_works() {
+        let (_dir, store) = store();
+        let dirs: Vec<String> = (0..15).map(|i| format!("{i:02}{}", "d".repeat(248))).collect();
+        let mut key = dirs.join("/") + "/";
+        key += &"f".repeat(4000 - key.len());
+        assert_eq!(key.len(), 4000);
+        let key = Path::from(key);
+        store.put(&key, "deep".into()).await.unwrap();
+        assert_eq!(read(&store, &key).await, b"deep");
+        assert_eq!(keys(&store, Some(&Path::from(dirs[0].as_str()))).await, vec![key.to_string()]);
+        let copy = Path::from(format!("{}/copy", dirs[..14].join("/")));
+        store.copy_if_not_exists(&key, &copy).await.unwrap();
+        assert_eq!(read(&store, &copy).await, b"deep");
+        store.delete(&key).await.unwrap();
+        store.delete(&copy).await.unwrap();
+        assert!(keys(&store, None).await.is_empty());
+    }
+
+    /// A key of `len` bytes: `depth` directories of 200-odd bytes, then a file name.
+    fn long_key(tag: &str, depth: usize, len: usize) -> String {
+        let dirs: Vec<String> = (0..depth).map(|i| format!("{tag}{i:02}{}", "d".repeat(200))).collect();
+        let mut key = dirs.join("/") + "/";
+        key += &"f".repeat(len - key.len());
+        key
+    }
+
+    #[tokio::test]
+    async fn a_4000_byte_key_works_under_a_root_whose_own_path_is_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = (0..4).fold(dir.path().to_path_buf(), |p, i| p.join(format!("{i}{}", "r".repeat(249))));
+        std::fs::create_dir_all(&root).unwrap();
+        assert!(root.as_os_str().len() > 1000);
+        let store = LocalStore::new(&root).unwrap();
+        let key = Path::from(long_key("k", 19, 4000));
+        assert_eq!(key.as_ref().len(), 4000);
+        assert!(root.as_os_str().len() + 1 + key.as_ref().len() >= libc::PATH_MAX as usize);
+
+        let put = store.put(&key, "deep".into()).await.unwrap();
+        assert_eq!(read(&store, &key).await, b"deep");
+        assert_eq!(store.head(&key).await.unwrap().e_tag, put.e_tag);
+        assert_eq!(store.get_range(&key, 1..3).await.unwrap(), "ee");
+        let ranged = GetOptions { range: Some((1..3).into()), if_match: put.e_tag.clone(), ..Default::default() };
+        assert_eq!(store.get_opts(&key, ranged).await.unwrap().bytes().await.unwrap(), "ee");
+
+        let mp = Path::from(long_key("m", 19, 4000));
+        let mut up = store.put_multipart(&mp).await.unwrap();
+        up.put_part("multi".into()).await.unwrap();
+        up.put_part("part".into()).await.unwrap();
+        up.complete().await.unwrap();
+        assert_eq!(read(&store, &mp).await, b"multipart");
+
+        let copy = Path::from(long_key("c", 19, 4000));
+        store.copy(&key, &copy).await.unwrap();
+        store.copy_if_not_exists(&key, &Path::from(long_key("n", 19, 4000))).await.unwrap();
+        let mut ip = store.write_in_place(&Path::from(long_key("i", 19, 4000))).unwrap();
+        ip.file().write_all_at(b"in place", 0).unwrap();
+        ip.publish().unwrap();
+        assert_eq!(read(&store, &copy).await, b"deep");
+
+        let all = keys(&store, None).await;
+        assert_eq!(all.len(), 5);
+        assert!(all.iter().all(|k| k.len() == 4000), "{all:?}");
+        let first = key.parts().next().unwrap();
+        assert_eq!(keys(&store, Some(&Path::from(first.as_ref()))).await, [key.to_string()]);
+        let top = store.list_with_delimiter(None).await.unwrap();
+        assert_eq!(top.common_prefixes.len(), 5);
+        let parent = Path::from_iter(key.parts().take(19));
+        let level = store.list_with_delimiter(Some(&parent)).await.unwrap();
+        assert_eq!(level.objects.iter().map(|o| &o.location).collect::<Vec<_>>(), [&key]);
+        assert_eq!(store.cleanup(Duration::ZERO).unwrap(), Cleanup::default());
+
+        for k in all {
+            store.delete(&Path::from(k)).await.unwrap();
+        }
+        assert!(keys(&store, None).await.is_empty());
+        assert!(is_not_found(store.head(&key).await));
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1, "only the staging directory is left");
+        assert_eq!(staged(&store), 0);
+        // One byte more than PATH_MAX - 1 is the OS's ENAMETOOLONG.
+        let e = store.put(&Path::from(long_key("x", 19, 4096)), "x".into()).await.unwrap_err();
+        assert_eq!(os_error(&e), Some(libc::ENAMETOOLONG), "{e}");
+        store.put(&Path::from(long_key("x", 19, 4095)), "x".into()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_object_written_in_place_appears_whole_only_when_published() {
+        let (dir, store) = store();
+        let key = Path::from("d/k");
+        let mut obj = store.write_in_place(&key).unwrap();
+        obj.file().write_all_at(b"world", 6).unwrap();
+        obj.file().write_all_at(b"hello ", 0).unwrap();
+        assert_eq!(staged(&store), 1);
+        assert!(is_not_found(store.head(&key).await));
+        // The target cannot be placed (a directory is in the way): the staged bytes stay for a retry.
+        std::fs::create_dir_all(dir.path().join("d/k/x")).unwrap();
+        assert!(obj.publish().is_err());
+        assert_eq!(staged(&store), 1);
+        std::fs::remove_dir_all(dir.path().join("d/k")).unwrap();
+        let put = obj.publish().unwrap();
+        assert_eq!(read(&store, &key).await, b"hello world");
+        assert_eq!(put.e_tag, store.head(&key).await.unwrap().e_tag);
+        assert_eq!(staged(&store), 0);
+        assert!(obj.publish().is_err(), "published twice");
+        // Dropped unpublished: nothing appears and nothing stays behind.
+        let obj = store.write_in_place(&Path::from("gone")).unwrap();
+        obj.file().write_all_at(b"x", 0).unwrap();
+        drop(obj);
+        assert_eq!(staged(&store), 0);
+        assert!(is_not_found(store.head(&Path::from("gone")).await));
+        assert!(store.write_in_place(&Path::from(TMP_DIR).child("x")).is_err(), "staging keys are reserved");
+    }
+
+    /// A result with only the kind of its error, as callers tell them apart.
+    fn kind<T>(r: Result<T>) -> std::result::Result<T, &'static str> {
+        r.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => "NotFound",
+            object_store::Error::AlreadyExists { .. } => "AlreadyExists",
+            object_store::Error::Precondition { .. } => "Precondition",
+            object_store::Error::NotModified { .. } => "NotModified",
+            object_store::Error::Generic { .. } => "Generic",
+            _ => "other",
+        })
+    }
+
+    /// What a listing holds, in order, the staging directory left out.
+    fn sorted(mut l: ListResult) -> (Vec<Path>, Vec<ObjectMeta>) {
+        l.common_prefixes.retain(|p| p.as_ref() != TMP_DIR);
+        l.objects.sort_by(|a, b| a.location.cmp(&b.location));
+        (l.common_prefixes, l.objects)
+    }
+
+    #[tokio::test]
+    async fn reads_and_listings_answer_as_local_file_system_does() {
+        let (dir, store) = store();
+        let plain = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        for (key, data) in [("a", "1"), ("b/c", "22"), ("b/d/e", "333"), ("b/d/f#x", "4444"), ("b/x{y}", "5")] {
+            store.put(&Path::parse(key).unwrap(), data.into()).await.unwrap();
+        }
+        store.put(&Path::from("b/50%"), "6".into()).await.unwrap();
+        assert!(dir.path().join("b/50%25").is_file());
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        std::fs::write(dir.path().join("b/left#3"), "staged").unwrap();
+        std::os::unix::fs::symlink("a", dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.path().join("broken")).unwrap();
+        std::os::unix::fs::symlink("b/d", dir.path().join("dlink")).unwrap();
+
+        let all = |s: &dyn ObjectStore, prefix: Option<Path>, offset: Option<Path>| {
+            let list = match &offset {
+                Some(o) => s.list_with_offset(prefix.as_ref(), o),
+                None => s.list(prefix.as_ref()),
+            };
+            async move {
+                let mut got: Vec<ObjectMeta> = list.try_collect().await.unwrap();
+                got.sort_by(|a, b| a.location.cmp(&b.location));
+                got
+            }
+        };
+        for prefix in [None, Some("b"), Some("b/d"), Some("dlink"), Some("a"), Some("missing")] {
+            let prefix = prefix.map(Path::from);
+            assert_eq!(all(&store, prefix.clone(), None).await, all(&plain, prefix.clone(), None).await, "{prefix:?}");
+            let ours = sorted(store.list_with_delimiter(prefix.as_ref()).await.unwrap());
+            assert_eq!(ours, sorted(plain.list_with_delimiter(prefix.as_ref()).await.unwrap()), "{prefix:?}");
+        }
+        assert_eq!(all(&store, None, None).await.len(), 9, "a, b/*, dlink/* and link");
+        for offset in ["b/c", "b", "dlink/e", "z"] {
+            let (ours, theirs) =
+                (all(&store, None, Some(offset.into())).await, all(&plain, None, Some(offset.into())).await);
+            assert_eq!(ours, theirs, "after {offset}");
+        }
+
+        let keys = ["a", "b/c", "b/d/f#x", "link", "dlink/e", "broken", "b", "missing", "a/b", "b/left#3", ""];
+        for key in keys.map(|k| Path::parse(k).unwrap()) {
+            assert_eq!(kind(store.head(&key).await), kind(plain.head(&key).await), "head {key}");
+            let (ours, theirs) = (kind(store.get_range(&key, 1..3).await), kind(plain.get_range(&key, 1..3).await));
+            assert_eq!(ours, theirs, "get_range {key}");
+            let ours = kind(store.get_ranges(&key, &[0..1, 2..9, 3..3]).await);
+            assert_eq!(ours, kind(plain.get_ranges(&key, &[0..1, 2..9, 3..3]).await), "get_ranges {key}");
+            let Ok(meta) = plain.head(&key).await else { continue };
+            let (e_tag, time) = (meta.e_tag.clone(), meta.last_modified);
+            let earlier = (SystemTime::from(time) - Duration::from_secs(1)).into();
+            let options = [
+                GetOptions { if_match: e_tag.clone(), ..Default::default() },
+                GetOptions { if_match: Some("other".into()), ..Default::default() },
+                GetOptions { if_none_match: e_tag.clone(), ..Default::default() },
+                GetOptions { if_none_match: Some("*".into()), ..Default::default() },
+                GetOptions { if_modified_since: Some(time), ..Default::default() },
+                GetOptions { if_modified_since: Some(earlier), ..Default::default() },
+                GetOptions { if_unmodified_since: Some(earlier), ..Default::default() },
+                GetOptions { range: Some((1..2).into()), ..Default::default() },
+                GetOptions { range: Some(GetRange::Suffix(2)), ..Default::default() },
+                GetOptions { range: Some(GetRange::Offset(9)), ..Default::default() },
+                GetOptions { head: true, ..Default::default() },
+            ];
+            for opts in options {
+                let got = |r: Result<GetResult>| async move {
+                    match r {
+                        Ok(g) => Ok((g.meta.clone(), g.range.clone(), g.bytes().await.unwrap())),
+                        Err(e) => kind(Err(e)),
+                    }
+                };
+                let (ours, theirs) =
+                    (store.get_opts(&key, opts.clone()).await, plain.get_opts(&key, opts.clone()).await);
+                assert_eq!(got(ours).await, got(theirs).await, "get {key} {opts:?}");
+            }
+        }
+
+        // Deletes take the directories they empty with them, but not the root.
+        for key in ["b/d/e", "b/d/f#x"] {
+            store.delete(&Path::parse(key).unwrap()).await.unwrap();
+        }
+        assert!(!dir.path().join("b/d").exists() && dir.path().join("b").is_dir());
+        assert_eq!(kind(store.delete(&Path::from("b/d/e")).await), Err("NotFound"));
+        for key in ["a", "b/c", "b/x{y}", "b/50%25"] {
+            store.delete(&Path::parse(key).unwrap()).await.unwrap();
+        }
+        assert!(dir.path().join("b").is_dir(), "b/left#3 keeps it");
+        assert!(dir.path().is_dir());
+    }
+
+    #[tokio::test]
+    async fn create_mode_and_copy_if_not_exists_refuse_an_existing_key() {
+        let (_dir, store) = store();
+        let (key, other) = (Path::from("k"), Path::from("o"));
+        store.put(&key, "v1".into()).await.unwrap();
+        let e = store.put_opts(&key, "v2".into(), PutMode::Create.into()).await.unwrap_err();
+        assert!(matches!(e, object_store::Error::AlreadyExists { .. }), "{e}");
+        assert_eq!(read(&store, &key).await, b"v1");
+        store.put_opts(&other, "o1".into(), PutMode::Create.into()).await.unwrap();
+        let e = store.copy_if_not_exists(&key, &other).await.unwrap_err();
+        assert!(matches!(e, object_store::Error::AlreadyExists { .. }), "{e}");
+        assert_eq!(read(&store, &other).await, b"o1");
+        store.copy(&key, &other).await.unwrap();
+        assert_eq!(read(&store, &other).await, b"v1");
+        store.put(&key, "v3".into()).await.unwrap();
+        assert_eq!((read(&store, &key).await, read(&store, &other).await), (b"v3".to_vec(), b"v1".to_vec()));
+        let update = PutMode::Update(object_store::UpdateVersion { e_tag: None, version: None });
+        assert!(matches!(
+            store.put_opts(&key, "x".into(), update.into()).await,
+            Err(object_store::Error::NotImplemented)
+        ));
+        assert!(is_not_found(store.copy(&Path::from("missing"), &other).await));
+        assert_eq!(staged(&store), 0);
+    }
+
+    #[tokio::test]
+    async fn a_copy_onto_the_same_file_leaves_nothing_staged() {
+        let (_dir, store) = store();
+        let (a, b) = (Path::from("a"), Path::from("b"));
+        store.put(&a, "x".into()).await.unwrap();
+        // The second copy renames a hard link of `a` onto `b`, already one: the rename does nothing.
+        store.copy(&a, &b).await.unwrap();
+        store.copy(&a, &b).await.unwrap();
+        store.copy(&a, &a).await.unwrap();
+        let e = store.copy_if_not_exists(&a, &a).await.unwrap_err();
+        assert!(matches!(e, object_store::Error::AlreadyExists { .. }), "{e}");
+        assert!(is_not_found(store.copy(&Path::from("missing"), &Path::from("missing")).await));
+        assert_eq!((read(&store, &a).await, read(&store, &b).await), (b"x".to_vec(), b"x".to_vec()));
+        assert_eq!(staged(&store), 0);
+    }
+
+    #[tokio::test]
+    async fn put_etag_is_the_etag_head_reports() {
+        let (dir, store) = store();
+        let key = Path::from("e/t");
+        let put = store.put(&key, "tagged".into()).await.unwrap();
+        assert!(put.e_tag.is_some());
+        assert_eq!(put.e_tag, store.head(&key).await.unwrap().e_tag);
+        let plain = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        assert_eq!(put.e_tag, plain.head(&key).await.unwrap().e_tag);
+        let matching = GetOptions { if_match: put.e_tag.clone(), ..Default::default() };
+        assert_eq!(store.get_opts(&key, matching).await.unwrap().bytes().await.unwrap(), "tagged");
+        let stale = GetOptions { if_match: Some("1-2-3".into()), ..Default::default() };
+        assert!(matches!(store.get_opts(&key, stale).await, Err(object_store::Error::Precondition { .. })));
+    }
+
+    #[tokio::test]
+    async fn bad_keys_fail_cleanly_and_keep_the_os_error() {
+        let (_dir, store) = store();
+        // LocalFileSystem could not read it back (it takes `NAME#N` for its own staging files).
+        assert!(store.put(&Path::parse("a#1").unwrap(), "x".into()).await.is_err());
+        // Keys built part by part percent-encode `#` (and `%`, `*`, `?`…), so never collide.
+        store.put(&Path::from("b#1"), "x".into()).await.unwrap();
+        assert!(store.root().join("b%231").is_file());
+        store.delete(&Path::from("b#1")).await.unwrap();
+        let e = store.put(&Path::from("n".repeat(256)), "x".into()).await.unwrap_err();
+        assert_eq!(os_error(&e), Some(libc::ENAMETOOLONG), "{e}");
+        assert!(e.to_string().contains(&"n".repeat(256)), "{e}");
+        assert!(keys(&store, None).await.is_empty());
+        assert_eq!(staged(&store), 0);
+        assert_eq!(os_error(&object_store::Error::NotImplemented), None);
+    }
+
+    #[test]
+    fn works_without_a_tokio_runtime() {
+        let (_dir, store) = store();
+        futures::executor::block_on(async {
+            let key = Path::from("k");
+            store.put(&key, "a".into()).await.unwrap();
+            let mut up = store.put_multipart(&key).await.unwrap();
+            up.put_part("b".into()).await.unwrap();
+            up.complete().await.unwrap();
+            assert_eq!(read(&store, &key).await, b"b");
+        });
+    }
+
+    #[test]
+    fn a_missing_root_is_an_error_naming_it() {
+        let e = LocalStore::new(std::path::Path::new("/nonexistent/bucket")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/bucket"), "{e}");
+    }
+}

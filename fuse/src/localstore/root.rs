@@ -1,0 +1,323 @@
+//! The bucket root as an open directory: every path a system call is given is relative to its
+//! file descriptor (`openat`, `renameat`, `unlinkat`…), so a key may be as long as one such path
+//! (`PATH_MAX` less its NUL) whatever the root's own path. Staged files and their placing, and the
+//! ETag an object's `stat` gives.
+
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use object_store::ObjectMeta;
+use object_store::path::Path;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
+use rustix::io::Errno;
+
+use super::{Result, TMP_DIR, already_exists, io_error};
+
+/// The bucket directory, open.
+#[derive(Debug)]
+pub(super) struct Root {
+    /// Read-only, or `O_PATH` where the directory cannot be read.
+    fd: OwnedFd,
+    /// The canonical path, for messages: no system call is given it after `open`.
+    path: PathBuf,
+}
+
+/// Mode of the files and directories created (less the umask), as `LocalFileSystem`'s.
+const FILE_MODE: u32 = 0o666;
+const DIR_MODE: u32 = 0o777;
+
+impl Root {
+    /// Opens directory `dir` and creates its staging directory if missing (not an error where
+    /// the directory is read-only: writes then fail with the OS error).
+    pub(super) fn open(dir: &std::path::Path) -> Result<Arc<Root>> {
+        let path = std::fs::canonicalize(dir).map_err(|e| io_error("open bucket directory", dir, e))?;
+        let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&path, flags | OFlags::RDONLY, Mode::empty()) {
+            Err(Errno::ACCESS) => rustix::fs::open(&path, flags | OFlags::PATH, Mode::empty()),
+            opened => opened,
+        }
+        .map_err(|e| io_error("open bucket directory", &path, e.into()))?;
+        let root = Root { fd, path };
+        match rustix::fs::mkdirat(&root.fd, TMP_DIR, Mode::from_raw_mode(DIR_MODE)) {
+            Ok(()) => {}
+            Err(Errno::EXIST) if root.is_dir(TMP_DIR) => {}
+            Err(Errno::ROFS | Errno::ACCESS | Errno::PERM) => {}
+            Err(e) => return Err(io_error("create staging directory", &root.display(TMP_DIR), e.into())),
+        }
+        Ok(Arc::new(root))
+    }
+
+    /// The directory's canonical path.
+    pub(super) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The absolute path of `rel`, for messages (it may be longer than `PATH_MAX`).
+    pub(super) fn display(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() { self.path.clone() } else { self.path.join(rel) }
+    }
+
+    /// `rel` opened for reading; symbolic links are followed.
+    pub(super) fn open_file(&self, rel: &str) -> std::io::Result<File> {
+        Ok(rustix::fs::openat(&self.fd, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?.into())
+    }
+
+    /// Directory `rel` (the root itself if empty) opened for reading its entries or fsyncing it.
+    pub(super) fn open_dir(&self, rel: &str) -> std::io::Result<OwnedFd> {
+        let rel = if rel.is_empty() { "." } else { rel };
+        Ok(rustix::fs::openat(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+    }
+
+    /// What `rel` (the root itself if empty) is: symbolic links followed, or not (`follow`).
+    pub(super) fn stat(&self, rel: &str, follow: bool) -> std::io::Result<FileInfo> {
+        let flags = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
+        let rel = if rel.is_empty() { "." } else { rel };
+        Ok(FileInfo::of(&rustix::fs::statat(&self.fd, rel, flags)?))
+    }
+
+    fn is_dir(&self, rel: &str) -> bool {
+        self.stat(rel, true).is_ok_and(|i| i.kind == FileType::Directory)
+    }
+
+    /// Removes file `rel`, then the directories above it that this left empty, up to the root
+    /// (as `LocalFileSystem` with automatic cleanup).
+    pub(super) fn remove(&self, rel: &str) -> Result<()> {
+        rustix::fs::unlinkat(&self.fd, rel, AtFlags::empty())
+            .map_err(|e| io_error("delete", &self.display(rel), e.into()))?;
+        let mut dir = rel;
+        while let Some((up, _)) = dir.rsplit_once('/') {
+            if rustix::fs::unlinkat(&self.fd, up, AtFlags::REMOVEDIR).is_err() {
+                break;
+            }
+            dir = up;
+        }
+        Ok(())
+    }
+
+    /// Runs `make` on a fresh path in the staging directory, recreating the directory if someone
+    /// removed it.
+    fn make_staged<R>(
+        self: &Arc<Self>,
+        prefix: &str,
+        mut make: impl FnMut(&str) -> std::io::Result<R>,
+    ) -> std::io::Result<(R, Staged)> {
+        let mut recreated = false;
+        let mut tries = 0;
+        loop {
+            let rel = format!("{TMP_DIR}/{prefix}{:016x}", rand::random::<u64>());
+            match make(&rel) {
+                Ok(made) => return Ok((made, Staged { root: self.clone(), rel, closed: false })),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound && !recreated && !self.is_dir(TMP_DIR) => {
+                    match rustix::fs::mkdirat(&self.fd, TMP_DIR, Mode::from_raw_mode(DIR_MODE)) {
+                        Ok(()) | Err(Errno::EXIST) => recreated = true,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A new empty staged file.
+    pub(super) fn temp_file(self: &Arc<Self>, prefix: &str) -> Result<(File, Staged)> {
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let create = |rel: &str| Ok(rustix::fs::openat(&self.fd, rel, flags, Mode::from_raw_mode(FILE_MODE))?.into());
+        self.make_staged(prefix, create).map_err(|e| io_error("create staged file in", &self.display(TMP_DIR), e))
+    }
+
+    /// A staged copy of `src`: a hard link where the filesystem has them, else a copy of the bytes.
+    pub(super) fn copy_of(self: &Arc<Self>, src: &str) -> Result<Staged> {
+        let link = |rel: &str| Ok(rustix::fs::linkat(&self.fd, src, &self.fd, rel, AtFlags::empty())?);
+        match self.make_staged("cp-", link) {
+            Ok(((), staged)) => return Ok(staged),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(io_error("copy", &self.display(src), e)),
+            Err(_) => {}
+        }
+        let mut from = self.open_file(src).map_err(|e| io_error("copy", &self.display(src), e))?;
+        let (mut file, staged) = self.temp_file("cp-")?;
+        std::io::copy(&mut from, &mut file).map_err(|e| io_error("copy", &self.display(src), e))?;
+        file.sync_all().map_err(|e| io_error("sync staged file", &staged.display(), e))?;
+        Ok(staged)
+    }
+
+    /// Moves a staged file to `target` (refusing to replace an existing one if `noclobber`) and
+    /// fsyncs the target's directory. Creates missing parent directories; on failure the staged
+    /// file is removed.
+    pub(super) fn place(&self, staged: Staged, target: &str, noclobber: bool) -> Result<()> {
+        self.place_or_keep(staged, target, noclobber).map_err(|(e, _)| e)
+    }
+
+    /// `place`, handing the staged file back when it could not be moved (`None` once it was
+    /// moved and only the directory fsync failed).
+    pub(super) fn place_or_keep(
+        &self,
+        staged: Staged,
+        target: &str,
+        noclobber: bool,
+    ) -> std::result::Result<(), (object_store::Error, Option<Staged>)> {
+        let mut tries = 0;
+        loop {
+            if let Err(e) = self.create_parents(target) {
+                return Err((e, Some(staged)));
+            }
+            let placed = match noclobber {
+                true => self.rename_noreplace(&staged.rel, target),
+                false => rustix::fs::renameat(&self.fd, &staged.rel, &self.fd, target),
+            };
+            match placed {
+                Ok(()) => break,
+                // A delete of the last object in the parent directory removed it in between.
+                Err(Errno::NOENT) if tries < 3 => tries += 1,
+                Err(Errno::EXIST) if noclobber => return Err((already_exists(self.display(target)), Some(staged))),
+                Err(e) => return Err((io_error("move staged file to", &self.display(target), e.into()), Some(staged))),
+            }
+        }
+        // Gone once renamed, unless the target was already this file (a copy of a copy: hard
+        // links of one inode), where the rename does nothing and the staged name must go.
+        drop(staged);
+        self.sync_dir(parent(target)).map_err(|e| (e, None))
+    }
+
+    /// `renameat2(RENAME_NOREPLACE)`, or a hard link and an unlink where the filesystem has no
+    /// such rename.
+    fn rename_noreplace(&self, from: &str, to: &str) -> rustix::io::Result<()> {
+        match rustix::fs::renameat_with(&self.fd, from, &self.fd, to, RenameFlags::NOREPLACE) {
+            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+                rustix::fs::linkat(&self.fd, from, &self.fd, to, AtFlags::empty())?;
+                let _ = rustix::fs::unlinkat(&self.fd, from, AtFlags::empty());
+                Ok(())
+            }
+            renamed => renamed,
+        }
+    }
+
+    /// Creates the missing directories above `target`, one component at a time, fsyncing each
+    /// one's parent so that the new entry survives a crash.
+    fn create_parents(&self, target: &str) -> Result<()> {
+        let Some((dir, _)) = target.rsplit_once('/') else { return Ok(()) };
+        let mut missing = Vec::new();
+        let mut dir = Some(dir);
+        while let Some(d) = dir {
+            if self.is_dir(d) {
+                break;
+            }
+            missing.push(d);
+            dir = d.rsplit_once('/').map(|(up, _)| up);
+        }
+        for d in missing.into_iter().rev() {
+            match rustix::fs::mkdirat(&self.fd, d, Mode::from_raw_mode(DIR_MODE)) {
+                Ok(()) => self.sync_dir(parent(d))?,
+                Err(Errno::EXIST) if self.is_dir(d) => {}
+                Err(e) => return Err(io_error("create directory", &self.display(d), e.into())),
+            }
+        }
+        Ok(())
+    }
+
+    /// fsyncs directory `rel` so that entries just added to it survive a crash.
+    fn sync_dir(&self, rel: &str) -> Result<()> {
+        match self.open_dir(rel).and_then(|d| Ok(rustix::fs::fsync(d)?)) {
+            Ok(()) => Ok(()),
+            // Some filesystems cannot fsync a directory; their renames are as durable as they get.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP)) => Ok(()),
+            Err(e) => Err(io_error("sync directory", &self.display(rel), e)),
+        }
+    }
+
+    /// Removes staged-file leftover `rel`.
+    pub(super) fn unlink(&self, rel: &str) -> std::io::Result<()> {
+        Ok(rustix::fs::unlinkat(&self.fd, rel, AtFlags::empty())?)
+    }
+}
+
+/// The directory part of `rel` ("" for the root).
+fn parent(rel: &str) -> &str {
+    rel.rsplit_once('/').map_or("", |(up, _)| up)
+}
+
+/// A file in the staging directory, removed when dropped (if still there).
+#[derive(Debug)]
+pub(super) struct Staged {
+    root: Arc<Root>,
+    /// Its path from the root.
+    rel: String,
+    /// Removed already.
+    closed: bool,
+}
+
+impl Staged {
+    /// Its absolute path, for messages.
+    pub(super) fn display(&self) -> PathBuf {
+        self.root.display(&self.rel)
+    }
+
+    /// Removes it now, saying why it could not be.
+    pub(super) fn close(mut self) -> std::io::Result<()> {
+        self.closed = true;
+        self.root.unlink(&self.rel)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.root.unlink(&self.rel);
+        }
+    }
+}
+
+/// What a file's `stat` says that an object's metadata is made of.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FileInfo {
+    pub(super) kind: FileType,
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+    pub(super) size: u64,
+    pub(super) mtime: SystemTime,
+}
+
+impl FileInfo {
+    // The fields' types differ between targets (`c_ulong`, `u64`…).
+    #[allow(clippy::unnecessary_cast)]
+    fn of(st: &Stat) -> FileInfo {
+        let (secs, nanos) = (st.st_mtime as i64, st.st_mtime_nsec as u64);
+        let mtime = match u64::try_from(secs) {
+            Ok(secs) => SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            Err(_) => SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()),
+        } + Duration::from_nanos(nanos);
+        FileInfo {
+            kind: FileType::from_raw_mode(st.st_mode as _),
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime,
+        }
+    }
+
+    /// The `stat` of an open file.
+    pub(super) fn of_file(file: &File) -> std::io::Result<FileInfo> {
+        Ok(FileInfo::of(&rustix::fs::fstat(file)?))
+    }
+
+    /// `LocalFileSystem`'s ETag (local.rs `get_etag`): inode, mtime in µs and size, in hex.
+    pub(super) fn e_tag(&self) -> String {
+        let mtime = self.mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros();
+        format!("{:x}-{mtime:x}-{:x}", self.ino, self.size)
+    }
+
+    /// The object it is at `location`, as `LocalFileSystem` describes it.
+    pub(super) fn meta(&self, location: Path) -> ObjectMeta {
+        ObjectMeta {
+            location,
+            last_modified: self.mtime.into(),
+            size: self.size,
+            e_tag: Some(self.e_tag()),
+            version: None,
+        }
+    }
+}
