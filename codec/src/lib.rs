@@ -17,6 +17,7 @@ pub mod frame;
 pub mod gpu;
 pub mod id;
 pub mod lz4frame;
+pub mod meta;
 pub mod pool;
 pub mod reader;
 pub mod seal;
