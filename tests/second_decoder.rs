@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use shrinkfs_codec::error::Rule;
-use shrinkfs_codec::format::{FOOTER_LEN, FRAME_HEADER_LEN, HEADER_LEN, INDEX_FIXED_LEN, TAG_LEN, checksum};
+use shrinkfs_codec::format::{FOOTER_LEN, FRAME_HEADER_LEN, HEADER_LEN, TAG_LEN, Version, checksum};
 use shrinkfs_codec::seal::{MasterKey, ObjectKey};
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, FileMeta, Layout, ObjectContext, ObjectWriter};
 
@@ -285,7 +285,7 @@ fn both_decoders_agree_on_every_object_of_the_matrix() {
 
 /// A one-frame object around a payload some other encoder (nVCOMP) produced.
 fn wrap_payload(codec: CodecId, raw: &[u8], payload: &[u8]) -> Vec<u8> {
-    let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None));
+    let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None, Version::V1));
     let mut w = ObjectWriter::new(ctx.clone());
     let mut bytes = vec![0; FRAME_HEADER_LEN];
     bytes.extend_from_slice(payload);
@@ -382,6 +382,8 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
 /// An object taken apart so one field can be broken while every checksum and tag that does not
 /// check that field is made right again.
 struct Parts {
+    /// Length of the index's fixed part (magic, count, header copy, metadata) in this version.
+    fixed: usize,
     head: Vec<u8>,
     frames: Vec<(Vec<u8>, Vec<u8>)>,
     index: Vec<u8>,
@@ -406,6 +408,7 @@ impl Parts {
         let tag_len = if layout.header.sealed() { TAG_LEN } else { 0 };
         let body_end = ir.end as usize - tag_len;
         Parts {
+            fixed: layout.footer.version.index_fixed_len(),
             head: b[..HEADER_LEN].to_vec(),
             frames,
             index: b[ir.start as usize..body_end].to_vec(),
@@ -420,11 +423,12 @@ impl Parts {
     }
 
     fn meta(&mut self) -> &mut [u8] {
-        &mut self.index[8 + HEADER_LEN..INDEX_FIXED_LEN]
+        &mut self.index[8 + HEADER_LEN..self.fixed]
     }
 
     fn entry(&mut self, i: usize) -> &mut [u8] {
-        &mut self.index[INDEX_FIXED_LEN + 32 * i..INDEX_FIXED_LEN + 32 * (i + 1)]
+        let at = self.fixed + 32 * i;
+        &mut self.index[at..at + 32]
     }
 
     /// Recomputes every CRC and the index tag, innermost first.
@@ -491,14 +495,21 @@ struct Case {
 fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let meta =
         FileMeta { mode: Some(0o100644), uid: None, gid: None, mtime: Some((1_700_000_000, 5)), ..Default::default() };
-    let encode = |key: Option<MasterKey>, codec: CodecId, dict: Option<Arc<shrinkfs_codec::Dictionary>>| {
+    // Version 2: a ctime before the epoch, no atime (so an absent atime can be broken).
+    let meta2 = FileMeta { ctime: Some((-2, 999_999_999)), ..meta };
+    let encode_with = |meta: &FileMeta, key: Option<MasterKey>, codec, dict| {
         let config = EncodeConfig { params: CodecParams { codec, level: 3, dict }, frame_size: 4096, key };
-        shrinkfs_codec::encode_all_with(&config, data, &meta).unwrap()
+        shrinkfs_codec::encode_all_with(&config, data, meta).unwrap()
     };
+    let encode = |key, codec, dict| encode_with(&meta, key, codec, dict);
     let plain = encode(None, CodecId::Zstd, None);
     let sealed = encode(Some(master.clone()), CodecId::Zstd, None);
+    let plain2 = encode_with(&meta2, None, CodecId::Zstd, None);
+    let sealed2 = encode_with(&meta2, Some(master.clone()), CodecId::Zstd, None);
     let p = || Parts::split(&plain, None);
     let s = || Parts::split(&sealed, Some(master));
+    let p2 = || Parts::split(&plain2, None);
+    let s2 = || Parts::split(&sealed2, Some(master));
     let mut out = Vec::new();
     let mut add = |name, bytes: Vec<u8>, read_key, sealed, front, tail| {
         out.push(Case { name, bytes, read_key, sealed, front, tail })
@@ -518,6 +529,9 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut b = vec![0u8; 150];
     b[142..].copy_from_slice(&p().footer[40..]);
     add("short object ending in the footer magic", b, Own, false, ObjectKind, Some(ObjectLength));
+    let mut b = vec![0u8; 240];
+    b[192..].copy_from_slice(&p2().footer);
+    add("version 2 object shorter than 248 bytes", b, Own, false, ObjectKind, Some(ObjectLength));
     let b = p().fix().bytes();
     add("cut in half", b[..b.len() / 2].to_vec(), Own, false, Truncated, Some(Truncated));
     let mut b = p().fix().bytes();
@@ -530,8 +544,11 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     b[n - FOOTER_LEN + 16] ^= 1;
     add("footer byte", b, Own, false, FooterCrc, Some(FooterCrc));
     let mut o = p();
+    o.footer[28] = 3;
+    add("footer version 3", o.fix().bytes(), Own, false, FooterVersion, Some(FooterVersion));
+    let mut o = p();
     o.footer[28] = 2;
-    add("footer version", o.fix().bytes(), Own, false, FooterVersion, Some(FooterVersion));
+    add("footer version 2 over a version 1 index", o.fix().bytes(), Own, false, FooterFit, Some(FooterFit));
     let mut o = p();
     o.footer[30] |= 2;
     add("footer flags", o.fix().bytes(), Own, false, FooterFlags, Some(FooterFlags));
@@ -569,8 +586,16 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     o.copy()[20] ^= 1;
     add("header copy byte", o.fix_index_only(), Own, false, HeaderCrc, Some(HeaderCrc));
     let mut o = p();
+    o.copy()[8] = 3;
+    add("header copy version 3", o.fix().bytes(), Own, false, HeaderVersion, Some(HeaderVersion));
+    let mut o = p2();
+    o.copy()[8] = 1;
+    o.head[8] = 1;
+    add("version 2 index and footer, header says 1", o.fix().bytes(), Own, false, StreamIndex, Some(VersionAgree));
+    let mut o = s();
     o.copy()[8] = 2;
-    add("header copy version", o.fix().bytes(), Own, false, HeaderVersion, Some(HeaderVersion));
+    o.head[8] = 2;
+    add("version 1 index and footer, header says 2", o.fix().bytes(), Own, true, Truncated, Some(VersionAgree));
     let mut o = p();
     o.copy()[10] |= 4;
     add("header copy flags", o.fix().bytes(), Own, false, HeaderFlags, Some(HeaderFlags));
@@ -592,6 +617,18 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut o = p();
     o.meta()[30] = 1;
     add("metadata reserved", o.fix().bytes(), Own, false, MetaReserved, Some(MetaReserved));
+    let mut o = p2();
+    o.meta()[12] |= 0x40;
+    add("version 2 metadata flags", o.fix().bytes(), Own, false, MetaFlags, Some(MetaFlags));
+    let mut o = p2();
+    o.meta()[46] = 1;
+    add("absent atime not zero", o.fix().bytes(), Own, false, MetaAbsent, Some(MetaAbsent));
+    let mut o = s2();
+    set_u32(o.meta(), 40, 1_000_000_000);
+    add("ctime nanoseconds", o.fix().bytes(), Own, true, MetaNanos, Some(MetaNanos));
+    let mut o = p2();
+    o.meta()[60] = 1;
+    add("version 2 metadata reserved", o.fix().bytes(), Own, false, MetaReserved, Some(MetaReserved));
     let mut o = p();
     o.entry(1)[24] = 99;
     add("entry codec", o.fix().bytes(), Own, false, EntryCodec, Some(EntryCodec));
@@ -625,6 +662,10 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut o = s();
     o.tag[0] ^= 1;
     add("index tag", o.fix_index_only(), Own, true, IndexTag, Some(IndexTag));
+    let mut o = s2();
+    o.fix();
+    o.meta()[33] ^= 1;
+    add("sealed ctime changed", o.fix_index_only(), Own, true, IndexTag, Some(IndexTag));
     add("unsealed object read with a key", p().fix().bytes(), Other, false, SealedOnly, Some(SealedOnly));
     add("plain bytes read with a key", data.to_vec(), Other, false, SealedOnly, Some(SealedOnly));
     let mut o = s();
@@ -679,8 +720,11 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     o.head[20] ^= 1;
     add("header byte", o.bytes(), Own, false, HeaderCrc, None);
     let mut o = p();
+    o.head[8] = 3;
+    add("header version 3", o.fix().bytes(), Own, false, HeaderVersion, None);
+    let mut o = p();
     o.head[8] = 2;
-    add("header version", o.fix().bytes(), Own, false, HeaderVersion, None);
+    add("header version 2 over a version 1 object", o.fix().bytes(), Own, false, Truncated, None);
     out
 }
 

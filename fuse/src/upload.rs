@@ -652,7 +652,7 @@ impl Upload {
             )));
         }
         let raw = self.writer.raw_len();
-        let tail = self.writer.finish_with(meta);
+        let tail = self.writer.finish_with(meta).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         let total = self.stored + tail.len() as u64;
         let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         let record = self.sink.record.then(|| crate::recorded::Recorded::of(&layout, total).attributes());
