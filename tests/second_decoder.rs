@@ -1,8 +1,9 @@
 //! A second decoder, written in Python from docs/FORMAT.md alone (tools/skf.py), against shrinkfs:
 //! both decode every object of a matrix (CPU codecs × frame sizes × key × real inputs) byte for
-//! byte, ranges included; the Python decoder reads frames nVCOMP wrote on a GPU; shrinkfs unpacks
-//! what the Python encoder writes; and both refuse every malformed object (each rule of the spec
-//! broken once), reading front to back and from the tail, naming the rule FORMAT.md gives it.
+//! byte, ranges included, and format version 2 objects (ctime and atime) sealed and not; the
+//! Python decoder reads frames nVCOMP wrote on a GPU; shrinkfs unpacks what the Python encoder
+//! writes, in both versions; and both refuse every malformed object (each rule of the spec broken
+//! once), reading front to back and from the tail, naming the rule FORMAT.md gives it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -283,6 +284,103 @@ fn both_decoders_agree_on_every_object_of_the_matrix() {
     assert_none_failed(failures, "384 objects' reads");
 }
 
+/// Version 2 objects (ctime and atime recorded), sealed and unsealed, of every CPU codec: both
+/// decoders read them whole, front to back, and by range from the tail, and `skf.py info` shows
+/// the times shrinkfs recorded.
+#[test]
+fn both_decoders_read_version_2_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key_bytes: [u8; 32] = rand::random();
+    let key = d.join("key");
+    std::fs::write(&key, key_bytes).unwrap();
+    let inputs: Vec<_> = inputs()
+        .into_iter()
+        .filter(|(n, _)| ["rust-source", "noise-then-zeros", "empty", "one-byte"].contains(n))
+        .collect();
+    let metas = [
+        FileMeta {
+            mode: Some(0o100600),
+            uid: Some(1000),
+            gid: Some(1000),
+            mtime: Some((1_700_000_000, 1)),
+            ctime: Some((1_700_000_001, 999_999_999)),
+            atime: Some((-1_000, 5)),
+        },
+        FileMeta { ctime: Some((i64::MIN, 0)), ..Default::default() },
+        FileMeta { mode: Some(0o120777), atime: Some((i64::MAX, 0)), ..Default::default() },
+    ];
+    let mut objects = Vec::new();
+    for (name, data) in &inputs {
+        for codec in CodecId::ALL.iter().copied().filter(|c| !c.gpu_only()) {
+            for sealed in [false, true] {
+                let meta = metas[objects.len() % metas.len()];
+                let config = EncodeConfig {
+                    params: CodecParams { codec, level: 1, dict: None },
+                    frame_size: 64 << 10,
+                    key: sealed.then(|| MasterKey::from_bytes(&key_bytes).unwrap()),
+                };
+                let object = shrinkfs_codec::encode_all_with(&config, data, &meta).unwrap();
+                let layout = Layout::parse(&object, object.len() as u64).unwrap();
+                assert_eq!((layout.header.version, layout.footer.version), (Version::V2, Version::V2));
+                let tag = format!("{name}.{codec}.{}", if sealed { "sealed" } else { "plain" });
+                std::fs::write(d.join(format!("{tag}.skf")), &object).unwrap();
+                objects.push((tag, &data[..], sealed.then_some(key.as_path()), meta));
+            }
+        }
+    }
+    assert_eq!(objects.len(), 48);
+    let range_of = |data: &[u8]| (data.len() as u64 / 3, (data.len() as u64 / 2).min(300_000));
+    let mut cmds = Vec::new();
+    for (tag, data, key, _) in &objects {
+        let obj = d.join(format!("{tag}.skf"));
+        let (start, len) = range_of(data);
+        let (start, len) = (start.to_string(), len.to_string());
+        let range = format!("{start}:{len}");
+        let mut c = [
+            cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&d.join(format!("{tag}.rs")))], *key),
+            cmd(Tool::Skf, &["decode", p(&obj), p(&d.join(format!("{tag}.py")))], *key),
+            cmd(Tool::Shrinkfs, &["unpack", "--range", &range, p(&obj), p(&d.join(format!("{tag}.rs.range")))], *key),
+            cmd(Tool::Skf, &["range", p(&obj), &start, &len], *key),
+            cmd(Tool::Skf, &["info", p(&obj)], None),
+        ];
+        c[3].stdout = Some(d.join(format!("{tag}.py.range")));
+        c[4].stdout = Some(d.join(format!("{tag}.info")));
+        cmds.extend(c);
+    }
+    let ran = run_all(&cmds);
+    let mut failures = Vec::new();
+    for (i, (tag, data, _, meta)) in objects.iter().enumerate() {
+        let (start, len) = range_of(data);
+        let part = &data[start as usize..(start + len) as usize];
+        let outputs = [("rs", *data), ("py", *data), ("rs.range", part), ("py.range", part)];
+        for (k, (ext, want)) in outputs.iter().enumerate() {
+            let (c, r) = (&cmds[5 * i + k], &ran[5 * i + k]);
+            if r.code != 0 {
+                failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
+            } else if std::fs::read(d.join(format!("{tag}.{ext}"))).unwrap() != *want {
+                failures.push(format!("{}: different bytes", name(c)));
+            }
+        }
+        let (c, r) = (&cmds[5 * i + 4], &ran[5 * i + 4]);
+        if r.code != 0 {
+            failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
+            continue;
+        }
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(format!("{tag}.info"))).unwrap()).unwrap();
+        let time = |t: Option<(i64, u32)>| t.map_or(serde_json::Value::Null, |(s, ns)| serde_json::json!([s, ns]));
+        let shown = (&info["meta"]["mtime"], &info["meta"]["ctime"], &info["meta"]["atime"]);
+        if info["footer"]["version"] != 2
+            || info["header"]["version"] != 2
+            || shown != (&time(meta.mtime), &time(meta.ctime), &time(meta.atime))
+        {
+            failures.push(format!("{}: shows {} for {meta:?}", name(c), info["meta"]));
+        }
+    }
+    assert_none_failed(failures, "48 version 2 objects' reads");
+}
+
 /// A one-frame object around a payload some other encoder (nVCOMP) produced.
 fn wrap_payload(codec: CodecId, raw: &[u8], payload: &[u8]) -> Vec<u8> {
     let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None, Version::V1));
@@ -351,17 +449,24 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
         std::fs::write(d.join(name), data).unwrap();
         for codec in codecs() {
             for sealed in [false, true] {
-                let tag = format!("{name}.{codec}.{}", if sealed { "sealed" } else { "plain" });
-                let (obj, out) = (d.join(format!("{tag}.skf")), d.join(format!("{tag}.out")));
-                let key = sealed.then_some(key.as_path());
-                let src = d.join(name);
-                encodes.push(cmd(
-                    Tool::Skf,
-                    &["encode", p(&src), p(&obj), "--codec", codec, "--frame-size", "65536"],
-                    key,
-                ));
-                unpacks.push(cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&out)], key));
-                wants.push((out, data));
+                // With --times skf.py records ctime and atime: a version 2 object.
+                for times in [false, true] {
+                    let tag = format!(
+                        "{name}.{codec}.{}.v{}",
+                        if sealed { "sealed" } else { "plain" },
+                        if times { 2 } else { 1 }
+                    );
+                    let (obj, out) = (d.join(format!("{tag}.skf")), d.join(format!("{tag}.out")));
+                    let key = sealed.then_some(key.as_path());
+                    let src = d.join(name);
+                    let mut args = vec!["encode", p(&src), p(&obj), "--codec", codec, "--frame-size", "65536"];
+                    if times {
+                        args.push("--times");
+                    }
+                    encodes.push(cmd(Tool::Skf, &args, key));
+                    unpacks.push(cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&out)], key));
+                    wants.push((out, data, obj, times.then_some(src)));
+                }
             }
         }
     }
@@ -371,9 +476,22 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
             failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
         }
     }
-    for (c, (out, data)) in unpacks.iter().zip(&wants) {
+    for (c, (out, data, obj, times_of)) in unpacks.iter().zip(&wants) {
         if std::fs::read(out).is_ok_and(|got| got != **data) {
             failures.push(format!("{}: different bytes", name(c)));
+        }
+        // Version 2 exactly when the times are recorded, and the ctime is the input's.
+        let Ok(b) = std::fs::read(obj) else { continue };
+        let Ok(layout) = Layout::parse(&b, b.len() as u64) else { continue };
+        let ctime = times_of.as_ref().map(|src| {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(src).unwrap();
+            (m.ctime(), m.ctime_nsec() as u32)
+        });
+        let want = if ctime.is_some() { Version::V2 } else { Version::V1 };
+        let meta = layout.meta;
+        if layout.footer.version != want || meta.ctime != ctime || meta.atime.is_some() != ctime.is_some() {
+            failures.push(format!("{}: version {} with {meta:?}, ctime {ctime:?}", p(obj), layout.footer.version));
         }
     }
     assert_none_failed(failures, &format!("{} objects", wants.len()));

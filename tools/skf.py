@@ -5,7 +5,7 @@ docs/FORMAT.md and standard codec and crypto packages, to show the format needs 
     skf.py decode OBJ OUT [--key-file K] [--dict D]... [--allow-unsealed]   front to back
     skf.py range OBJ START LEN [--key-file K] [--dict D]... [--allow-unsealed]  from the tail
     skf.py info OBJ                                                          footer, index, metadata
-    skf.py encode IN OUT [--codec C] [--level N] [--frame-size N] [--key-file K]
+    skf.py encode IN OUT [--codec C] [--level N] [--frame-size N] [--key-file K] [--times]
     skf.py batch < COMMANDS      many commands in one process (a test harness's loop; see below)
 
 A malformed object exits 1 with one line on stderr, `error: <what> [<rule>]`, naming the rule of
@@ -481,7 +481,16 @@ def compress(name, raw, level):
     return raw
 
 
-def encode(data, codec, level, frame_size, master, mtime):
+def stamp(ns):
+    """Nanoseconds since the epoch as FORMAT.md's (seconds, nanoseconds): seconds rounded down, so
+    a time before the epoch has nanoseconds in 0..10^9 too."""
+    return list(divmod(ns, 1_000_000_000))
+
+
+def encode(data, codec, level, frame_size, master, mtime, times=None):
+    """An object of `data`; `mtime` and `times` (ctime, atime) are (seconds, nanoseconds). With
+    `times` it is version 2, as FORMAT.md has a writer pick; without, version 1."""
+    version = 2 if times else 1
     object_id = os.urandom(16)
     sealed = master is not None
     aead, key_check = None, b"\0" * 8
@@ -490,7 +499,7 @@ def encode(data, codec, level, frame_size, master, mtime):
         aead = AESGCM(hkdf(master, object_id, b"shrinkfs v1 frame key", 32))
     head = bytearray(HEADER_LEN)
     head[:8] = HEAD_MAGIC
-    struct.pack_into("<HHI", head, 8, 1, int(sealed), frame_size)
+    struct.pack_into("<HHI", head, 8, version, int(sealed), frame_size)
     head[16:32], head[32:40] = object_id, key_check
     struct.pack_into("<I", head, 60, crc(head[:60]))
     parts, entries, stored_at, raw_at = [bytes(head)], [], HEADER_LEN, 0
@@ -513,12 +522,15 @@ def encode(data, codec, level, frame_size, master, mtime):
         entries.append(struct.pack("<QQIIBBHI", stored_at, raw_at, stored_len, len(raw), cid, int(sealed), 0, raw_crc))
         stored_at += FRAME_HEADER_LEN + stored_len
         raw_at += len(raw)
-    meta = struct.pack("<IIIIqII", 0o100644, 0, 0, 1 | 8, int(mtime), int(mtime % 1 * 1e9) % 1_000_000_000, 0)
+    meta = struct.pack("<IIIIqII", 0o100644, 0, 0, 1 | 8 | (16 | 32 if times else 0), *mtime, 0)
+    if times:
+        meta += struct.pack("<qIqI", *times[0], *times[1]) + bytes(8)
     body = INDEX_MAGIC + struct.pack("<I", len(entries)) + bytes(head) + meta + b"".join(entries)
     tag = aead.encrypt(b"\xff" * 12, b"", body) if sealed else b""
     index = body + tag
     footer = bytearray(FOOTER_LEN)
-    struct.pack_into("<QIIQIHHI", footer, 0, stored_at, len(index), len(entries), raw_at, crc(index), 1, int(sealed), 0)
+    struct.pack_into("<QIIQIHHI", footer, 0, stored_at, len(index), len(entries), raw_at, crc(index), version,
+                     int(sealed), 0)
     struct.pack_into("<I", footer, 36, crc(footer[:36]))
     footer[40:48] = FOOT_MAGIC
     return b"".join(parts) + index + bytes(footer)
@@ -600,6 +612,7 @@ def main(argv, stdout=None):
     s.add_argument("--level", type=int, default=1)
     s.add_argument("--frame-size", type=int, default=1 << 20)
     s.add_argument("--key-file")
+    s.add_argument("--times", action="store_true", help="record ctime and atime too (a version 2 object)")
     a = p.parse_args(argv)
     try:
         if a.cmd == "decode":
@@ -627,8 +640,11 @@ def main(argv, stdout=None):
                 raise Failure(f"--frame-size must be 1 to {MAX_RAW}", None, 2)
             with open(a.input, "rb") as f:
                 data = f.read()
-            mtime = os.stat(a.input).st_mtime if a.input != "-" else time.time()
-            write_atomic(a.output, encode(data, a.codec, a.level, a.frame_size, load_key(a.key_file), mtime))
+            st = os.stat(a.input) if a.input != "-" else None
+            now = time.time_ns()
+            mtime = stamp(st.st_mtime_ns if st else now)
+            times = (stamp(st.st_ctime_ns if st else now), stamp(st.st_atime_ns if st else now)) if a.times else None
+            write_atomic(a.output, encode(data, a.codec, a.level, a.frame_size, load_key(a.key_file), mtime, times))
     except Failure as e:
         print(e.line(), file=sys.stderr)
         return e.code
