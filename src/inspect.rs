@@ -123,7 +123,7 @@ fn describe(len: u64, read_at: &dyn Fn(std::ops::Range<u64>) -> anyhow::Result<V
 pub fn report_for(layout: &Layout) -> Report {
     Report {
         format: "shrinkfs",
-        version: Some(shrinkfs_codec::format::VERSION),
+        version: Some(layout.header.version.number()),
         stored_size: layout.stored_size(),
         logical_size: layout.logical_size(),
         frames: layout.entries.len() as u64,

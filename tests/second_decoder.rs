@@ -1,8 +1,9 @@
 //! A second decoder, written in Python from docs/FORMAT.md alone (tools/skf.py), against shrinkfs:
 //! both decode every object of a matrix (CPU codecs × frame sizes × key × real inputs) byte for
-//! byte, ranges included; the Python decoder reads frames nVCOMP wrote on a GPU; shrinkfs unpacks
-//! what the Python encoder writes; and both refuse every malformed object (each rule of the spec
-//! broken once), reading front to back and from the tail, naming the rule FORMAT.md gives it.
+//! byte, ranges included, and format version 2 objects (ctime and atime) sealed and not; the
+//! Python decoder reads frames nVCOMP wrote on a GPU; shrinkfs unpacks what the Python encoder
+//! writes, in both versions; and both refuse every malformed object (each rule of the spec broken
+//! once), reading front to back and from the tail, naming the rule FORMAT.md gives it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use shrinkfs_codec::error::Rule;
-use shrinkfs_codec::format::{FOOTER_LEN, FRAME_HEADER_LEN, HEADER_LEN, INDEX_FIXED_LEN, TAG_LEN, checksum};
+use shrinkfs_codec::format::{FOOTER_LEN, FRAME_HEADER_LEN, HEADER_LEN, TAG_LEN, Version, checksum};
 use shrinkfs_codec::seal::{MasterKey, ObjectKey};
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, FileMeta, Layout, ObjectContext, ObjectWriter};
 
@@ -283,9 +284,106 @@ fn both_decoders_agree_on_every_object_of_the_matrix() {
     assert_none_failed(failures, "384 objects' reads");
 }
 
+/// Version 2 objects (ctime and atime recorded), sealed and unsealed, of every CPU codec: both
+/// decoders read them whole, front to back, and by range from the tail, and `skf.py info` shows
+/// the times shrinkfs recorded.
+#[test]
+fn both_decoders_read_version_2_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key_bytes: [u8; 32] = rand::random();
+    let key = d.join("key");
+    std::fs::write(&key, key_bytes).unwrap();
+    let inputs: Vec<_> = inputs()
+        .into_iter()
+        .filter(|(n, _)| ["rust-source", "noise-then-zeros", "empty", "one-byte"].contains(n))
+        .collect();
+    let metas = [
+        FileMeta {
+            mode: Some(0o100600),
+            uid: Some(1000),
+            gid: Some(1000),
+            mtime: Some((1_700_000_000, 1)),
+            ctime: Some((1_700_000_001, 999_999_999)),
+            atime: Some((-1_000, 5)),
+        },
+        FileMeta { ctime: Some((i64::MIN, 0)), ..Default::default() },
+        FileMeta { mode: Some(0o120777), atime: Some((i64::MAX, 0)), ..Default::default() },
+    ];
+    let mut objects = Vec::new();
+    for (name, data) in &inputs {
+        for codec in CodecId::ALL.iter().copied().filter(|c| !c.gpu_only()) {
+            for sealed in [false, true] {
+                let meta = metas[objects.len() % metas.len()];
+                let config = EncodeConfig {
+                    params: CodecParams { codec, level: 1, dict: None },
+                    frame_size: 64 << 10,
+                    key: sealed.then(|| MasterKey::from_bytes(&key_bytes).unwrap()),
+                };
+                let object = shrinkfs_codec::encode_all_with(&config, data, &meta).unwrap();
+                let layout = Layout::parse(&object, object.len() as u64).unwrap();
+                assert_eq!((layout.header.version, layout.footer.version), (Version::V2, Version::V2));
+                let tag = format!("{name}.{codec}.{}", if sealed { "sealed" } else { "plain" });
+                std::fs::write(d.join(format!("{tag}.skf")), &object).unwrap();
+                objects.push((tag, &data[..], sealed.then_some(key.as_path()), meta));
+            }
+        }
+    }
+    assert_eq!(objects.len(), 48);
+    let range_of = |data: &[u8]| (data.len() as u64 / 3, (data.len() as u64 / 2).min(300_000));
+    let mut cmds = Vec::new();
+    for (tag, data, key, _) in &objects {
+        let obj = d.join(format!("{tag}.skf"));
+        let (start, len) = range_of(data);
+        let (start, len) = (start.to_string(), len.to_string());
+        let range = format!("{start}:{len}");
+        let mut c = [
+            cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&d.join(format!("{tag}.rs")))], *key),
+            cmd(Tool::Skf, &["decode", p(&obj), p(&d.join(format!("{tag}.py")))], *key),
+            cmd(Tool::Shrinkfs, &["unpack", "--range", &range, p(&obj), p(&d.join(format!("{tag}.rs.range")))], *key),
+            cmd(Tool::Skf, &["range", p(&obj), &start, &len], *key),
+            cmd(Tool::Skf, &["info", p(&obj)], None),
+        ];
+        c[3].stdout = Some(d.join(format!("{tag}.py.range")));
+        c[4].stdout = Some(d.join(format!("{tag}.info")));
+        cmds.extend(c);
+    }
+    let ran = run_all(&cmds);
+    let mut failures = Vec::new();
+    for (i, (tag, data, _, meta)) in objects.iter().enumerate() {
+        let (start, len) = range_of(data);
+        let part = &data[start as usize..(start + len) as usize];
+        let outputs = [("rs", *data), ("py", *data), ("rs.range", part), ("py.range", part)];
+        for (k, (ext, want)) in outputs.iter().enumerate() {
+            let (c, r) = (&cmds[5 * i + k], &ran[5 * i + k]);
+            if r.code != 0 {
+                failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
+            } else if std::fs::read(d.join(format!("{tag}.{ext}"))).unwrap() != *want {
+                failures.push(format!("{}: different bytes", name(c)));
+            }
+        }
+        let (c, r) = (&cmds[5 * i + 4], &ran[5 * i + 4]);
+        if r.code != 0 {
+            failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
+            continue;
+        }
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(format!("{tag}.info"))).unwrap()).unwrap();
+        let time = |t: Option<(i64, u32)>| t.map_or(serde_json::Value::Null, |(s, ns)| serde_json::json!([s, ns]));
+        let shown = (&info["meta"]["mtime"], &info["meta"]["ctime"], &info["meta"]["atime"]);
+        if info["footer"]["version"] != 2
+            || info["header"]["version"] != 2
+            || shown != (&time(meta.mtime), &time(meta.ctime), &time(meta.atime))
+        {
+            failures.push(format!("{}: shows {} for {meta:?}", name(c), info["meta"]));
+        }
+    }
+    assert_none_failed(failures, "48 version 2 objects' reads");
+}
+
 /// A one-frame object around a payload some other encoder (nVCOMP) produced.
 fn wrap_payload(codec: CodecId, raw: &[u8], payload: &[u8]) -> Vec<u8> {
-    let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None));
+    let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None, Version::V1));
     let mut w = ObjectWriter::new(ctx.clone());
     let mut bytes = vec![0; FRAME_HEADER_LEN];
     bytes.extend_from_slice(payload);
@@ -351,17 +449,24 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
         std::fs::write(d.join(name), data).unwrap();
         for codec in codecs() {
             for sealed in [false, true] {
-                let tag = format!("{name}.{codec}.{}", if sealed { "sealed" } else { "plain" });
-                let (obj, out) = (d.join(format!("{tag}.skf")), d.join(format!("{tag}.out")));
-                let key = sealed.then_some(key.as_path());
-                let src = d.join(name);
-                encodes.push(cmd(
-                    Tool::Skf,
-                    &["encode", p(&src), p(&obj), "--codec", codec, "--frame-size", "65536"],
-                    key,
-                ));
-                unpacks.push(cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&out)], key));
-                wants.push((out, data));
+                // With --times skf.py records ctime and atime: a version 2 object.
+                for times in [false, true] {
+                    let tag = format!(
+                        "{name}.{codec}.{}.v{}",
+                        if sealed { "sealed" } else { "plain" },
+                        if times { 2 } else { 1 }
+                    );
+                    let (obj, out) = (d.join(format!("{tag}.skf")), d.join(format!("{tag}.out")));
+                    let key = sealed.then_some(key.as_path());
+                    let src = d.join(name);
+                    let mut args = vec!["encode", p(&src), p(&obj), "--codec", codec, "--frame-size", "65536"];
+                    if times {
+                        args.push("--times");
+                    }
+                    encodes.push(cmd(Tool::Skf, &args, key));
+                    unpacks.push(cmd(Tool::Shrinkfs, &["unpack", p(&obj), p(&out)], key));
+                    wants.push((out, data, obj, times.then_some(src)));
+                }
             }
         }
     }
@@ -371,9 +476,22 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
             failures.push(format!("{}: exit {}: {}", name(c), r.code, r.stderr.trim()));
         }
     }
-    for (c, (out, data)) in unpacks.iter().zip(&wants) {
+    for (c, (out, data, obj, times_of)) in unpacks.iter().zip(&wants) {
         if std::fs::read(out).is_ok_and(|got| got != **data) {
             failures.push(format!("{}: different bytes", name(c)));
+        }
+        // Version 2 exactly when the times are recorded, and the ctime is the input's.
+        let Ok(b) = std::fs::read(obj) else { continue };
+        let Ok(layout) = Layout::parse(&b, b.len() as u64) else { continue };
+        let ctime = times_of.as_ref().map(|src| {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(src).unwrap();
+            (m.ctime(), m.ctime_nsec() as u32)
+        });
+        let want = if ctime.is_some() { Version::V2 } else { Version::V1 };
+        let meta = layout.meta;
+        if layout.footer.version != want || meta.ctime != ctime || meta.atime.is_some() != ctime.is_some() {
+            failures.push(format!("{}: version {} with {meta:?}, ctime {ctime:?}", p(obj), layout.footer.version));
         }
     }
     assert_none_failed(failures, &format!("{} objects", wants.len()));
@@ -382,6 +500,8 @@ fn shrinkfs_unpacks_what_the_second_encoder_writes() {
 /// An object taken apart so one field can be broken while every checksum and tag that does not
 /// check that field is made right again.
 struct Parts {
+    /// Length of the index's fixed part (magic, count, header copy, metadata) in this version.
+    fixed: usize,
     head: Vec<u8>,
     frames: Vec<(Vec<u8>, Vec<u8>)>,
     index: Vec<u8>,
@@ -406,6 +526,7 @@ impl Parts {
         let tag_len = if layout.header.sealed() { TAG_LEN } else { 0 };
         let body_end = ir.end as usize - tag_len;
         Parts {
+            fixed: layout.footer.version.index_fixed_len(),
             head: b[..HEADER_LEN].to_vec(),
             frames,
             index: b[ir.start as usize..body_end].to_vec(),
@@ -420,11 +541,12 @@ impl Parts {
     }
 
     fn meta(&mut self) -> &mut [u8] {
-        &mut self.index[8 + HEADER_LEN..INDEX_FIXED_LEN]
+        &mut self.index[8 + HEADER_LEN..self.fixed]
     }
 
     fn entry(&mut self, i: usize) -> &mut [u8] {
-        &mut self.index[INDEX_FIXED_LEN + 32 * i..INDEX_FIXED_LEN + 32 * (i + 1)]
+        let at = self.fixed + 32 * i;
+        &mut self.index[at..at + 32]
     }
 
     /// Recomputes every CRC and the index tag, innermost first.
@@ -491,14 +613,21 @@ struct Case {
 fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let meta =
         FileMeta { mode: Some(0o100644), uid: None, gid: None, mtime: Some((1_700_000_000, 5)), ..Default::default() };
-    let encode = |key: Option<MasterKey>, codec: CodecId, dict: Option<Arc<shrinkfs_codec::Dictionary>>| {
+    // Version 2: a ctime before the epoch, no atime (so an absent atime can be broken).
+    let meta2 = FileMeta { ctime: Some((-2, 999_999_999)), ..meta };
+    let encode_with = |meta: &FileMeta, key: Option<MasterKey>, codec, dict| {
         let config = EncodeConfig { params: CodecParams { codec, level: 3, dict }, frame_size: 4096, key };
-        shrinkfs_codec::encode_all_with(&config, data, &meta).unwrap()
+        shrinkfs_codec::encode_all_with(&config, data, meta).unwrap()
     };
+    let encode = |key, codec, dict| encode_with(&meta, key, codec, dict);
     let plain = encode(None, CodecId::Zstd, None);
     let sealed = encode(Some(master.clone()), CodecId::Zstd, None);
+    let plain2 = encode_with(&meta2, None, CodecId::Zstd, None);
+    let sealed2 = encode_with(&meta2, Some(master.clone()), CodecId::Zstd, None);
     let p = || Parts::split(&plain, None);
     let s = || Parts::split(&sealed, Some(master));
+    let p2 = || Parts::split(&plain2, None);
+    let s2 = || Parts::split(&sealed2, Some(master));
     let mut out = Vec::new();
     let mut add = |name, bytes: Vec<u8>, read_key, sealed, front, tail| {
         out.push(Case { name, bytes, read_key, sealed, front, tail })
@@ -518,6 +647,9 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut b = vec![0u8; 150];
     b[142..].copy_from_slice(&p().footer[40..]);
     add("short object ending in the footer magic", b, Own, false, ObjectKind, Some(ObjectLength));
+    let mut b = vec![0u8; 240];
+    b[192..].copy_from_slice(&p2().footer);
+    add("version 2 object shorter than 248 bytes", b, Own, false, ObjectKind, Some(ObjectLength));
     let b = p().fix().bytes();
     add("cut in half", b[..b.len() / 2].to_vec(), Own, false, Truncated, Some(Truncated));
     let mut b = p().fix().bytes();
@@ -530,8 +662,11 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     b[n - FOOTER_LEN + 16] ^= 1;
     add("footer byte", b, Own, false, FooterCrc, Some(FooterCrc));
     let mut o = p();
+    o.footer[28] = 3;
+    add("footer version 3", o.fix().bytes(), Own, false, FooterVersion, Some(FooterVersion));
+    let mut o = p();
     o.footer[28] = 2;
-    add("footer version", o.fix().bytes(), Own, false, FooterVersion, Some(FooterVersion));
+    add("footer version 2 over a version 1 index", o.fix().bytes(), Own, false, FooterFit, Some(FooterFit));
     let mut o = p();
     o.footer[30] |= 2;
     add("footer flags", o.fix().bytes(), Own, false, FooterFlags, Some(FooterFlags));
@@ -569,8 +704,16 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     o.copy()[20] ^= 1;
     add("header copy byte", o.fix_index_only(), Own, false, HeaderCrc, Some(HeaderCrc));
     let mut o = p();
+    o.copy()[8] = 3;
+    add("header copy version 3", o.fix().bytes(), Own, false, HeaderVersion, Some(HeaderVersion));
+    let mut o = p2();
+    o.copy()[8] = 1;
+    o.head[8] = 1;
+    add("version 2 index and footer, header says 1", o.fix().bytes(), Own, false, StreamIndex, Some(VersionAgree));
+    let mut o = s();
     o.copy()[8] = 2;
-    add("header copy version", o.fix().bytes(), Own, false, HeaderVersion, Some(HeaderVersion));
+    o.head[8] = 2;
+    add("version 1 index and footer, header says 2", o.fix().bytes(), Own, true, Truncated, Some(VersionAgree));
     let mut o = p();
     o.copy()[10] |= 4;
     add("header copy flags", o.fix().bytes(), Own, false, HeaderFlags, Some(HeaderFlags));
@@ -592,6 +735,18 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut o = p();
     o.meta()[30] = 1;
     add("metadata reserved", o.fix().bytes(), Own, false, MetaReserved, Some(MetaReserved));
+    let mut o = p2();
+    o.meta()[12] |= 0x40;
+    add("version 2 metadata flags", o.fix().bytes(), Own, false, MetaFlags, Some(MetaFlags));
+    let mut o = p2();
+    o.meta()[46] = 1;
+    add("absent atime not zero", o.fix().bytes(), Own, false, MetaAbsent, Some(MetaAbsent));
+    let mut o = s2();
+    set_u32(o.meta(), 40, 1_000_000_000);
+    add("ctime nanoseconds", o.fix().bytes(), Own, true, MetaNanos, Some(MetaNanos));
+    let mut o = p2();
+    o.meta()[60] = 1;
+    add("version 2 metadata reserved", o.fix().bytes(), Own, false, MetaReserved, Some(MetaReserved));
     let mut o = p();
     o.entry(1)[24] = 99;
     add("entry codec", o.fix().bytes(), Own, false, EntryCodec, Some(EntryCodec));
@@ -625,6 +780,10 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     let mut o = s();
     o.tag[0] ^= 1;
     add("index tag", o.fix_index_only(), Own, true, IndexTag, Some(IndexTag));
+    let mut o = s2();
+    o.fix();
+    o.meta()[33] ^= 1;
+    add("sealed ctime changed", o.fix_index_only(), Own, true, IndexTag, Some(IndexTag));
     add("unsealed object read with a key", p().fix().bytes(), Other, false, SealedOnly, Some(SealedOnly));
     add("plain bytes read with a key", data.to_vec(), Other, false, SealedOnly, Some(SealedOnly));
     let mut o = s();
@@ -679,8 +838,11 @@ fn cases(master: &MasterKey, dict: &Arc<Dictionary>, data: &[u8]) -> Vec<Case> {
     o.head[20] ^= 1;
     add("header byte", o.bytes(), Own, false, HeaderCrc, None);
     let mut o = p();
+    o.head[8] = 3;
+    add("header version 3", o.fix().bytes(), Own, false, HeaderVersion, None);
+    let mut o = p();
     o.head[8] = 2;
-    add("header version", o.fix().bytes(), Own, false, HeaderVersion, None);
+    add("header version 2 over a version 1 object", o.fix().bytes(), Own, false, Truncated, None);
     out
 }
 

@@ -5,7 +5,7 @@ docs/FORMAT.md and standard codec and crypto packages, to show the format needs 
     skf.py decode OBJ OUT [--key-file K] [--dict D]... [--allow-unsealed]   front to back
     skf.py range OBJ START LEN [--key-file K] [--dict D]... [--allow-unsealed]  from the tail
     skf.py info OBJ                                                          footer, index, metadata
-    skf.py encode IN OUT [--codec C] [--level N] [--frame-size N] [--key-file K]
+    skf.py encode IN OUT [--codec C] [--level N] [--frame-size N] [--key-file K] [--times]
     skf.py batch < COMMANDS      many commands in one process (a test harness's loop; see below)
 
 A malformed object exits 1 with one line on stderr, `error: <what> [<rule>]`, naming the rule of
@@ -38,9 +38,26 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 HEAD_MAGIC = b"\x89SHRKFS\n"
 FOOT_MAGIC = b"\nSHRKFS\x89"
 INDEX_MAGIC = b"SKIX"
-HEADER_LEN, FRAME_HEADER_LEN, ENTRY_LEN, INDEX_FIXED_LEN, FOOTER_LEN, TAG_LEN = 64, 24, 32, 104, 48, 16
+HEADER_LEN, FRAME_HEADER_LEN, ENTRY_LEN, FOOTER_LEN, TAG_LEN = 64, 24, 32, 48, 16
 MAX_RAW = 64 << 20
-MIN_OBJECT = HEADER_LEN + INDEX_FIXED_LEN + FOOTER_LEN
+# Per format version: the file metadata block's length and its defined flag bits (mode, uid, gid,
+# mtime; version 2 adds ctime and atime).
+META_LEN = {1: 32, 2: 64}
+META_FLAGS = {1: 0xF, 2: 0x3F}
+NEWEST = max(META_LEN)
+
+
+def index_fixed(version):
+    """Bytes of the index before its entries: magic, count, header copy, file metadata."""
+    return 8 + HEADER_LEN + META_LEN[version]
+
+
+def min_object(version):
+    """The smallest object of a version: an empty file's header, index and footer."""
+    return HEADER_LEN + index_fixed(version) + FOOTER_LEN
+
+
+SMALLEST_OBJECT = min(min_object(v) for v in META_LEN)
 TAIL_FETCH = 64 << 10
 CODECS = {0: "none", 1: "zstd", 2: "lz4-block", 3: "deflate", 4: "snappy", 5: "lz4",
           16: "gdeflate", 17: "cascaded", 18: "bitcomp", 19: "ans"}
@@ -87,8 +104,8 @@ def parse_header(b):
     if crc(b[:60]) != u32(b, 60):
         raise bad("header-crc", "header checksum mismatch")
     version = u16(b, 8)
-    if version != 1:
-        raise bad("header-version", f"unsupported format version {version}")
+    if version not in META_LEN:
+        raise bad("header-version", f"unsupported format version {version} (this decoder reads 1 to {NEWEST})")
     flags = u16(b, 10)
     if flags & ~1:
         raise bad("header-flags", f"unknown header flags {flags:#x}")
@@ -97,27 +114,29 @@ def parse_header(b):
         raise bad("header-reserved", "key check set in an unsealed header")
     if any(b[44:60]):
         raise bad("header-reserved", "reserved header bytes are not zero")
-    return {"sealed": sealed, "flags": flags, "frame_size": u32(b, 12), "object_id": bytes(b[16:32]),
+    return {"version": version, "sealed": sealed, "flags": flags, "frame_size": u32(b, 12), "object_id": bytes(b[16:32]),
             "key_check": bytes(b[32:40]), "dict_id": u32(b, 40), "raw": bytes(b[:64])}
 
 
 def parse_footer(b, object_len):
     """Footer rules; `b` is the last 48 bytes of an object of `object_len` bytes."""
-    if object_len < MIN_OBJECT:
+    if object_len < SMALLEST_OBJECT:
         raise bad("object-length", f"object of {object_len} bytes ends with the footer magic")
     if crc(b[:36]) != u32(b, 36):
         raise bad("footer-crc", "footer checksum mismatch")
     version = u16(b, 28)
-    if version != 1:
-        raise bad("footer-version", f"unsupported format version {version}")
+    if version not in META_LEN:
+        raise bad("footer-version", f"unsupported format version {version} (this decoder reads 1 to {NEWEST})")
+    if object_len < min_object(version):
+        raise bad("object-length", f"version {version} object of {object_len} bytes")
     flags = u16(b, 30)
     if flags & ~1:
         raise bad("footer-flags", f"unknown footer flags {flags:#x}")
     if u32(b, 32):
         raise bad("footer-reserved", "reserved footer bytes are not zero")
-    f = {"index_offset": u64(b, 0), "index_len": u32(b, 8), "frame_count": u32(b, 12),
+    f = {"version": version, "index_offset": u64(b, 0), "index_len": u32(b, 8), "frame_count": u32(b, 12),
          "logical_size": u64(b, 16), "index_crc": u32(b, 24), "flags": flags, "sealed": bool(flags & 1)}
-    want_len = INDEX_FIXED_LEN + ENTRY_LEN * f["frame_count"] + (TAG_LEN if f["sealed"] else 0)
+    want_len = index_fixed(version) + ENTRY_LEN * f["frame_count"] + (TAG_LEN if f["sealed"] else 0)
     if (f["index_len"] != want_len or f["index_offset"] < HEADER_LEN
             or f["index_offset"] + f["index_len"] + FOOTER_LEN != object_len):
         raise bad("footer-fit", "footer does not fit the object's length")
@@ -144,14 +163,18 @@ def parse_index(index, footer):
     if count != footer["frame_count"]:
         raise bad("index-count", "index entry count differs from the footer's")
     header = parse_header(body[8:72])
+    version = footer["version"]
+    if header["version"] != version:
+        raise bad("version-agree", f"footer says version {version}, the header copy {header['version']}")
     if header["flags"] != footer["flags"]:
         raise bad("flags-agree", "footer and header flags differ")
-    meta = parse_meta(body[72:104])
+    fixed = index_fixed(version)
+    meta = parse_meta(body[72:fixed], version)
     sealed = header["sealed"]
     entries = []
     stored, raw = HEADER_LEN, 0
     for i in range(count):
-        e = body[INDEX_FIXED_LEN + ENTRY_LEN * i:INDEX_FIXED_LEN + ENTRY_LEN * (i + 1)]
+        e = body[fixed + ENTRY_LEN * i:fixed + ENTRY_LEN * (i + 1)]
         codec, flags = e[24], e[25]
         if codec not in CODECS:
             raise bad("entry-codec", f"index entry {i}: unknown codec id {codec}")
@@ -179,27 +202,30 @@ def parse_index(index, footer):
             "tag": index[len(body):]}
 
 
-def parse_meta(b):
+# (flag bit, offset, length, name) of each metadata field; a time is 8 bytes of signed seconds
+# and 4 of nanoseconds. Version 2 adds the last two.
+META_FIELDS = ((1, 0, 4, "mode"), (2, 4, 4, "uid"), (4, 8, 4, "gid"), (8, 16, 12, "mtime"),
+               (16, 32, 12, "ctime"), (32, 44, 12, "atime"))
+META_RESERVED = {1: ((28, 32),), 2: ((28, 32), (56, 64))}
+
+
+def parse_meta(b, version):
     flags = u32(b, 12)
-    if flags & ~0xF:
-        raise bad("meta-flags", f"unknown file metadata flags {flags:#x}")
-    for bit, lo, hi, name in ((1, 0, 4, "mode"), (2, 4, 8, "uid"), (4, 8, 12, "gid"), (8, 16, 28, "mtime")):
-        if not flags & bit and any(b[lo:hi]):
+    if flags & ~META_FLAGS[version]:
+        raise bad("meta-flags", f"unknown file metadata flags {flags:#x} in a version {version} object")
+    fields = [f for f in META_FIELDS if f[1] + f[2] <= META_LEN[version]]
+    for bit, at, n, name in fields:
+        if not flags & bit and any(b[at:at + n]):
             raise bad("meta-absent", f"file metadata: absent {name} is not zero")
-    ns = u32(b, 24)
-    if ns >= 1_000_000_000:
-        raise bad("meta-nanos", "file metadata nanoseconds out of range")
-    if u32(b, 28):
+    for bit, at, n, name in fields:
+        if n == 12 and u32(b, at + 8) >= 1_000_000_000:
+            raise bad("meta-nanos", f"file metadata: {name} nanoseconds out of range")
+    if any(any(b[lo:hi]) for lo, hi in META_RESERVED[version]):
         raise bad("meta-reserved", "file metadata reserved bytes are not zero")
     meta = {}
-    if flags & 1:
-        meta["mode"] = u32(b, 0)
-    if flags & 2:
-        meta["uid"] = u32(b, 4)
-    if flags & 4:
-        meta["gid"] = u32(b, 8)
-    if flags & 8:
-        meta["mtime"] = [struct.unpack_from("<q", b, 16)[0], ns]
+    for bit, at, n, name in fields:
+        if flags & bit:
+            meta[name] = u32(b, at) if n == 4 else [struct.unpack_from("<q", b, at)[0], u32(b, at + 8)]
     return meta
 
 
@@ -355,7 +381,8 @@ def decode_front_to_back(data, master, dicts, allow_unsealed):
         seen.append(dict({k: h[k] for k in COMPARED}, stored_offset=pos, raw_offset=raw_at))
         raw_at += h["raw_len"]
         pos, i = end, i + 1
-    need = INDEX_FIXED_LEN + ENTRY_LEN * len(seen) + (TAG_LEN if sealed else 0) + FOOTER_LEN
+    # The header at offset 0 says which version, so how long index and footer are.
+    need = index_fixed(header["version"]) + ENTRY_LEN * len(seen) + (TAG_LEN if sealed else 0) + FOOTER_LEN
     if n - pos < need:
         raise bad("truncated", "input ends inside the index or footer")
     tail = data[pos:pos + need]
@@ -454,7 +481,16 @@ def compress(name, raw, level):
     return raw
 
 
-def encode(data, codec, level, frame_size, master, mtime):
+def stamp(ns):
+    """Nanoseconds since the epoch as FORMAT.md's (seconds, nanoseconds): seconds rounded down, so
+    a time before the epoch has nanoseconds in 0..10^9 too."""
+    return list(divmod(ns, 1_000_000_000))
+
+
+def encode(data, codec, level, frame_size, master, mtime, times=None):
+    """An object of `data`; `mtime` and `times` (ctime, atime) are (seconds, nanoseconds). With
+    `times` it is version 2, as FORMAT.md has a writer pick; without, version 1."""
+    version = 2 if times else 1
     object_id = os.urandom(16)
     sealed = master is not None
     aead, key_check = None, b"\0" * 8
@@ -463,7 +499,7 @@ def encode(data, codec, level, frame_size, master, mtime):
         aead = AESGCM(hkdf(master, object_id, b"shrinkfs v1 frame key", 32))
     head = bytearray(HEADER_LEN)
     head[:8] = HEAD_MAGIC
-    struct.pack_into("<HHI", head, 8, 1, int(sealed), frame_size)
+    struct.pack_into("<HHI", head, 8, version, int(sealed), frame_size)
     head[16:32], head[32:40] = object_id, key_check
     struct.pack_into("<I", head, 60, crc(head[:60]))
     parts, entries, stored_at, raw_at = [bytes(head)], [], HEADER_LEN, 0
@@ -486,12 +522,15 @@ def encode(data, codec, level, frame_size, master, mtime):
         entries.append(struct.pack("<QQIIBBHI", stored_at, raw_at, stored_len, len(raw), cid, int(sealed), 0, raw_crc))
         stored_at += FRAME_HEADER_LEN + stored_len
         raw_at += len(raw)
-    meta = struct.pack("<IIIIqII", 0o100644, 0, 0, 1 | 8, int(mtime), int(mtime % 1 * 1e9) % 1_000_000_000, 0)
+    meta = struct.pack("<IIIIqII", 0o100644, 0, 0, 1 | 8 | (16 | 32 if times else 0), *mtime, 0)
+    if times:
+        meta += struct.pack("<qIqI", *times[0], *times[1]) + bytes(8)
     body = INDEX_MAGIC + struct.pack("<I", len(entries)) + bytes(head) + meta + b"".join(entries)
     tag = aead.encrypt(b"\xff" * 12, b"", body) if sealed else b""
     index = body + tag
     footer = bytearray(FOOTER_LEN)
-    struct.pack_into("<QIIQIHHI", footer, 0, stored_at, len(index), len(entries), raw_at, crc(index), 1, int(sealed), 0)
+    struct.pack_into("<QIIQIHHI", footer, 0, stored_at, len(index), len(entries), raw_at, crc(index), version,
+                     int(sealed), 0)
     struct.pack_into("<I", footer, 36, crc(footer[:36]))
     footer[40:48] = FOOT_MAGIC
     return b"".join(parts) + index + bytes(footer)
@@ -573,6 +612,7 @@ def main(argv, stdout=None):
     s.add_argument("--level", type=int, default=1)
     s.add_argument("--frame-size", type=int, default=1 << 20)
     s.add_argument("--key-file")
+    s.add_argument("--times", action="store_true", help="record ctime and atime too (a version 2 object)")
     a = p.parse_args(argv)
     try:
         if a.cmd == "decode":
@@ -600,8 +640,11 @@ def main(argv, stdout=None):
                 raise Failure(f"--frame-size must be 1 to {MAX_RAW}", None, 2)
             with open(a.input, "rb") as f:
                 data = f.read()
-            mtime = os.stat(a.input).st_mtime if a.input != "-" else time.time()
-            write_atomic(a.output, encode(data, a.codec, a.level, a.frame_size, load_key(a.key_file), mtime))
+            st = os.stat(a.input) if a.input != "-" else None
+            now = time.time_ns()
+            mtime = stamp(st.st_mtime_ns if st else now)
+            times = (stamp(st.st_ctime_ns if st else now), stamp(st.st_atime_ns if st else now)) if a.times else None
+            write_atomic(a.output, encode(data, a.codec, a.level, a.frame_size, load_key(a.key_file), mtime, times))
     except Failure as e:
         print(e.line(), file=sys.stderr)
         return e.code

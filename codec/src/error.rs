@@ -21,15 +21,24 @@ pub enum Error {
         /// What was found, in words.
         detail: String,
     },
-    /// The object was written by a newer format version than this build reads.
-    #[error("unsupported format version {version} (this build reads version {supported}) [{rule}]")]
+    /// The object names a format version this build does not read (written by a newer shrinkfs).
+    #[error("unsupported format version {version} (this build reads versions 1 to {supported}) [{rule}]")]
     UnsupportedVersion {
         /// `HeaderVersion` or `FooterVersion`.
         rule: Rule,
         /// The version found.
         version: u16,
-        /// The version this build reads.
+        /// The newest version this build reads.
         supported: u16,
+    },
+    /// File metadata an object cannot store: its header, written before the metadata was known,
+    /// names an older format version than the metadata needs (ctime or atime in version 1).
+    #[error("file metadata needs format version {needed}, but the object was started as version {started}")]
+    MetaNeedsVersion {
+        /// The oldest version that stores the metadata.
+        needed: u16,
+        /// The version the object's header names.
+        started: u16,
     },
     /// A codec id this build does not know.
     #[error("unknown codec id {id} (written by a newer shrinkfs?) [{rule}]")]
@@ -136,6 +145,7 @@ impl Error {
             | Error::CodecUnavailable { .. }
             | Error::KeyRequired
             | Error::InvalidKey(_)
+            | Error::MetaNeedsVersion { .. }
             | Error::InvalidOption(_) => None,
         }
     }
@@ -184,6 +194,7 @@ rules! {
     HeaderVersion => "header-version",
     HeaderFlags => "header-flags",
     HeaderReserved => "header-reserved",
+    VersionAgree => "version-agree",
     FlagsAgree => "flags-agree",
     MetaFlags => "meta-flags",
     MetaAbsent => "meta-absent",

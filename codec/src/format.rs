@@ -1,13 +1,79 @@
-//! Byte layout of format version 1: object header, frame header, index and footer (docs/FORMAT.md).
+//! Byte layout of format versions 1 and 2: object header, frame header, index and footer
+//! (docs/FORMAT.md).
 //!
 //! Everything is little-endian and fixed-size except the index, whose length follows from its
-//! entry count. Each structure carries a CRC-32C so a flipped byte is named, never decoded.
+//! entry count and the version (version 2's file metadata block is 64 bytes, version 1's 32). Each
+//! structure carries a CRC-32C so a flipped byte is named, never decoded.
 
 use crate::error::{Error, Result, Rule};
 use crate::id::CodecId;
+pub use crate::meta::{FileMeta, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 
-/// Format version written by this build, and the newest one it reads.
-pub const VERSION: u16 = 1;
+/// A format version this build reads and writes. The versions differ only in the index's file
+/// metadata block: version 2 adds ctime and atime. A writer picks the oldest version that holds
+/// the metadata it records (`FileMeta::min_version`), so objects without ctime and atime stay
+/// readable by version 1 readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// Mode, owner, group and mtime: a 32-byte metadata block.
+    V1 = 1,
+    /// Version 1's fields, ctime and atime: a 64-byte metadata block.
+    V2 = 2,
+}
+
+impl Version {
+    /// The newest version this build reads (and the one errors about newer versions name).
+    pub const NEWEST: Version = Version::V2;
+
+    /// The version numbered `n` in a header or footer, if this build reads it.
+    pub fn from_u16(n: u16) -> Option<Self> {
+        match n {
+            1 => Some(Version::V1),
+            2 => Some(Version::V2),
+            _ => None,
+        }
+    }
+
+    /// The number stored in the header's and footer's `version` fields.
+    pub fn number(self) -> u16 {
+        self as u16
+    }
+
+    /// Size of the file metadata block in the index.
+    pub const fn meta_len(self) -> usize {
+        match self {
+            Version::V1 => 32,
+            Version::V2 => 64,
+        }
+    }
+
+    /// Size of the index's fixed part before the entries (magic, count, header copy, metadata).
+    pub const fn index_fixed_len(self) -> usize {
+        8 + HEADER_LEN + self.meta_len()
+    }
+
+    /// Length of the smallest object (an empty file): header, index without entries, footer.
+    pub const fn min_object_len(self) -> u64 {
+        (HEADER_LEN + self.index_fixed_len() + FOOTER_LEN) as u64
+    }
+
+    /// Length of the index of `count` entries, with the tag when `sealed`.
+    pub fn index_len(self, count: usize, sealed: bool) -> usize {
+        self.index_fixed_len() + ENTRY_LEN * count + if sealed { TAG_LEN } else { 0 }
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+/// The version a header or footer names, or the error naming `rule` for one this build does not read.
+fn read_version(n: u16, rule: Rule) -> Result<Version> {
+    Version::from_u16(n).ok_or(Error::UnsupportedVersion { rule, version: n, supported: Version::NEWEST.number() })
+}
+
 /// First 8 bytes of every shrinkfs object.
 pub const HEAD_MAGIC: [u8; 8] = *b"\x89SHRKFS\n";
 /// Last 8 bytes of every shrinkfs object.
@@ -22,10 +88,6 @@ pub const HEADER_LEN: usize = 64;
 pub const FRAME_HEADER_LEN: usize = 24;
 /// Size of one index entry.
 pub const ENTRY_LEN: usize = 32;
-/// Size of the file metadata block in the index.
-pub const META_LEN: usize = 32;
-/// Size of the index's fixed part before the entries (magic, count, header copy, file metadata).
-pub const INDEX_FIXED_LEN: usize = 8 + HEADER_LEN + META_LEN;
 /// Size of the footer.
 pub const FOOTER_LEN: usize = 48;
 /// Size of the AES-GCM tag that ends a sealed frame payload and a sealed index.
@@ -40,8 +102,9 @@ pub const FRAME_FLAG_SEALED: u8 = 1;
 pub const MIN_FRAME_SIZE: u32 = 4 * 1024;
 /// Largest raw frame a reader accepts; bounds the memory one frame can make a reader allocate.
 pub const MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
-/// Length of the smallest object (an empty file): header, index without entries, footer.
-pub const MIN_OBJECT_LEN: u64 = (HEADER_LEN + INDEX_FIXED_LEN + FOOTER_LEN) as u64;
+/// Length below which no object of any version fits: checked before the footer's version is
+/// known (a longer minimum of a newer version is checked once it is).
+pub const SMALLEST_OBJECT_LEN: u64 = Version::V1.min_object_len();
 
 fn crc(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
@@ -50,10 +113,10 @@ fn crc(bytes: &[u8]) -> u32 {
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
@@ -67,6 +130,8 @@ fn need(what: &'static str, bytes: &[u8], len: usize) -> Result<()> {
 /// The object header: identity and parameters shared by every frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// Format version of the object; its footer and the index's header copy name the same one.
+    pub version: Version,
     /// Header flags (`FLAG_SEALED`).
     pub flags: u16,
     /// Nominal raw frame size the writer used (informational; frames may be shorter).
@@ -89,7 +154,7 @@ impl Header {
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&HEAD_MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..10].copy_from_slice(&self.version.number().to_le_bytes());
         b[10..12].copy_from_slice(&self.flags.to_le_bytes());
         b[12..16].copy_from_slice(&self.frame_size.to_le_bytes());
         b[16..32].copy_from_slice(&self.object_id);
@@ -115,10 +180,7 @@ impl Header {
         if crc(&b[..60]) != u32_at(b, 60) {
             return Err(Error::malformed(Rule::HeaderCrc, "header checksum mismatch"));
         }
-        let version = u16_at(b, 8);
-        if version != VERSION {
-            return Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version, supported: VERSION });
-        }
+        let version = read_version(u16_at(b, 8), Rule::HeaderVersion)?;
         let flags = u16_at(b, 10);
         if flags & !FLAG_SEALED != 0 {
             return Err(Error::malformed(Rule::HeaderFlags, format!("unknown header flags {flags:#x}")));
@@ -131,6 +193,7 @@ impl Header {
             return Err(Error::malformed(Rule::HeaderReserved, "reserved header bytes 44..60 are not zero"));
         }
         Ok(Header {
+            version,
             flags,
             frame_size: u32_at(b, 12),
             object_id: b[16..32].try_into().expect("16 bytes"),
@@ -322,117 +385,20 @@ impl IndexEntry {
     }
 }
 
-/// File metadata kept with an object: what a filesystem needs beyond the bytes.
-///
-/// Every field is optional; a reader falls back to its own defaults for fields not set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FileMeta {
-    /// POSIX `st_mode`: file type bits and permission bits.
-    pub mode: Option<u32>,
-    /// Owner.
-    pub uid: Option<u32>,
-    /// Group.
-    pub gid: Option<u32>,
-    /// Modification time: seconds and nanoseconds since the Unix epoch.
-    pub mtime: Option<(i64, u32)>,
-    /// Status change time (ctime), as `mtime`.
-    pub ctime: Option<(i64, u32)>,
-    /// Access time, as `mtime`.
-    pub atime: Option<(i64, u32)>,
-}
-
-/// `st_mode` file type of a symbolic link (its target is the object's data).
-pub const S_IFLNK: u32 = 0o120000;
-/// `st_mode` file type of a regular file.
-pub const S_IFREG: u32 = 0o100000;
-/// `st_mode` file type of a directory (a directory's marker object, whose data is empty).
-pub const S_IFDIR: u32 = 0o040000;
-/// `st_mode` file type of a FIFO (named pipe); its data is empty.
-pub const S_IFIFO: u32 = 0o010000;
-/// `st_mode` file type of a Unix socket; its data is empty.
-pub const S_IFSOCK: u32 = 0o140000;
-/// `st_mode` file type of a character device; its data is the device number (8 bytes, LE).
-pub const S_IFCHR: u32 = 0o020000;
-/// `st_mode` file type of a block device; its data is the device number (8 bytes, LE).
-pub const S_IFBLK: u32 = 0o060000;
-/// Mask of the file type bits.
-pub const S_IFMT: u32 = 0o170000;
-
-impl FileMeta {
-    /// Whether the object is a symbolic link.
-    pub fn is_symlink(&self) -> bool {
-        self.mode.is_some_and(|m| m & S_IFMT == S_IFLNK)
-    }
-
-    fn write(&self, b: &mut [u8]) {
-        let mut flags = 0u32;
-        if let Some(m) = self.mode {
-            flags |= 1;
-            b[0..4].copy_from_slice(&m.to_le_bytes());
-        }
-        if let Some(u) = self.uid {
-            flags |= 2;
-            b[4..8].copy_from_slice(&u.to_le_bytes());
-        }
-        if let Some(g) = self.gid {
-            flags |= 4;
-            b[8..12].copy_from_slice(&g.to_le_bytes());
-        }
-        if let Some((s, ns)) = self.mtime {
-            flags |= 8;
-            b[16..24].copy_from_slice(&s.to_le_bytes());
-            b[24..28].copy_from_slice(&ns.to_le_bytes());
-        }
-        b[12..16].copy_from_slice(&flags.to_le_bytes());
-    }
-
-    fn read(b: &[u8]) -> Result<Self> {
-        let flags = u32_at(b, 12);
-        if flags & !0xf != 0 {
-            return Err(Error::malformed(Rule::MetaFlags, format!("unknown file metadata flags {flags:#x}")));
-        }
-        let fields: [(u32, std::ops::Range<usize>, &str); 4] =
-            [(1, 0..4, "mode"), (2, 4..8, "uid"), (4, 8..12, "gid"), (8, 16..28, "mtime")];
-        for (bit, range, name) in fields {
-            if flags & bit == 0 && b[range].iter().any(|x| *x != 0) {
-                return Err(Error::malformed(Rule::MetaAbsent, format!("file metadata: absent {name} is not zero")));
-            }
-        }
-        let ns = u32_at(b, 24);
-        if ns >= 1_000_000_000 {
-            return Err(Error::malformed(Rule::MetaNanos, "file metadata nanoseconds out of range"));
-        }
-        if u32_at(b, 28) != 0 {
-            return Err(Error::malformed(Rule::MetaReserved, "file metadata reserved bytes are not zero"));
-        }
-        Ok(FileMeta {
-            mode: (flags & 1 != 0).then(|| u32_at(b, 0)),
-            uid: (flags & 2 != 0).then(|| u32_at(b, 4)),
-            gid: (flags & 4 != 0).then(|| u32_at(b, 8)),
-            mtime: (flags & 8 != 0).then(|| (u64_at(b, 16) as i64, ns)),
-            ctime: None,
-            atime: None,
-        })
-    }
-}
-
-/// Serializes an index body (without the seal tag): magic, count, header copy, metadata, entries.
+/// Serializes an index body (without the seal tag): magic, count, header copy, metadata, entries,
+/// laid out as the header's version says. `meta` must fit that version (`FileMeta::min_version`).
 pub fn index_body(header: &Header, meta: &FileMeta, entries: &[IndexEntry]) -> Vec<u8> {
-    let mut b = vec![0u8; INDEX_FIXED_LEN + ENTRY_LEN * entries.len()];
+    let fixed = header.version.index_fixed_len();
+    let mut b = vec![0u8; fixed + ENTRY_LEN * entries.len()];
     b[0..4].copy_from_slice(&INDEX_MAGIC);
     b[4..8].copy_from_slice(&(entries.len() as u32).to_le_bytes());
     b[8..8 + HEADER_LEN].copy_from_slice(&header.to_bytes());
-    meta.write(&mut b[8 + HEADER_LEN..INDEX_FIXED_LEN]);
+    meta.write(&mut b[8 + HEADER_LEN..fixed], header.version);
     for (i, e) in entries.iter().enumerate() {
-        let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
+        let at = fixed + i * ENTRY_LEN;
         e.write(&mut b[at..at + ENTRY_LEN]);
     }
     b
-}
-
-/// Length of the index of `count` entries, with the tag when `sealed`.
-pub fn index_len(count: usize, sealed: bool) -> usize {
-    INDEX_FIXED_LEN + ENTRY_LEN * count + if sealed { TAG_LEN } else { 0 }
 }
 
 /// A parsed index body; the seal tag (if any) is checked by the caller that holds the key.
@@ -447,12 +413,10 @@ pub struct IndexBody {
 }
 
 impl IndexBody {
-    /// Parses an index body of exactly `count` entries and checks that the entries tile the object:
-    /// frames follow one another from the header to `data_end`, and their raw ranges follow one
-    /// another from 0 to `logical_size`.
     /// Parses an index body (tag excluded) against its footer and checks every index rule in
-    /// FORMAT.md's order: magic, count, the header copy, flags agreeing with the footer's,
-    /// metadata, each entry, then that the entries tile the object and the file.
+    /// FORMAT.md's order: magic, count, the header copy, version and flags agreeing with the
+    /// footer's, metadata, each entry, then that the entries tile the object and the file. The
+    /// footer's version (which `footer-fit` checked the index length against) gives the layout.
     pub fn parse(b: &[u8], footer: &Footer) -> Result<Self> {
         if b.len() < 8 || b[..4] != INDEX_MAGIC {
             return Err(Error::malformed(Rule::IndexMagic, "bad magic in index"));
@@ -461,18 +425,24 @@ impl IndexBody {
         if u32_at(b, 4) != count {
             return Err(Error::malformed(Rule::IndexCount, "index entry count differs from the footer's"));
         }
-        let body_len = INDEX_FIXED_LEN + ENTRY_LEN * count as usize;
-        need("index", b, body_len)?;
+        let fixed = footer.version.index_fixed_len();
+        need("index", b, fixed + ENTRY_LEN * count as usize)?;
         let header = Header::parse(&b[8..8 + HEADER_LEN])?;
+        if header.version != footer.version {
+            return Err(Error::malformed(
+                Rule::VersionAgree,
+                format!("footer says version {}, the header copy version {}", footer.version, header.version),
+            ));
+        }
         if header.flags != footer.flags {
             return Err(Error::malformed(Rule::FlagsAgree, "footer and header flags differ"));
         }
-        let meta = FileMeta::read(&b[8 + HEADER_LEN..INDEX_FIXED_LEN])?;
+        let meta = FileMeta::read(&b[8 + HEADER_LEN..fixed], footer.version)?;
         let mut entries = Vec::with_capacity(count as usize);
         let mut stored = HEADER_LEN as u64;
         let mut raw = 0u64;
         for i in 0..count as usize {
-            let at = INDEX_FIXED_LEN + i * ENTRY_LEN;
+            let at = fixed + i * ENTRY_LEN;
             let e = IndexEntry::read(&b[at..at + ENTRY_LEN], i, header.sealed())?;
             if e.stored_offset != stored || e.raw_offset != raw {
                 return Err(Error::malformed(Rule::EntryTiling, format!("index entry {i} is out of place")));
@@ -494,6 +464,8 @@ impl IndexBody {
 /// The footer: the last 48 bytes of an object, pointing at the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footer {
+    /// Format version; equals the header's.
+    pub version: Version,
     /// Offset of the index in the object.
     pub index_offset: u64,
     /// Length of the index, tag included.
@@ -517,7 +489,7 @@ impl Footer {
         b[12..16].copy_from_slice(&self.frame_count.to_le_bytes());
         b[16..24].copy_from_slice(&self.logical_size.to_le_bytes());
         b[24..28].copy_from_slice(&self.index_crc.to_le_bytes());
-        b[28..30].copy_from_slice(&VERSION.to_le_bytes());
+        b[28..30].copy_from_slice(&self.version.number().to_le_bytes());
         b[30..32].copy_from_slice(&self.flags.to_le_bytes());
         // 32..36 reserved, zero.
         let c = crc(&b[..36]);
@@ -532,27 +504,28 @@ impl Footer {
     }
 
     /// Parses the footer from the last `FOOTER_LEN` bytes of `tail`, and checks it against the
-    /// total object length.
+    /// total object length, in FORMAT.md's order.
     pub fn parse(tail: &[u8], object_len: u64) -> Result<Self> {
         if !Self::has_magic(tail) {
             return Err(Error::NotShrinkfs);
         }
-        if object_len < MIN_OBJECT_LEN {
-            return Err(Error::malformed(
+        let too_short = |min: u64, of: &str| {
+            Error::malformed(
                 Rule::ObjectLength,
-                format!(
-                    "object of {object_len} bytes ends with the footer magic; a shrinkfs object has at least {MIN_OBJECT_LEN}"
-                ),
-            ));
+                format!("object of {object_len} bytes ends with the footer magic; {of} has at least {min}"),
+            )
+        };
+        if object_len < SMALLEST_OBJECT_LEN {
+            return Err(too_short(SMALLEST_OBJECT_LEN, "a shrinkfs object"));
         }
         need("footer", tail, FOOTER_LEN)?;
         let b = &tail[tail.len() - FOOTER_LEN..];
         if crc(&b[..36]) != u32_at(b, 36) {
             return Err(Error::malformed(Rule::FooterCrc, "footer checksum mismatch"));
         }
-        let version = u16_at(b, 28);
-        if version != VERSION {
-            return Err(Error::UnsupportedVersion { rule: Rule::FooterVersion, version, supported: VERSION });
+        let version = read_version(u16_at(b, 28), Rule::FooterVersion)?;
+        if object_len < version.min_object_len() {
+            return Err(too_short(version.min_object_len(), &format!("a version {version} object")));
         }
         let flags = u16_at(b, 30);
         if flags & !FLAG_SEALED != 0 {
@@ -562,6 +535,7 @@ impl Footer {
             return Err(Error::malformed(Rule::FooterReserved, "reserved footer bytes are not zero"));
         }
         let f = Footer {
+            version,
             index_offset: u64_at(b, 0),
             index_len: u32_at(b, 8),
             frame_count: u32_at(b, 12),
@@ -570,7 +544,7 @@ impl Footer {
             flags: u16_at(b, 30),
         };
         let sealed = f.flags & FLAG_SEALED != 0;
-        let fits = index_len(f.frame_count as usize, sealed) as u64 == f.index_len as u64
+        let fits = version.index_len(f.frame_count as usize, sealed) as u64 == f.index_len as u64
             && f.index_offset >= HEADER_LEN as u64
             && f.index_offset.checked_add(f.index_len as u64 + FOOTER_LEN as u64) == Some(object_len);
         if !fits {
@@ -611,36 +585,71 @@ mod tests {
     use super::*;
 
     fn header() -> Header {
-        Header { flags: 0, frame_size: 1 << 20, object_id: [7; 16], key_check: [0; 8], dict_id: 0 }
+        Header {
+            version: Version::V1,
+            flags: 0,
+            frame_size: 1 << 20,
+            object_id: [7; 16],
+            key_check: [0; 8],
+            dict_id: 0,
+        }
+    }
+
+    fn with_crc(mut b: [u8; HEADER_LEN]) -> [u8; HEADER_LEN] {
+        let c = crc(&b[..60]);
+        b[60..64].copy_from_slice(&c.to_le_bytes());
+        b
     }
 
     #[test]
     fn header_roundtrips_and_names_flipped_bytes() {
-        let h = header();
-        let b = h.to_bytes();
-        assert_eq!(Header::parse(&b).unwrap(), h);
-        for i in 0..HEADER_LEN {
-            let mut c = b;
-            c[i] ^= 0x40;
-            assert!(Header::parse(&c).is_err(), "flip at {i} went unnoticed");
+        for version in [Version::V1, Version::V2] {
+            let h = Header { version, ..header() };
+            let b = h.to_bytes();
+            assert_eq!(u16_at(&b, 8), version.number());
+            assert_eq!(Header::parse(&b).unwrap(), h);
+            for i in 0..HEADER_LEN {
+                let mut c = b;
+                c[i] ^= 0x40;
+                assert!(Header::parse(&c).is_err(), "flip at {i} went unnoticed");
+            }
+        }
+    }
+
+    fn empty_footer(version: Version) -> Footer {
+        Footer {
+            version,
+            index_offset: 64,
+            index_len: version.index_len(0, false) as u32,
+            frame_count: 0,
+            logical_size: 0,
+            index_crc: 0,
+            flags: 0,
         }
     }
 
     #[test]
     fn footer_rejects_wrong_object_length() {
-        let f = Footer {
-            index_offset: 64,
-            index_len: index_len(0, false) as u32,
-            frame_count: 0,
-            logical_size: 0,
-            index_crc: 0,
-            flags: 0,
-        };
-        let b = f.to_bytes();
-        let len = 64 + index_len(0, false) as u64 + FOOTER_LEN as u64;
-        assert_eq!(Footer::parse(&b, len).unwrap(), f);
-        assert_eq!(Footer::parse(&b, len + 1).unwrap_err().rule(), Some(Rule::FooterFit));
-        assert_eq!(Footer::parse(&b, len - 1).unwrap_err().rule(), Some(Rule::ObjectLength));
+        for (version, min) in [(Version::V1, 216), (Version::V2, 248)] {
+            assert_eq!(version.min_object_len(), min);
+            let f = empty_footer(version);
+            let b = f.to_bytes();
+            assert_eq!(Footer::parse(&b, min).unwrap(), f);
+            assert_eq!(Footer::parse(&b, min + 1).unwrap_err().rule(), Some(Rule::FooterFit));
+            assert_eq!(Footer::parse(&b, min - 1).unwrap_err().rule(), Some(Rule::ObjectLength));
+        }
+        // Below the smallest object of any version, before the footer's checksum or version is read.
+        let mut b = empty_footer(Version::V2).to_bytes();
+        b[0] ^= 1;
+        assert_eq!(Footer::parse(&b, 215).unwrap_err().rule(), Some(Rule::ObjectLength));
+        assert_eq!(Footer::parse(&b, 248).unwrap_err().rule(), Some(Rule::FooterCrc));
+    }
+
+    #[test]
+    fn index_lengths_per_version() {
+        assert_eq!(Version::V1.index_len(3, false), 104 + 96);
+        assert_eq!(Version::V2.index_len(3, false), 136 + 96);
+        assert_eq!(Version::V2.index_len(0, true), 136 + 16);
     }
 
     #[test]
@@ -651,12 +660,19 @@ mod tests {
     #[test]
     fn newer_version_is_named() {
         let mut b = header().to_bytes();
-        b[8] = 9;
-        let c = crc(&b[..60]);
-        b[60..64].copy_from_slice(&c.to_le_bytes());
+        b[8] = 3;
+        let e = Header::parse(&with_crc(b)).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedVersion { rule: Rule::HeaderVersion, version: 3, supported: 2 }));
+        assert_eq!(e.to_string(), "unsupported format version 3 (this build reads versions 1 to 2) [header-version]");
+        b[8] = 0;
+        assert!(matches!(Header::parse(&with_crc(b)), Err(Error::UnsupportedVersion { version: 0, .. })));
+        let mut f = empty_footer(Version::V1).to_bytes();
+        f[28] = 3;
+        let c = crc(&f[..36]);
+        f[36..40].copy_from_slice(&c.to_le_bytes());
         assert!(matches!(
-            Header::parse(&b),
-            Err(Error::UnsupportedVersion { rule: Rule::HeaderVersion, version: 9, .. })
+            Footer::parse(&f, 216),
+            Err(Error::UnsupportedVersion { rule: Rule::FooterVersion, version: 3, supported: 2 })
         ));
     }
 }

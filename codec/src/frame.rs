@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
 use crate::detect;
 use crate::error::{Error, Result, Rule};
-use crate::format::{FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, checksum};
+use crate::format::{FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, Version, checksum};
 use crate::seal::{MasterKey, ObjectKey};
 
 /// What every frame of one object shares: its header, its key and its dictionary.
@@ -49,11 +49,19 @@ impl ObjectContext {
         Ok(())
     }
 
-    /// The context to write a new object: draws a fresh random object id.
-    pub fn for_writing(frame_size: u32, master: Option<&MasterKey>, dict: Option<Arc<Dictionary>>) -> Self {
+    /// The context to write a new object in format `version`: draws a fresh random object id.
+    /// The version is fixed here because the header, which names it, is the object's first bytes;
+    /// it must store the metadata the object will end with (`FileMeta::min_version`).
+    pub fn for_writing(
+        frame_size: u32,
+        master: Option<&MasterKey>,
+        dict: Option<Arc<Dictionary>>,
+        version: Version,
+    ) -> Self {
         let object_id: [u8; 16] = rand::random();
         let key = master.map(|m| ObjectKey::derive(m, &object_id));
         let header = Header {
+            version,
             flags: if key.is_some() { crate::format::FLAG_SEALED } else { 0 },
             frame_size,
             object_id,

@@ -17,6 +17,7 @@ pub mod frame;
 pub mod gpu;
 pub mod id;
 pub mod lz4frame;
+pub mod meta;
 pub mod pool;
 pub mod reader;
 pub mod seal;
@@ -26,7 +27,7 @@ pub mod writer;
 
 pub use codec::{Codec, CodecId, CodecParams, Dictionary};
 pub use error::{Error, Result};
-pub use format::FileMeta;
+pub use format::{FileMeta, Version};
 pub use frame::{EncodedFrame, ObjectContext, check_raw, decode_frame, decode_payload, encode_frame, open_payload};
 pub use reader::{Fetch, Layout, TailProbe, probe_tail};
 pub use seal::MasterKey;

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use crate::codec::Dictionary;
 use crate::error::{Error, Result, Rule};
-use crate::format::{
-    FOOTER_LEN, FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, Header, INDEX_FIXED_LEN, INDEX_MAGIC, IndexEntry, index_len,
-};
+use crate::format::{FOOTER_LEN, FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, Header, INDEX_MAGIC, IndexEntry};
 use crate::frame::ObjectContext;
 use crate::reader::Layout;
 use crate::seal::MasterKey;
@@ -158,9 +156,10 @@ impl StreamDecoder {
             return Ok(None);
         }
         if a[..4] == INDEX_MAGIC {
-            // Index and footer are as long as the frames read make them, if the object is whole.
-            let sealed = self.ctx.as_ref().expect("header read").header.sealed();
-            let need = index_len(self.seen.len(), sealed) + FOOTER_LEN;
+            // Index and footer are as long as the frames read and the header's version make them,
+            // if the object is whole.
+            let header = self.ctx.as_ref().expect("header read").header;
+            let need = header.version.index_len(self.seen.len(), header.sealed()) + FOOTER_LEN;
             if a.len() < need {
                 return Ok(None);
             }
@@ -232,11 +231,14 @@ impl StreamDecoder {
                 Ok(self.take(left))
             }
             State::Header => Err(Error::Truncated { what: "header", expected: HEADER_LEN as u64, actual: left as u64 }),
-            State::Body => Err(Error::Truncated {
-                what: "object (it ends before its index and footer)",
-                expected: self.consumed + (left.max(INDEX_FIXED_LEN) + FOOTER_LEN) as u64,
-                actual: self.consumed + left as u64,
-            }),
+            State::Body => {
+                let fixed = self.ctx.as_ref().expect("header read").header.version.index_fixed_len();
+                Err(Error::Truncated {
+                    what: "object (it ends before its index and footer)",
+                    expected: self.consumed + (left.max(fixed) + FOOTER_LEN) as u64,
+                    actual: self.consumed + left as u64,
+                })
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::codec::{Codec, CodecParams, Dictionary};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, checksum, index_body,
+    FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, Version, checksum, index_body,
 };
 use crate::frame::{EncodedFrame, ObjectContext, encode_frame};
 use crate::seal::MasterKey;
@@ -47,9 +47,17 @@ impl EncodeConfig {
         self.params.cpu_codec()
     }
 
-    /// A fresh context (new object id) for one object written with this configuration.
+    /// A fresh context (new object id) for one object written with this configuration, in format
+    /// version 1: its metadata can hold neither ctime nor atime (see `new_object_in`).
     pub fn new_object(&self) -> ObjectContext {
-        ObjectContext::for_writing(self.frame_size, self.key.as_ref(), self.params.dict.clone())
+        self.new_object_in(Version::V1)
+    }
+
+    /// A fresh context for one object written in format `version`. A writer that streams the
+    /// object (its header goes out before the metadata is known) and may record ctime or atime
+    /// starts it as `Version::V2`; a version 2 object may leave them absent.
+    pub fn new_object_in(&self, version: Version) -> ObjectContext {
+        ObjectContext::for_writing(self.frame_size, self.key.as_ref(), self.params.dict.clone(), version)
     }
 
     /// The dictionary, if any.
@@ -151,18 +159,33 @@ impl ObjectWriter {
 
     /// The index and footer that end the object.
     pub fn finish(self) -> Vec<u8> {
-        self.finish_with(&FileMeta::default())
+        // Empty metadata fits every version.
+        self.tail(&FileMeta::default())
     }
 
     /// The index and footer that end the object, recording file metadata. Takes the writer by
     /// reference: a caller whose upload failed can build the same tail again (with other metadata).
-    pub fn finish_with(&self, meta: &FileMeta) -> Vec<u8> {
+    ///
+    /// Fails when the object's version, named in its header already written, cannot store `meta`
+    /// (ctime or atime in a version 1 object: start it with `EncodeConfig::new_object_in`).
+    pub fn finish_with(&self, meta: &FileMeta) -> Result<Vec<u8>> {
+        let (needed, started) = (meta.min_version(), self.ctx.header.version);
+        if needed > started {
+            return Err(Error::MetaNeedsVersion { needed: needed.number(), started: started.number() });
+        }
+        Ok(self.tail(meta))
+    }
+
+    /// Index and footer for metadata that fits the object's version.
+    fn tail(&self, meta: &FileMeta) -> Vec<u8> {
+        let version = self.ctx.header.version;
         let mut out = index_body(&self.ctx.header, meta, &self.entries);
         if let Some(key) = self.ctx.key() {
             let tag = key.index_tag(&out);
             out.extend_from_slice(&tag);
         }
         let footer = Footer {
+            version,
             index_offset: self.stored,
             index_len: out.len() as u32,
             frame_count: self.entries.len() as u32,
@@ -171,7 +194,7 @@ impl ObjectWriter {
             flags: self.ctx.header.flags,
         };
         out.extend_from_slice(&footer.to_bytes());
-        debug_assert_eq!(out.len(), format::index_len(self.entries.len(), self.ctx.key().is_some()) + FOOTER_LEN);
+        debug_assert_eq!(out.len(), version.index_len(self.entries.len(), self.ctx.key().is_some()) + FOOTER_LEN);
         out
     }
 }
@@ -181,10 +204,11 @@ pub fn encode_all(config: &EncodeConfig, data: &[u8]) -> Result<Vec<u8>> {
     encode_all_with(config, data, &FileMeta::default())
 }
 
-/// Like `encode_all`, recording file metadata.
+/// Like `encode_all`, recording file metadata, in the oldest format version that stores it:
+/// version 1 unless ctime or atime is set.
 pub fn encode_all_with(config: &EncodeConfig, data: &[u8], meta: &FileMeta) -> Result<Vec<u8>> {
     let codec = config.codec()?;
-    let ctx = Arc::new(config.new_object());
+    let ctx = Arc::new(config.new_object_in(meta.min_version()));
     let frames: Vec<EncodedFrame> = data
         .par_chunks(config.frame_size as usize)
         .enumerate()
@@ -197,7 +221,7 @@ pub fn encode_all_with(config: &EncodeConfig, data: &[u8], meta: &FileMeta) -> R
         w.push(f);
         out.extend_from_slice(&f.bytes);
     }
-    out.extend_from_slice(&w.finish_with(meta));
+    out.extend_from_slice(&w.finish_with(meta)?);
     Ok(out)
 }
 
@@ -216,6 +240,18 @@ mod tests {
         frames.extend(c.finish());
         assert_eq!(frames.iter().map(Vec::len).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
         assert_eq!(frames.concat(), data);
+    }
+
+    #[test]
+    fn a_version_1_object_refuses_times_and_a_version_2_one_takes_none() {
+        let config = EncodeConfig::default();
+        let times = FileMeta { ctime: Some((1, 2)), ..Default::default() };
+        let w = ObjectWriter::new(Arc::new(config.new_object()));
+        assert!(matches!(w.finish_with(&times), Err(Error::MetaNeedsVersion { needed: 2, started: 1 })));
+        assert_eq!(w.finish_with(&FileMeta::default()).unwrap().len(), 104 + 48);
+        let w = ObjectWriter::new(Arc::new(config.new_object_in(Version::V2)));
+        assert_eq!(w.finish_with(&times).unwrap().len(), 136 + 48);
+        assert_eq!(w.finish().len(), 136 + 48);
     }
 
     #[test]

@@ -30,7 +30,8 @@ use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, decode_payload,
+    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, Version,
+    decode_payload,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -255,7 +256,9 @@ impl Upload {
             in_memory: sink.sizes.in_memory,
         };
         let codec: Arc<dyn Codec> = Arc::from(config.codec().map_err(Error::Config)?);
-        let ctx = Arc::new(config.new_object());
+        // Version 2: the header goes out before the file's metadata is known, and that may hold
+        // ctime and atime, which version 1 cannot store.
+        let ctx = Arc::new(config.new_object_in(Version::V2));
         let writer = ObjectWriter::new(ctx.clone());
         let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
@@ -652,7 +655,7 @@ impl Upload {
             )));
         }
         let raw = self.writer.raw_len();
-        let tail = self.writer.finish_with(meta);
+        let tail = self.writer.finish_with(meta).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         let total = self.stored + tail.len() as u64;
         let layout = Layout::parse(&tail, total).map_err(|e| Error::Codec { key: self.path.to_string(), source: e })?;
         let record = self.sink.record.then(|| crate::recorded::Recorded::of(&layout, total).attributes());

@@ -274,7 +274,7 @@ impl Fs {
             }
             "user.shrinkfs.format" => match info.parsed {
                 Parsed::Plain => "plain".into(),
-                Parsed::Framed { .. } => format!("shrinkfs-v{}", shrinkfs_codec::format::VERSION),
+                Parsed::Framed { layout, .. } => format!("shrinkfs-v{}", layout.header.version),
             },
             _ => return Err(Error::NoXattr),
         };
