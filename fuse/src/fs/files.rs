@@ -332,9 +332,13 @@ impl Fs {
             of.meta.gid = gid;
             of.dirty = true;
         }
+        let now = Some(stamp::now());
+        if size.is_some() {
+            of.meta.mtime = now;
+        }
         of.meta.atime = atime.map(stamp::stamp).or(of.meta.atime);
         of.meta.mtime = mtime.map(stamp::stamp).or(of.meta.mtime);
-        of.meta.ctime = Some(stamp::now());
+        of.meta.ctime = now;
         of.dirty = true;
         if temporary {
             self.commit(&i, &mut of).await?;
