@@ -144,11 +144,18 @@ pub fn kernel_options(
 async fn write_dir_times(fs: std::sync::Weak<Fs>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
     loop {
         tick.tick().await;
         let Some(fs) = fs.upgrade() else { return };
-        if let Err(e) = fs.write_dir_times().await {
-            tracing::warn!(error = %e, "directory times not stored yet; tried again in a second");
+        match fs.write_dir_times().await {
+            // Said once per run of failures, not every second.
+            Err(e) if !failing => {
+                tracing::warn!(error = %e, "directory times not stored yet; tried again every second");
+                failing = true;
+            }
+            Err(e) => tracing::debug!(error = %e, "directory times still not stored"),
+            Ok(()) => failing = false,
         }
     }
 }

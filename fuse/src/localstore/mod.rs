@@ -1,7 +1,8 @@
 //! `LocalStore`: a local directory as a bucket, written crash-safely. Every write is staged in
 //! `<root>/.shrinkfs-tmp/`, fsynced, renamed into place and its directory fsynced. Every system
-//! call is given a path relative to the root's directory file descriptor, so a key may be up to
-//! `PATH_MAX - 1` (4,095) bytes whatever the root's own path. Reads, deletes and listings give
+//! call is given a path relative to the root's directory file descriptor (or, for a key longer than
+//! `PATH_MAX - 1`, to a directory opened on the way), so a key's length depends on neither the
+//! root's own path nor `PATH_MAX`. Reads, deletes and listings give
 //! `LocalFileSystem`'s results: the same files, metadata, ETags and error kinds.
 //!
 //! Why not `LocalFileSystem`: it builds absolute paths, so a key is limited to `PATH_MAX` less
@@ -603,10 +604,19 @@ mod tests {
         assert!(is_not_found(store.head(&key).await));
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1, "only the staging directory is left");
         assert_eq!(staged(&store), 0);
-        // One byte more than PATH_MAX - 1 is the OS's ENAMETOOLONG.
-        let e = store.put(&Path::from(long_key("x", 19, 4096)), "x".into()).await.unwrap_err();
-        assert_eq!(os_error(&e), Some(libc::ENAMETOOLONG), "{e}");
-        store.put(&Path::from(long_key("x", 19, 4095)), "x".into()).await.unwrap();
+        // Longer than one system call takes: reached through directories opened on the way.
+        for len in [4095, 4096, 10_000] {
+            let key = Path::from(long_key("x", (len - 100) / 204, len));
+            store.put(&key, "far".into()).await.unwrap();
+            assert_eq!(read(&store, &key).await, b"far", "{len}");
+            assert_eq!(store.head(&key).await.unwrap().size, 3);
+            assert_eq!(keys(&store, Some(&Path::from_iter(key.parts().take(1)))).await, [key.to_string()]);
+            store.copy(&key, &Path::from(format!("{key}-copy"))).await.unwrap();
+            store.delete(&Path::from(format!("{key}-copy"))).await.unwrap();
+            store.delete(&key).await.unwrap();
+            assert!(is_not_found(store.head(&key).await), "{len}");
+        }
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1, "deletes removed the directories they emptied");
     }
 
     #[tokio::test]

@@ -1,11 +1,12 @@
 //! The bucket root as an open directory: every path a system call is given is relative to its
-//! file descriptor (`openat`, `renameat`, `unlinkat`…), so a key may be as long as one such path
-//! (`PATH_MAX` less its NUL) whatever the root's own path. Staged files and their placing, and the
-//! ETag an object's `stat` gives.
+//! file descriptor (`openat`, `renameat`, `unlinkat`…), or, for a key longer than one such path
+//! (`PATH_MAX` less its NUL), to a directory opened part of the way down, so a key's length does
+//! not depend on the root's own path and may exceed `PATH_MAX`. Staged files and their placing,
+//! and the ETag an object's `stat` gives.
 
 use std::fs::File;
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -24,6 +25,24 @@ pub(super) struct Root {
     fd: OwnedFd,
     /// The canonical path, for messages: no system call is given it after `open`.
     path: PathBuf,
+}
+
+/// The longest path one system call takes (`PATH_MAX` less its NUL).
+const MAX_CALL_PATH: usize = libc::PATH_MAX as usize - 1;
+
+/// The directory a system call starts from: the root, or one opened on the way to a long key.
+enum From<'a> {
+    Root(BorrowedFd<'a>),
+    Dir(OwnedFd),
+}
+
+impl AsFd for From<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            From::Root(fd) => *fd,
+            From::Dir(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// Mode of the files and directories created (less the umask), as `LocalFileSystem`'s.
@@ -61,22 +80,45 @@ impl Root {
         if rel.is_empty() { self.path.clone() } else { self.path.join(rel) }
     }
 
+    /// Where a system call reaches `rel` from, and the path it is then given: the root and `rel`
+    /// itself, or for a longer key than one call takes, the directory reached by opening its
+    /// leading components (as few calls as fit) and the rest (symbolic links followed, as a
+    /// single call would).
+    fn at<'a>(&'a self, rel: &'a str) -> rustix::io::Result<(From<'a>, &'a str)> {
+        let mut from = From::Root(self.fd.as_fd());
+        let mut rest = rel;
+        while rest.len() > MAX_CALL_PATH {
+            let cut = rest.as_bytes()[..=MAX_CALL_PATH]
+                .iter()
+                .rposition(|&b| b == b'/')
+                .filter(|&i| i > 0)
+                .ok_or(Errno::NAMETOOLONG)?;
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            from = From::Dir(rustix::fs::openat(from.as_fd(), &rest[..cut], flags, Mode::empty())?);
+            rest = &rest[cut + 1..];
+        }
+        Ok((from, rest))
+    }
+
     /// `rel` opened for reading; symbolic links are followed.
     pub(super) fn open_file(&self, rel: &str) -> std::io::Result<File> {
-        Ok(rustix::fs::openat(&self.fd, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?.into())
+        let (from, rel) = self.at(rel)?;
+        Ok(rustix::fs::openat(from, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?.into())
     }
 
     /// Directory `rel` (the root itself if empty) opened for reading its entries or fsyncing it.
     pub(super) fn open_dir(&self, rel: &str) -> std::io::Result<OwnedFd> {
+        let (from, rel) = self.at(rel)?;
         let rel = if rel.is_empty() { "." } else { rel };
-        Ok(rustix::fs::openat(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+        Ok(rustix::fs::openat(from, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
     }
 
     /// What `rel` (the root itself if empty) is: symbolic links followed, or not (`follow`).
     pub(super) fn stat(&self, rel: &str, follow: bool) -> std::io::Result<FileInfo> {
         let flags = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
+        let (from, rel) = self.at(rel)?;
         let rel = if rel.is_empty() { "." } else { rel };
-        Ok(FileInfo::of(&rustix::fs::statat(&self.fd, rel, flags)?))
+        Ok(FileInfo::of(&rustix::fs::statat(from, rel, flags)?))
     }
 
     fn is_dir(&self, rel: &str) -> bool {
@@ -86,11 +128,11 @@ impl Root {
     /// Removes file `rel`, then the directories above it that this left empty, up to the root
     /// (as `LocalFileSystem` with automatic cleanup).
     pub(super) fn remove(&self, rel: &str) -> Result<()> {
-        rustix::fs::unlinkat(&self.fd, rel, AtFlags::empty())
-            .map_err(|e| io_error("delete", &self.display(rel), e.into()))?;
+        self.unlink(rel).map_err(|e| io_error("delete", &self.display(rel), e))?;
         let mut dir = rel;
         while let Some((up, _)) = dir.rsplit_once('/') {
-            if rustix::fs::unlinkat(&self.fd, up, AtFlags::REMOVEDIR).is_err() {
+            let removed = self.at(up).and_then(|(from, up)| rustix::fs::unlinkat(from, up, AtFlags::REMOVEDIR));
+            if removed.is_err() {
                 break;
             }
             dir = up;
@@ -132,7 +174,10 @@ impl Root {
 
     /// A staged copy of `src`: a hard link where the filesystem has them, else a copy of the bytes.
     pub(super) fn copy_of(self: &Arc<Self>, src: &str) -> Result<Staged> {
-        let link = |rel: &str| Ok(rustix::fs::linkat(&self.fd, src, &self.fd, rel, AtFlags::empty())?);
+        let link = |rel: &str| {
+            let (from, src) = self.at(src)?;
+            Ok(rustix::fs::linkat(from, src, &self.fd, rel, AtFlags::empty())?)
+        };
         match self.make_staged("cp-", link) {
             Ok(((), staged)) => return Ok(staged),
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(io_error("copy", &self.display(src), e)),
@@ -165,10 +210,10 @@ impl Root {
             if let Err(e) = self.create_parents(target) {
                 return Err((e, Some(staged)));
             }
-            let placed = match noclobber {
-                true => self.rename_noreplace(&staged.rel, target),
-                false => rustix::fs::renameat(&self.fd, &staged.rel, &self.fd, target),
-            };
+            let placed = self.at(target).and_then(|(to, name)| match noclobber {
+                true => self.rename_noreplace(&staged.rel, to.as_fd(), name),
+                false => rustix::fs::renameat(&self.fd, &staged.rel, to, name),
+            });
             match placed {
                 Ok(()) => break,
                 // A delete of the last object in the parent directory removed it in between.
@@ -185,10 +230,10 @@ impl Root {
 
     /// `renameat2(RENAME_NOREPLACE)`, or a hard link and an unlink where the filesystem has no
     /// such rename.
-    fn rename_noreplace(&self, from: &str, to: &str) -> rustix::io::Result<()> {
-        match rustix::fs::renameat_with(&self.fd, from, &self.fd, to, RenameFlags::NOREPLACE) {
+    fn rename_noreplace(&self, from: &str, dir: BorrowedFd<'_>, to: &str) -> rustix::io::Result<()> {
+        match rustix::fs::renameat_with(&self.fd, from, dir, to, RenameFlags::NOREPLACE) {
             Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
-                rustix::fs::linkat(&self.fd, from, &self.fd, to, AtFlags::empty())?;
+                rustix::fs::linkat(&self.fd, from, dir, to, AtFlags::empty())?;
                 let _ = rustix::fs::unlinkat(&self.fd, from, AtFlags::empty());
                 Ok(())
             }
@@ -210,7 +255,9 @@ impl Root {
             dir = d.rsplit_once('/').map(|(up, _)| up);
         }
         for d in missing.into_iter().rev() {
-            match rustix::fs::mkdirat(&self.fd, d, Mode::from_raw_mode(DIR_MODE)) {
+            let made =
+                self.at(d).and_then(|(from, name)| rustix::fs::mkdirat(from, name, Mode::from_raw_mode(DIR_MODE)));
+            match made {
                 Ok(()) => self.sync_dir(parent(d))?,
                 Err(Errno::EXIST) if self.is_dir(d) => {}
                 Err(e) => return Err(io_error("create directory", &self.display(d), e.into())),
@@ -229,9 +276,10 @@ impl Root {
         }
     }
 
-    /// Removes staged-file leftover `rel`.
+    /// Removes file `rel` (an object, or a staged file's leftover).
     pub(super) fn unlink(&self, rel: &str) -> std::io::Result<()> {
-        Ok(rustix::fs::unlinkat(&self.fd, rel, AtFlags::empty())?)
+        let (from, rel) = self.at(rel)?;
+        Ok(rustix::fs::unlinkat(from, rel, AtFlags::empty())?)
     }
 }
 

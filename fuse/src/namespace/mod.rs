@@ -153,9 +153,9 @@ impl Namespace {
             uid: i.attr.uid.unwrap_or(self.cfg.uid),
             gid: i.attr.gid.unwrap_or(self.cfg.gid),
             rdev: i.attr.rdev,
+            // A directory's subdirectories not counted yet: 1, never a count too low.
             nlink: match (i.kind, i.subdirs) {
-                (Kind::Dir, Some(n)) => 2 + n,
-                (Kind::Dir, None) => 1,
+                (Kind::Dir, Some(n)) => n.saturating_add(2),
                 _ => 1,
             },
         }

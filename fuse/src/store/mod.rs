@@ -163,7 +163,8 @@ pub struct Bucket {
     /// and one a crash interrupts is left to the bucket's lifecycle rule, not to `cleanup`.
     pub tracks_uploads: bool,
     /// Longest key the store takes, in bytes, prefix included: S3's 1,024; for a local directory
-    /// the host's `PATH_MAX` less its NUL (4,095), whatever the directory's own path.
+    /// 65,535, whatever the directory's own path (its store reaches keys longer than `PATH_MAX`
+    /// through directories opened on the way).
     pub max_key_len: usize,
     /// Bytes of the prefix every key has in the backend, with its slash (0 without a prefix).
     pub prefix_len: usize,
@@ -173,6 +174,9 @@ pub struct Bucket {
 
 /// Longest S3 object key, in bytes.
 pub const S3_MAX_KEY_LEN: usize = 1024;
+
+/// Longest key of a local-directory bucket, in bytes (a bound of this mount's, not the host's).
+pub const LOCAL_MAX_KEY_LEN: usize = 65_535;
 
 /// Why a bucket could not be opened or reached. The binary prints the chain of sources, so a
 /// message does not repeat its source's text.
@@ -285,9 +289,9 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
             let mut bucket =
                 Bucket::stack(Backend::plain(store.clone()), &Path::default(), &dir.display().to_string(), cfg);
             bucket.local = Some(store);
-            // The store gives every system call a path relative to the directory: the key,
-            // within PATH_MAX with its NUL, whatever the directory's own path.
-            bucket.max_key_len = libc::PATH_MAX as usize - 1;
+            // The store reaches any key relative to the directory, through directories opened on
+            // the way where a key is longer than one system call takes.
+            bucket.max_key_len = LOCAL_MAX_KEY_LEN;
             Ok(bucket)
         }
         Source::S3 { bucket, prefix } => {
