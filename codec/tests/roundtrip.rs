@@ -1,13 +1,14 @@
 //! Property tests: every object the encoder writes decodes back identically, by index and by
 //! stream, for any data, frame size, codec and key; any flipped byte is an error, never wrong bytes.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use shrinkfs_codec::format::{FOOTER_LEN, HEADER_LEN};
-use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    CodecId, CodecParams, EncodeConfig, Error, Layout, MasterKey, decode_all, decode_frame, decode_payload, encode_all,
+    CodecId, CodecParams, EncodeConfig, Error, Layout, MasterKey, decode_all, decode_frame, encode_all,
 };
 
 fn config(codec: CodecId, level: i32, frame_size: u32, key: Option<[u8; 32]>) -> EncodeConfig {
@@ -43,27 +44,7 @@ fn codec_strategy() -> impl Strategy<Value = CodecId> {
 }
 
 fn stream_decode(object: &[u8], key: Option<[u8; 32]>, piece: usize) -> Result<Vec<u8>, Error> {
-    let mut d = StreamDecoder::new(key.map(|k| MasterKey::from_bytes(&k).unwrap()), vec![]);
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    let mut ended = false;
-    for chunk in object.chunks(piece.max(1)) {
-        d.feed(chunk);
-        while let Some(item) = d.next_item()? {
-            match item {
-                Item::Plain(b) => out.extend_from_slice(&b),
-                Item::Frame { frame, header, payload } => {
-                    let ctx = d.context().unwrap().clone();
-                    decode_payload(&ctx, frame, &header, &payload, None, &mut buf)?;
-                    out.extend_from_slice(&buf);
-                }
-                Item::End => ended = true,
-            }
-        }
-    }
-    out.extend(d.finish()?);
-    let _ = ended;
-    Ok(out)
+    common::stream_decode(object, key.map(|k| MasterKey::from_bytes(&k).unwrap()), piece)
 }
 
 proptest! {

@@ -2,13 +2,14 @@
 //! their exact layout, that version 2 carries ctime and atime through every reader, sealed too, and
 //! that each rule versions add or change refuses its malformed object by name.
 
+mod common;
+
 use shrinkfs_codec::error::Rule;
 use shrinkfs_codec::format::{ENTRY_LEN, FOOTER_LEN, HEADER_LEN, TAG_LEN, checksum};
 use shrinkfs_codec::seal::ObjectKey;
-use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
     CodecId, CodecParams, EncodeConfig, Error, FileMeta, Layout, MasterKey, ObjectWriter, Version, decode_all,
-    decode_payload, encode_all, encode_all_with,
+    encode_all, encode_all_with,
 };
 
 const KEY: [u8; 32] = [9; 32];
@@ -59,24 +60,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Reads an object front to back in pieces of 1000 bytes, as `unpack -` does.
 fn stream_decode(object: &[u8], key: Option<MasterKey>) -> Result<Vec<u8>, Error> {
-    let mut d = StreamDecoder::new(key, vec![]);
-    let (mut out, mut buf) = (Vec::new(), Vec::new());
-    for piece in object.chunks(1000) {
-        d.feed(piece);
-        while let Some(item) = d.next_item()? {
-            match item {
-                Item::Plain(b) => out.extend_from_slice(&b),
-                Item::Frame { frame, header, payload } => {
-                    let ctx = d.context().unwrap().clone();
-                    decode_payload(&ctx, frame, &header, &payload, None, &mut buf)?;
-                    out.extend_from_slice(&buf);
-                }
-                Item::End => {}
-            }
-        }
-    }
-    out.extend(d.finish()?);
-    Ok(out)
+    common::stream_decode(object, key, 1000)
 }
 
 /// The index body (tag excluded) of a whole object, and where it starts.

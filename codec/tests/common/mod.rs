@@ -1,5 +1,34 @@
-//! Inputs shared by the GPU tests (which write test vectors on the GPU machine) and the vector
-//! check in CI (which regenerates the same inputs to compare the CPU's decoding with).
+//! What the codec's test files share: the inputs of the GPU tests (which write test vectors on the
+//! GPU machine) and of the vector check in CI (which regenerates them to compare the CPU's
+//! decoding with), and a front-to-back decoder of whole objects.
+
+// Each test file that shares this module uses a part of it.
+#![allow(dead_code)]
+
+use shrinkfs_codec::stream::{Item, StreamDecoder};
+use shrinkfs_codec::{Error, MasterKey, decode_payload};
+
+/// Reads an object front to back in pieces of `piece` bytes, as `unpack -` does.
+pub fn stream_decode(object: &[u8], key: Option<MasterKey>, piece: usize) -> Result<Vec<u8>, Error> {
+    let mut d = StreamDecoder::new(key, vec![]);
+    let (mut out, mut buf) = (Vec::new(), Vec::new());
+    for chunk in object.chunks(piece.max(1)) {
+        d.feed(chunk);
+        while let Some(item) = d.next_item()? {
+            match item {
+                Item::Plain(b) => out.extend_from_slice(&b),
+                Item::Frame { frame, header, payload } => {
+                    let ctx = d.context().expect("a frame comes after the header").clone();
+                    decode_payload(&ctx, frame, &header, &payload, None, &mut buf)?;
+                    out.extend_from_slice(&buf);
+                }
+                Item::End => {}
+            }
+        }
+    }
+    out.extend(d.finish()?);
+    Ok(out)
+}
 
 /// Deterministic input number `i` of the GPU test vectors.
 pub fn vector_input(i: usize) -> Vec<u8> {
