@@ -17,7 +17,6 @@ use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, FileMeta, L
 
 mod common;
 #[path = "../codec/tests/common/mod.rs"]
-#[allow(dead_code)]
 mod vectors;
 
 use common::repo;
