@@ -360,8 +360,15 @@ impl CodecArgs {
     pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let d = self.gpu.dispatcher()?;
         let id = self.codec;
-        if id.gpu_only() && !d.gpu_for(id) {
-            tracing::warn!("codec {id} needs a GPU ({}); frames are written with zstd level 1 instead", d.describe);
+        if id.gpu_only() {
+            // Its frames cannot start on the cores while the GPU starts: wait for it.
+            d.wait_started();
+            if !d.gpu_for(id) {
+                tracing::warn!(
+                    "codec {id} needs a GPU ({}); frames are written with zstd level 1 instead",
+                    d.describe()
+                );
+            }
         }
         Ok(d)
     }

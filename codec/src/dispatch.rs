@@ -4,10 +4,11 @@
 //! queue grows and the GPU takes it in large launches, so the GPU adds to what the cores do and
 //! never holds a frame an idle core could have finished. A launch with too few frames to pay for
 //! itself, any GPU failure, a full queue, or output not smaller than its input sends frames down
-//! the CPU path: a write never fails because of the GPU. Every outcome is counted.
+//! the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
+//! GPU starts on its own thread while the cores take every frame, and joins once warmed up.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -218,17 +219,86 @@ pub struct Dispatcher {
     gpu_only: bool,
     /// Fewest waiting frames worth a launch.
     min_items: usize,
+    /// The batch back end once it has started, or why none did; until then every frame is the
+    /// CPU's (`auto` starts the GPU in the background, so nothing waits for it).
+    started: Arc<Started>,
+    counters: Arc<Counters>,
+    /// What the dispatcher is while its back end starts, or why it has none.
+    before: String,
+}
+
+/// How the start of a batch back end ended, once it has.
+#[derive(Default)]
+struct Started {
+    outcome: OnceLock<Outcome>,
+    /// Set with `outcome`, for [`Dispatcher::wait_started`].
+    done: Mutex<bool>,
+    signal: Condvar,
+}
+
+/// The codecs a started back end takes and what it is (none, and why, when it did not start).
+struct Outcome {
+    codecs: Vec<CodecId>,
+    describe: String,
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
-    counters: Arc<Counters>,
-    gpu_codecs: Vec<CodecId>,
-    /// What the GPU is, or why none is used.
+}
+
+impl Started {
+    fn finish(&self, outcome: Outcome) {
+        let _ = self.outcome.set(outcome);
+        *self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        self.signal.notify_all();
+    }
+}
+
+/// A batch back end, started: what takes the batches, the codecs it takes and what it is.
+pub struct Backend {
+    /// Takes the batches.
+    pub batches: Arc<dyn BatchBackend>,
+    /// Codecs it takes.
+    pub codecs: Vec<CodecId>,
+    /// What it is, for logs and `describe`.
     pub describe: String,
+    /// The GPU itself, which also decodes (`--gpu on`).
+    #[cfg(feature = "gpu")]
+    gpu: Option<Arc<crate::gpu::Gpu>>,
+}
+
+impl Backend {
+    /// `batches`, taking frames of `codecs` (tests pass stand-ins with chosen speeds and failures).
+    pub fn new(batches: Arc<dyn BatchBackend>, codecs: Vec<CodecId>, describe: &str) -> Self {
+        Backend {
+            batches,
+            codecs,
+            describe: describe.to_owned(),
+            #[cfg(feature = "gpu")]
+            gpu: None,
+        }
+    }
+
+    /// The GPU as a back end.
+    #[cfg(feature = "gpu")]
+    fn gpu(gpu: crate::gpu::Gpu) -> Self {
+        let gpu = Arc::new(gpu);
+        Backend { batches: gpu.clone(), codecs: gpu.codecs(), describe: gpu.describe.clone(), gpu: Some(gpu) }
+    }
+}
+
+/// Starts a batch back end, or says in one line why it cannot.
+pub type Start = Box<dyn FnOnce() -> Result<Backend, String> + Send>;
+
+impl Drop for Dispatcher {
+    /// Waits for a back end still starting: a process must not end while that thread is inside
+    /// the GPU driver (ending then crashed the driver's own teardown, measured on an H100).
+    fn drop(&mut self) {
+        self.wait_started();
+    }
 }
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Dispatcher({})", self.describe)
+        write!(f, "Dispatcher({})", self.describe())
     }
 }
 
@@ -244,42 +314,58 @@ pub fn cpu_equivalent(id: CodecId, level: i32) -> Arc<dyn Codec> {
 impl Dispatcher {
     /// A dispatcher that only uses the CPU.
     pub fn cpu_only(why: &str) -> Self {
+        let started = Arc::new(Started::default());
+        started.finish(Outcome {
+            codecs: vec![],
+            describe: why.to_owned(),
+            #[cfg(feature = "gpu")]
+            gpu: None,
+        });
         Dispatcher {
             gpu_tx: None,
             gpu_only: false,
             min_items: 1,
-            #[cfg(feature = "gpu")]
-            gpu: None,
+            started,
             counters: Arc::default(),
-            gpu_codecs: vec![],
-            describe: why.to_owned(),
+            before: why.into(),
         }
     }
 
     /// Probes the GPU as the policy says; `Err` only for `GpuPolicy::On` without a usable GPU,
-    /// or when the GPU's thread cannot start.
+    /// or when the GPU's thread cannot start. With `GpuPolicy::Auto` the GPU starts in the
+    /// background (driver, context and nVCOMP take a few hundred milliseconds) while the cores
+    /// take every frame; [`Self::wait_started`] waits for it.
     pub fn new(cfg: DispatchConfig) -> Result<Self, DispatchError> {
         if cfg.policy == GpuPolicy::Off {
             return Ok(Self::cpu_only("GPU off by policy"));
         }
         #[cfg(feature = "gpu")]
         {
-            match crate::gpu::Gpu::probe() {
+            use crate::gpu::{Gpu, GpuUnavailable};
+            if cfg.policy == GpuPolicy::On {
+                let backend = Backend::gpu(Gpu::probe().map_err(DispatchError::GpuRequired)?);
+                tracing::info!(gpu = %backend.describe, "GPU compression enabled");
+                return Self::with_backend(backend, cfg);
+            }
+            // SAFETY: only checks whether the driver library can be opened.
+            if !unsafe { cudarc::driver::sys::is_culib_present() } {
+                let why = GpuUnavailable::NoDriver.to_string();
+                tracing::info!("GPU not used: {why}; compressing on the CPU");
+                return Ok(Self::cpu_only(&why));
+            }
+            let start: Start = Box::new(|| match Gpu::probe() {
                 Ok(gpu) => {
-                    let gpu = Arc::new(gpu);
-                    let (describe, codecs) = (gpu.describe.clone(), gpu.codecs());
-                    let mut d = Self::with_backend(gpu.clone(), codecs, &describe, cfg)?;
-                    d.gpu = Some(gpu);
-                    tracing::info!(gpu = %describe, "GPU compression enabled");
-                    Ok(d)
+                    let backend = Backend::gpu(gpu);
+                    tracing::info!(gpu = %backend.describe, "GPU compression enabled");
+                    Ok(backend)
                 }
-                Err(why) if cfg.policy == GpuPolicy::On => Err(DispatchError::GpuRequired(why)),
                 Err(why) => {
                     let why = one_line(&why);
                     tracing::info!("GPU not used: {why}; compressing on the CPU");
-                    Ok(Self::cpu_only(&why))
+                    Err(why)
                 }
-            }
+            });
+            Self::starting(start, "GPU starting", cfg)
         }
         #[cfg(not(feature = "gpu"))]
         {
@@ -290,32 +376,59 @@ impl Dispatcher {
         }
     }
 
-    /// A dispatcher that shares its frames between the CPU workers and `backend`, which takes
-    /// frames of `codecs` (the GPU; tests pass stand-ins with chosen speeds and failures).
-    pub fn with_backend(
-        backend: Arc<dyn BatchBackend>,
-        codecs: Vec<CodecId>,
-        describe: &str,
-        cfg: DispatchConfig,
-    ) -> Result<Self, DispatchError> {
+    /// A dispatcher that shares its frames between the CPU workers and `backend`, started.
+    pub fn with_backend(backend: Backend, cfg: DispatchConfig) -> Result<Self, DispatchError> {
+        let d = Self::starting(Box::new(move || Ok(backend)), "starting", cfg)?;
+        d.wait_started();
+        Ok(d)
+    }
+
+    /// A dispatcher whose batch back end `start` brings up on the back end's own thread: until
+    /// it has, or if it cannot, the CPU workers take every frame (`before` says what it is
+    /// meanwhile).
+    pub fn starting(start: Start, before: &str, cfg: DispatchConfig) -> Result<Self, DispatchError> {
         let (gpu_only, min_items) = (cfg.policy == GpuPolicy::On, cfg.min_items.max(1));
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
-        let (c, batches) = (counters.clone(), rx.clone());
+        let started: Arc<Started> = Arc::default();
+        let (c, batches, outcome) = (counters.clone(), rx.clone(), started.clone());
         std::thread::Builder::new()
             .name("shrinkfs-gpu".into())
-            .spawn(move || batch_loop(backend.as_ref(), batches, cfg, c))
+            .spawn(move || match start() {
+                Ok(b) => {
+                    // Started means warmed up too (until then the CPU workers take every frame),
+                    // so a dispatcher dropped after `wait_started` leaves no GPU work running.
+                    b.batches.warm_up();
+                    outcome.finish(Outcome {
+                        codecs: b.codecs,
+                        describe: b.describe,
+                        #[cfg(feature = "gpu")]
+                        gpu: b.gpu,
+                    });
+                    batch_loop(b.batches.as_ref(), batches, cfg, c);
+                }
+                Err(why) => outcome.finish(Outcome {
+                    codecs: vec![],
+                    describe: why,
+                    #[cfg(feature = "gpu")]
+                    gpu: None,
+                }),
+            })
             .map_err(DispatchError::Thread)?;
-        Ok(Dispatcher {
-            gpu_tx: Some((tx, rx)),
-            gpu_only,
-            min_items,
-            #[cfg(feature = "gpu")]
-            gpu: None,
-            counters,
-            gpu_codecs: codecs,
-            describe: describe.to_owned(),
-        })
+        Ok(Dispatcher { gpu_tx: Some((tx, rx)), gpu_only, min_items, started, counters, before: before.into() })
+    }
+
+    /// Waits until the batch back end has started, or has failed to (at once without one).
+    pub fn wait_started(&self) {
+        let mut done = self.started.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while !*done {
+            done = self.started.signal.wait(done).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// What the GPU (or other batch back end) is, or why none is used, or that it is starting.
+    pub fn describe(&self) -> String {
+        self.started.outcome.get().map_or_else(|| self.before.clone(), |o| o.describe.clone())
     }
 
     /// Frames a producer should keep in flight: two per CPU worker; with the GPU taking every
@@ -335,7 +448,7 @@ impl Dispatcher {
     /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted).
     pub fn gpu_decompress(&self, codec: CodecId, payloads: &[&[u8]], raw_lens: &[usize]) -> Option<Vec<Vec<u8>>> {
         #[cfg(feature = "gpu")]
-        if let Some(gpu) = self.gpu.as_ref().filter(|_| self.gpu_for(codec)) {
+        if let Some(gpu) = self.started.outcome.get().and_then(|o| o.gpu.as_ref()).filter(|_| self.gpu_for(codec)) {
             return match gpu.decompress_batch(codec, payloads, raw_lens, 0) {
                 Ok(out) => {
                     self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -361,7 +474,7 @@ impl Dispatcher {
 
     /// Whether frames of `codec` can go to the GPU.
     pub fn gpu_for(&self, codec: CodecId) -> bool {
-        self.gpu_tx.is_some() && self.gpu_codecs.contains(&codec)
+        self.gpu_tx.is_some() && self.started.outcome.get().is_some_and(|o| o.codecs.contains(&codec))
     }
 
     /// The counters.
@@ -485,8 +598,6 @@ enum Decision {
 /// it too, so a queue they keep empty never reaches the GPU), and launches them when enough wait
 /// and the launch is likely to finish them before the CPU would.
 fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
-    // (Frames arriving meanwhile are taken by the CPU workers.)
-    backend.warm_up();
     let mut measured = Measured::default();
     let min_items = cfg.min_items.max(1);
     loop {

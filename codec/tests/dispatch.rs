@@ -16,11 +16,13 @@ fn frames_encode_whatever_happens_to_the_gpu() {
         Ok(d) => d,
         Err(e) => panic!("auto never fails: {e}"),
     };
-    println!("dispatcher: {}", d.describe);
+    // The GPU starts in the background; this test is about what it does once started.
+    d.wait_started();
+    println!("dispatcher: {}", d.describe());
     assert!(
         Dispatcher::new(DispatchConfig { policy: GpuPolicy::Off, ..Default::default() })
             .unwrap()
-            .describe
+            .describe()
             .contains("off")
     );
     let ctx = Arc::new(EncodeConfig::default().new_object());
@@ -49,7 +51,7 @@ fn frames_encode_whatever_happens_to_the_gpu() {
         assert_eq!(counts["fallback_error"] + counts["cpu_frames"], 50, "{counts:?}");
         assert_eq!(counts["gpu_frames"], 0);
     } else {
-        println!("no GPU here: the CPU path alone was exercised ({})", d.describe);
+        println!("no GPU here: the CPU path alone was exercised ({})", d.describe());
         assert_eq!(counts["cpu_frames"], 50, "{counts:?}");
     }
 }

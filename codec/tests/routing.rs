@@ -9,7 +9,9 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use shrinkfs_codec::codec::{Codec, ZstdCodec};
-use shrinkfs_codec::dispatch::{BackendError, BatchBackend, DispatchConfig, Dispatcher, GpuPolicy, cpu_equivalent};
+use shrinkfs_codec::dispatch::{
+    Backend, BackendError, BatchBackend, DispatchConfig, Dispatcher, GpuPolicy, Start, cpu_equivalent,
+};
 use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, decode_payload, format::FrameHeader, workers};
 
 /// A stand-in GPU: each launch takes `delay`, then compresses with the CPU's zstd (so its output
@@ -67,7 +69,7 @@ impl BatchBackend for Fake {
 fn dispatcher_with(fake: &Arc<Fake>, policy: GpuPolicy) -> Dispatcher {
     let cfg =
         DispatchConfig { policy, min_items: 4, batch_window: Duration::from_millis(2), ..DispatchConfig::default() };
-    Dispatcher::with_backend(fake.clone(), vec![CodecId::Zstd], "stand-in", cfg).unwrap()
+    Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap()
 }
 
 fn dispatcher(fake: &Arc<Fake>) -> Dispatcher {
@@ -167,4 +169,31 @@ fn frames_the_back_end_cannot_shrink_are_stored_as_they_are() {
     assert_eq!(fake.frames.load(Ordering::Relaxed), 100, "with --gpu on the back end gets every frame");
     assert!(codecs.iter().all(|c| *c == CodecId::None), "stored as they are");
     assert_eq!(count(&d, "fallback_not_smaller"), 100);
+}
+
+#[test]
+fn the_cores_take_every_frame_while_the_back_end_starts_and_if_it_cannot() {
+    let fake = Fake::new(Duration::ZERO, Outcome::Compress);
+    let cfg = DispatchConfig { min_items: 4, batch_window: Duration::from_millis(2), ..DispatchConfig::default() };
+    let (go, held) = channel::<()>();
+    let backend = Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in");
+    let start: Start = Box::new(move || {
+        held.recv().unwrap();
+        Ok(backend)
+    });
+    let d = Dispatcher::starting(start, "starting", cfg.clone()).unwrap();
+    assert_eq!((d.describe().as_str(), d.gpu_for(CodecId::Zstd)), ("starting", false));
+    // Nothing waits for the start: the frames are the cores'.
+    run(&d, 100);
+    assert_eq!((count(&d, "cpu_frames"), fake.frames.load(Ordering::Relaxed)), (100, 0));
+    go.send(()).unwrap();
+    d.wait_started();
+    assert_eq!((d.describe().as_str(), d.gpu_for(CodecId::Zstd)), ("stand-in", true));
+
+    // A back end that cannot start leaves the cores every frame, and says why.
+    let d = Dispatcher::starting(Box::new(|| Err("no device".into())), "starting", cfg).unwrap();
+    d.wait_started();
+    assert_eq!((d.describe().as_str(), d.gpu_for(CodecId::Zstd)), ("no device", false));
+    run(&d, 50);
+    assert_eq!(count(&d, "cpu_frames"), 50);
 }
