@@ -3,6 +3,8 @@
 //! than the cores is left alone, a fast one takes what the busy cores cannot, and every frame
 //! comes back encoded in a standard payload whatever the back end does.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::channel;
@@ -12,7 +14,7 @@ use shrinkfs_codec::codec::{Codec, ZstdCodec};
 use shrinkfs_codec::dispatch::{
     Backend, BackendError, BatchBackend, DispatchConfig, Dispatcher, GpuPolicy, Start, cpu_equivalent,
 };
-use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, decode_payload, format::FrameHeader, workers};
+use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, workers};
 
 /// A stand-in GPU: each launch takes `delay`, then compresses with the CPU's zstd (so its output
 /// is a real zstd payload), or fails, or says nothing got smaller.
@@ -79,29 +81,9 @@ fn dispatcher(fake: &Arc<Fake>) -> Dispatcher {
 /// Submits `n` frames of compressible text and checks each comes back decoding to its input;
 /// returns the stored codec of each.
 fn run(d: &Dispatcher, n: usize) -> Vec<CodecId> {
-    let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
     let data: Vec<Vec<u8>> =
         (0..n).map(|i| format!("frame {i}: the quick brown fox ").repeat(8000).into_bytes()).collect();
-    let (tx, rx) = channel();
-    for (i, raw) in data.iter().enumerate() {
-        let tx = tx.clone();
-        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i as u64, raw.clone(), move |f| {
-            tx.send((i, f)).unwrap()
-        });
-    }
-    drop(tx);
-    let mut got: Vec<_> = rx.iter().collect();
-    assert_eq!(got.len(), n, "every frame came back");
-    got.sort_by_key(|g| g.0);
-    got.into_iter()
-        .map(|(i, f)| {
-            let h = FrameHeader::parse(&f.bytes, i as u64, false).unwrap();
-            let mut out = Vec::new();
-            decode_payload(&ctx, i as u64, &h, &f.bytes[24..], None, &mut out).unwrap();
-            assert!(out == data[i], "frame {i} decodes to its input");
-            h.codec
-        })
-        .collect()
+    common::dispatch_and_check(d, &data)
 }
 
 fn count(d: &Dispatcher, name: &str) -> u64 {

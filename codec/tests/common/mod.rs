@@ -1,12 +1,45 @@
 //! What the codec's test files share: the inputs of the GPU tests (which write test vectors on the
 //! GPU machine) and of the vector check in CI (which regenerates them to compare the CPU's
-//! decoding with), and a front-to-back decoder of whole objects.
+//! decoding with), a front-to-back decoder of whole objects, and a round of frames through a
+//! dispatcher.
 
 // Each test file that shares this module uses a part of it.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+
+use shrinkfs_codec::dispatch::{Dispatcher, cpu_equivalent};
+use shrinkfs_codec::format::FrameHeader;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
-use shrinkfs_codec::{Error, MasterKey, decode_payload};
+use shrinkfs_codec::{CodecId, EncodeConfig, Error, MasterKey, decode_payload};
+
+/// Submits each of `data` as a frame of one object to `d` (zstd, on the GPU where it takes
+/// them), checks that every frame comes back and decodes to its input, and returns the codec
+/// each was stored with.
+pub fn dispatch_and_check(d: &Dispatcher, data: &[Vec<u8>]) -> Vec<CodecId> {
+    let ctx = Arc::new(EncodeConfig::default().new_object());
+    let (tx, rx) = channel();
+    for (i, raw) in data.iter().enumerate() {
+        let tx = tx.clone();
+        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i as u64, raw.clone(), move |f| {
+            tx.send((i, f)).unwrap()
+        });
+    }
+    drop(tx);
+    let mut got: Vec<_> = rx.iter().collect();
+    assert_eq!(got.len(), data.len(), "every frame came back");
+    got.sort_by_key(|g| g.0);
+    got.into_iter()
+        .map(|(i, f)| {
+            let h = FrameHeader::parse(&f.bytes, i as u64, false).unwrap();
+            let mut out = Vec::new();
+            decode_payload(&ctx, i as u64, &h, &f.bytes[24..], None, &mut out).unwrap();
+            assert!(out == data[i], "frame {i} decodes to its input");
+            h.codec
+        })
+        .collect()
+}
 
 /// Reads an object front to back in pieces of `piece` bytes, as `unpack -` does.
 pub fn stream_decode(object: &[u8], key: Option<MasterKey>, piece: usize) -> Result<Vec<u8>, Error> {
