@@ -44,11 +44,37 @@ pub struct OpenHandles {
     handles: Mutex<HashMap<u64, Handle>>,
     open: Mutex<HashMap<u64, OpenEntry>>,
     next_fh: AtomicU64,
+    /// One lock per inode being opened from the store (see [`Self::opening`]).
+    opening: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Default for OpenHandles {
     fn default() -> Self {
-        OpenHandles { handles: Mutex::default(), open: Mutex::default(), next_fh: AtomicU64::new(1) }
+        OpenHandles {
+            handles: Mutex::default(),
+            open: Mutex::default(),
+            next_fh: AtomicU64::new(1),
+            opening: Mutex::default(),
+        }
+    }
+}
+
+/// Held while inode `ino` is opened from the store (see [`OpenHandles::opening`]).
+pub struct Opening<'a> {
+    table: &'a OpenHandles,
+    ino: u64,
+    gate: Arc<tokio::sync::Mutex<()>>,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.held = None;
+        let mut gates = self.table.opening.lock().expect("opening lock");
+        // Only the table's reference and this one left: nobody waits, the entry goes.
+        if Arc::strong_count(&self.gate) == 2 {
+            gates.remove(&self.ino);
+        }
     }
 }
 
@@ -61,6 +87,17 @@ impl OpenHandles {
     /// The shared state of open inode `ino`.
     pub fn file(&self, ino: u64) -> Option<SharedFile> {
         self.open.lock().expect("open lock").get(&ino).map(|e| e.file.clone())
+    }
+
+    /// Waits until no other open of `ino` is reading its state from the store, and keeps others
+    /// waiting until the returned guard is dropped. While it is held and `ino` is not open, no
+    /// commit of `ino` can happen (every commit is made through an open state), so the state
+    /// read from the store is the latest: without it, a state read just before another handle's
+    /// commit and closing would be attached after it, and the next append would overwrite.
+    pub async fn opening(&self, ino: u64) -> Opening<'_> {
+        let gate = self.opening.lock().expect("opening lock").entry(ino).or_default().clone();
+        let held = Some(gate.clone().lock_owned().await);
+        Opening { table: self, ino, gate, held }
     }
 
     /// Counts a new handle on `ino`: on the state already open, or on `fresh` when there is none.

@@ -91,6 +91,9 @@ pub struct Inode {
     /// A directory's subdirectories, when known: counted by its latest complete listing, or from
     /// its making here, and kept up as this mount adds, removes and moves them.
     pub subdirs: Option<u32>,
+    /// The table's change count when this mount last changed the inode itself (a commit, a
+    /// create): an answer from the store asked for before that is older than what is known here.
+    pub changed: u64,
 }
 
 /// All inodes the kernel knows.
@@ -104,6 +107,8 @@ pub struct InodeTable {
     by_ino: HashMap<u64, Inode>,
     children: HashMap<u64, HashMap<String, u64>>,
     next: u64,
+    /// Counts this mount's own changes to inodes (see [`Inode::changed`]).
+    changes: u64,
 }
 
 impl Default for InodeTable {
@@ -130,8 +135,9 @@ impl InodeTable {
             fetched: None,
             lookups: 1,
             subdirs: None,
+            changed: 0,
         };
-        InodeTable { by_ino: HashMap::from([(ROOT, root)]), children: HashMap::new(), next: ROOT + 1 }
+        InodeTable { by_ino: HashMap::from([(ROOT, root)]), children: HashMap::new(), next: ROOT + 1, changes: 0 }
     }
 
     fn named(&self, parent: u64, name: &str) -> Option<u64> {
@@ -220,6 +226,7 @@ impl InodeTable {
                         fetched,
                         lookups: 0,
                         subdirs: None,
+                        changed: 0,
                     },
                 );
                 self.name(parent, name, ino);
@@ -234,6 +241,44 @@ impl InodeTable {
             i.lookups += 1;
         }
         i.clone()
+    }
+
+    /// This mount's change count now: taken before asking the store, it tells which answers
+    /// [`Self::observe`] may apply.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Records that this mount itself just changed inode `ino` (committed it, made it, changed
+    /// its entries), so answers from the store asked for earlier leave it alone.
+    pub fn changed_here(&mut self, ino: u64) {
+        self.changes += 1;
+        if let Some(i) = self.by_ino.get_mut(&ino) {
+            i.changed = self.changes;
+        }
+    }
+
+    /// [`Self::upsert`] (fetched now) of what the store said in answer to a request made when the change
+    /// count was `since`: an inode of the same kind this mount changed after that keeps its
+    /// attributes (the answer may predate the change: a size from before an append would make
+    /// the kernel write the next append over it); the lookup is still counted.
+    pub fn observe(&mut self, parent: u64, name: &str, kind: Kind, attr: Attr, lookup: bool, since: u64) -> Inode {
+        if let Some(i) = self.named(parent, name).and_then(|ino| self.by_ino.get_mut(&ino))
+            && i.kind == kind
+            && i.changed > since
+        {
+            i.lookups += u64::from(lookup);
+            return i.clone();
+        }
+        self.upsert(parent, name, kind, attr, Some(Instant::now()), lookup)
+    }
+
+    /// Forgets `name` in `parent` because the store said, in answer to a request made when the
+    /// change count was `since`, that it is gone — unless this mount changed it since.
+    pub fn observe_gone(&mut self, parent: u64, name: &str, since: u64) {
+        if self.child(parent, name).is_none_or(|i| i.changed <= since) {
+            self.remove_name(parent, name);
+        }
     }
 
     /// Counts a kernel lookup of `ino` (an entry READDIRPLUS returned); returns the inode.

@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
@@ -183,6 +184,74 @@ async fn appends_whose_release_overlaps_the_next_open_never_get_estale() {
         r.await.unwrap().unwrap();
     }
     assert_eq!(read_name(&remount(&store), "log").await, expected);
+}
+
+/// Appends one line to `ino` as `echo line >> file` does: open, write at the size the kernel
+/// knows, close, release.
+async fn append_line(fs: &Fs, ino: u64, line: &str) {
+    let fh = fs.open(ino, true, false).await.unwrap();
+    let size = fs.getattr(ino).await.unwrap().size;
+    fs.write(fh, size, line.as_bytes()).await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_whose_read_of_the_object_answers_late_never_undoes_an_append_made_meanwhile() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(64 << 10));
+    let (a, fh) = fs.create(ROOT, "log", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"one\n").await.unwrap();
+    fs.release(fh).await.unwrap();
+    // The first process's open reads the object, and the answer takes a while to come back ...
+    ctl.late_next(Op::Get, 1, Duration::from_millis(400));
+    let slow = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.open(a.ino, true, false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ... while a second process appends a line and closes.
+    let quick = {
+        let fs = fs.clone();
+        tokio::spawn(async move { append_line(&fs, a.ino, "two\n").await })
+    };
+    let fh = slow.await.unwrap().unwrap();
+    quick.await.unwrap();
+    // The first process appends after what the second one wrote.
+    let size = fs.getattr(a.ino).await.unwrap().size;
+    assert_eq!(size, 8, "the size includes the line appended while the open read the object");
+    fs.write(fh, size, b"three\n").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_name(&remount(&store), "log").await, b"one\ntwo\nthree\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answered_late_never_reports_a_size_older_than_a_commit_made_meanwhile() {
+    let store = Arc::new(InMemory::new());
+    let ttl = Duration::from_millis(300);
+    let (fs, ctl) = faulty(
+        &store,
+        FsConfig { namespace: NamespaceConfig { metadata_ttl: ttl, ..NamespaceConfig::default() }, ..config(64 << 10) },
+    );
+    let (a, fh) = fs.create(ROOT, "log", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"one\n").await.unwrap();
+    fs.release(fh).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    // A lookup made once the cached attributes expired, whose HEAD answers late (the kernel
+    // revalidating the name for a second process) ...
+    ctl.late_next(Op::Head, 1, Duration::from_millis(400));
+    let slow = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.lookup(ROOT, "log").await })
+    };
+    let ino = a.ino;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ... while this mount appends a line and closes.
+    append_line(&fs, ino, "two\n").await;
+    let got = slow.await.unwrap().unwrap();
+    assert_eq!(got.size, 8, "the lookup answers with the size committed while it waited");
+    assert_eq!(fs.getattr(ino).await.unwrap().size, 8, "the cached attributes are the committed ones");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,8 +74,14 @@ impl Fs {
         let file = match self.handles.attach(ino, write, None) {
             Some(f) => f,
             None => {
-                let fresh = self.load(&i, write && truncate).await?;
-                self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
+                let _opening = self.handles.opening(ino).await;
+                match self.handles.attach(ino, write, None) {
+                    Some(f) => f,
+                    None => {
+                        let fresh = self.load(&i, write && truncate).await?;
+                        self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
+                    }
+                }
             }
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
@@ -312,9 +318,17 @@ impl Fs {
             return self.setattr_node(&i, change).await;
         }
         let SetAttr { size, mode, uid, gid, atime, mtime } = change;
+        // A file not open is changed as if opened, read and committed while no open can read it.
+        let mut opening = None;
         let (of_arc, temporary) = match self.handles.file(ino) {
             Some(of) => (of, false),
-            None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
+            None => {
+                opening = Some(self.handles.opening(ino).await);
+                match self.handles.file(ino) {
+                    Some(of) => (of, false),
+                    None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
+                }
+            }
         };
         let mut of = of_arc.lock().await;
         if let Some(s) = size {
@@ -342,6 +356,7 @@ impl Fs {
         of.dirty = true;
         if temporary {
             self.commit(&i, &mut of).await?;
+            drop(opening);
             let i = self.names.inode(ino)?;
             return Ok(self.names.attrs_of(&i));
         }

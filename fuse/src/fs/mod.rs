@@ -184,12 +184,16 @@ impl Fs {
         if self.cfg.read_only { Err(Error::ReadOnly) } else { Ok(()) }
     }
 
-    /// Attributes of inode `i` as they are live: an open file's as written so far, else as cached.
+    /// Attributes of inode `i` as they are live: an open file's as written so far, else as cached
+    /// now (`i` may be from before the last handle's commit: its size would be the old one).
     async fn live_attrs(&self, i: &Inode) -> FileAttrs {
-        let cached = self.names.attrs_of(i);
         match self.handles.file(i.ino) {
-            Some(file) => file.lock().await.live_attrs(cached),
-            None => cached,
+            Some(file) => {
+                let of = file.lock().await;
+                let now = self.names.inode(i.ino).unwrap_or_else(|_| i.clone());
+                of.live_attrs(self.names.attrs_of(&now))
+            }
+            None => self.names.attrs_of(&self.names.inode(i.ino).unwrap_or_else(|_| i.clone())),
         }
     }
 
@@ -203,8 +207,10 @@ impl Fs {
 
     /// Attributes of an inode, refreshed from the store when older than the metadata TTL.
     pub async fn getattr(&self, ino: u64) -> Result<FileAttrs> {
+        let open = self.handles.is_open(ino);
+        // Read after the check: a file closed in between was committed before it closed.
         let i = self.names.inode(ino)?;
-        if self.handles.is_open(ino) {
+        if open {
             return Ok(self.live_attrs(&i).await);
         }
         self.names.getattr(&i).await

@@ -129,6 +129,7 @@ impl Namespace {
                 })
                 .collect()
         };
+        let since = self.table().changes();
         let fetches = futures::stream::iter(stale)
             .map(|(name, known)| {
                 let rel = join(&dir.path, &name);
@@ -149,10 +150,10 @@ impl Namespace {
         for (name, got) in fetched {
             match got {
                 Ok(Some((kind, attr))) => {
-                    t.upsert(ino, &name, kind, attr, Some(Instant::now()), false);
+                    t.observe(ino, &name, kind, attr, false, since);
                 }
                 // Gone since the listing: no entry (the next listing agrees).
-                Ok(None) => t.remove_name(ino, &name),
+                Ok(None) => t.observe_gone(ino, &name, since),
                 // Shown with what is known; a lookup asks again.
                 Err(e) => tracing::debug!(name, error = %e, "attributes of a listed entry"),
             }
@@ -232,6 +233,7 @@ impl Namespace {
     async fn list_more(&self, l: &mut Listing, is_open: IsOpen<'_>) -> Result<()> {
         let prefix = self.key(&l.path);
         let first = matches!(l.next, Next::Start);
+        let since = self.table().changes();
         let mut page = match (&self.bucket.pages, &l.next) {
             (_, Next::Done) => return Ok(()),
             (Some(pages), next) => {
@@ -280,7 +282,7 @@ impl Namespace {
             let i = match (known, t.child(l.ino, &name)) {
                 (Some(info), _) => {
                     let (kind, attr) = attr_from_object(&info);
-                    t.upsert(l.ino, &name, kind, attr, Some(Instant::now()), false)
+                    t.observe(l.ino, &name, kind, attr, false, since)
                 }
                 // A version a lookup described: the listing's ETag confirms its attributes, or
                 // says they belong to another version and are to be asked again.

@@ -236,6 +236,7 @@ impl Namespace {
         let now = SystemTime::now();
         (d.attr.mtime, d.attr.ctime) = (now, now);
         let (path, attr) = (d.path.clone(), d.attr.clone());
+        t.changed_here(dir);
         drop(t);
         self.dir_times.lock().expect("dir times lock").insert(path, attr);
     }
@@ -286,7 +287,10 @@ impl Namespace {
     /// Records `name` in `parent`, just made here, as the kernel's new entry (a counted lookup).
     pub fn created(&self, parent: u64, name: &str, kind: Kind, attr: Attr, fetched: Option<Instant>) -> Inode {
         self.appeared(parent, name);
-        self.table().upsert(parent, name, kind, attr, fetched, true)
+        let mut t = self.table();
+        let i = t.upsert(parent, name, kind, attr, fetched, true);
+        t.changed_here(i.ino);
+        t.get(i.ino).cloned().expect("just made")
     }
 
     /// `name` of `parent` exists now, made or moved there by this mount: what was known of its
@@ -303,10 +307,12 @@ impl Namespace {
     /// Inode `ino` is now object version `info` (just written).
     pub fn committed(&self, ino: u64, info: &ObjectInfo) {
         let (kind, attr) = attr_from_object(info);
-        if let Some(cur) = self.table().get_mut(ino) {
+        let mut t = self.table();
+        if let Some(cur) = t.get_mut(ino) {
             cur.kind = kind;
             cur.attr = attr;
             cur.fetched = Some(Instant::now());
+            t.changed_here(ino);
         }
     }
 
@@ -335,7 +341,11 @@ impl Namespace {
         if let Some(i) = &known
             && (self.fresh(i) || is_open(i.ino))
         {
-            return Ok(self.table().upsert(parent, name, i.kind, i.attr.clone(), i.fetched, true));
+            // Counted on the inode as it is now: a commit may have changed it since `known`.
+            let mut t = self.table();
+            if t.child(parent, name).is_some_and(|now| now.ino == i.ino) {
+                return Ok(t.looked_up(i.ino).expect("named above"));
+            }
         }
         let rel = join(&dir.path, name);
         self.check_key_len(&rel)?;
@@ -343,10 +353,11 @@ impl Namespace {
             return Err(Error::NotFound);
         }
         self.prefetch_listed(parent, &dir.path);
+        let since = self.table().changes();
         // A stored version already described: its HEAD alone revalidates it.
         let had = known.as_ref().filter(|k| k.fetched.is_some() && k.kind != Kind::Dir).map(|k| (k.kind, &k.attr));
         if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel), had).await? {
-            return Ok(self.table().upsert(parent, name, kind, attr, Some(Instant::now()), true));
+            return Ok(self.table().observe(parent, name, kind, attr, true, since));
         }
         // A fresh complete listing said this is a directory: no need to list it again.
         let listed_dir = known.as_ref().is_some_and(|k| k.kind == Kind::Dir) && self.listing_fresh(parent);
@@ -355,9 +366,9 @@ impl Namespace {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
             };
-            return Ok(self.table().upsert(parent, name, Kind::Dir, attr, Some(Instant::now()), true));
+            return Ok(self.table().observe(parent, name, Kind::Dir, attr, true, since));
         }
-        self.table().remove_name(parent, name);
+        self.table().observe_gone(parent, name, since);
         self.missed(parent, name);
         Err(Error::NotFound)
     }
@@ -397,11 +408,17 @@ impl Namespace {
         if i.kind == Kind::Dir || self.fresh(i) || i.parent == 0 {
             return Ok(self.attrs_of(i));
         }
+        let since = self.table().changes();
         let had = i.fetched.map(|_| (i.kind, &i.attr));
-        match self.stat_attrs(&self.key(&i.path), had).await? {
+        let got = self.stat_attrs(&self.key(&i.path), had).await?;
+        let mut t = self.table();
+        let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
+        // Changed here since the request: what is known here is newer than the answer.
+        if cur.changed > since {
+            return Ok(self.attrs_of(cur));
+        }
+        match got {
             Some((kind, attr)) => {
-                let mut t = self.table();
-                let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
                 if cur.kind != kind {
                     return Err(Error::Stale);
                 }
@@ -423,6 +440,7 @@ impl Namespace {
         }
         let (reader, bucket, inodes) = (self.reader.clone(), self.bucket.clone(), self.inodes.clone());
         let (dir_path, concurrency) = (dir_path.to_owned(), self.cfg.prefetch_concurrency);
+        let since = self.table().changes();
         tokio::spawn(async move {
             use futures::StreamExt;
             let stats = futures::stream::iter(names)
@@ -437,7 +455,7 @@ impl Namespace {
             futures::pin_mut!(stats);
             while let Some((name, res)) = stats.next().await {
                 if let Ok(Some((kind, attr))) = res {
-                    inodes.lock().expect("inode lock").upsert(dir, &name, kind, attr, Some(Instant::now()), false);
+                    inodes.lock().expect("inode lock").observe(dir, &name, kind, attr, false, since);
                 }
             }
         });

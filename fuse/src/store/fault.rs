@@ -76,6 +76,8 @@ pub struct FaultControl {
     truncate: AtomicU32,
     /// Per op: how many of the next calls fail.
     next: [AtomicU32; OPS],
+    /// Per op: how many of the next reads answer late, and how late.
+    late: [Mutex<(u32, Duration)>; OPS],
     rate: Mutex<Option<Rate>>,
     calls: [AtomicU64; OPS],
     failures: AtomicU64,
@@ -102,6 +104,26 @@ impl FaultControl {
     /// Each call of kind `op` waits `d` before it runs (zero: no wait).
     pub fn delay(&self, op: Op, d: Duration) {
         *self.delay[op as usize].lock().unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// The next `n` reads of kind `op` (`Get` or `Head`) are answered `d` after the store
+    /// answered them: what they say was true when asked, and may not be when it arrives (a slow
+    /// network, a busy server).
+    pub fn late_next(&self, op: Op, n: u32, d: Duration) {
+        *self.late[op as usize].lock().unwrap_or_else(PoisonError::into_inner) = (n, d);
+    }
+
+    /// Holds the answer of a read of kind `op` as [`Self::late_next`] says.
+    async fn answer(&self, op: Op) {
+        let d = {
+            let mut late = self.late[op as usize].lock().unwrap_or_else(PoisonError::into_inner);
+            if late.0 == 0 {
+                return;
+            }
+            late.0 -= 1;
+            late.1
+        };
+        tokio::time::sleep(d).await;
     }
 
     /// The bodies of the next `n` GETs (ranged or not) end after half their bytes.
@@ -234,8 +256,11 @@ impl ObjectStore for FaultStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let head = options.head;
-        self.ctl.enter(if head { Op::Head } else { Op::Get }).await?;
-        let mut got = self.inner.store.get_opts(location, options).await?;
+        let op = if head { Op::Head } else { Op::Get };
+        self.ctl.enter(op).await?;
+        let got = self.inner.store.get_opts(location, options).await;
+        self.ctl.answer(op).await;
+        let mut got = got?;
         if !head && self.ctl.cut() {
             let GetResult { payload, meta, range, attributes } = got;
             let whole = GetResult { payload, meta: meta.clone(), range: range.clone(), attributes: attributes.clone() };
@@ -249,7 +274,9 @@ impl ObjectStore for FaultStore {
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
         self.ctl.enter(Op::Head).await?;
-        self.inner.store.head(location).await
+        let got = self.inner.store.head(location).await;
+        self.ctl.answer(Op::Head).await;
+        got
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
