@@ -6,7 +6,7 @@
 # Usage: scripts/ab-write.sh OLD_BIN NEW_BIN DATA [RUNS] [CODECS] [WRITERS]
 #   e.g. scripts/ab-write.sh old/shrinkfs new/shrinkfs /dev/shm/real.1g 3 "none zstd" "1 8"
 # Needs root and /dev/fuse; AB_DIR (default /dev/shm/ab) holds bucket, staging and mount point.
-# AB_VARIANTS (default "old new") may add "new+wb": NEW_BIN with --writeback-cache.
+# AB_VARIANTS (default "old new") may add "old+wb" and "new+wb": that binary with --writeback-cache.
 # AB_BUCKET=memory mounts memory:// instead (the floor: no bucket writes; reads then come from
 # the same mount after a drop of the kernel's caches, so they are not cold).
 set -euo pipefail
@@ -45,6 +45,7 @@ for codec in $codecs; do for w in $writers; do for r in $(seq "$runs"); do for w
   case $which in
     old) bin=$old flags=() ;;
     new) bin=$new flags=() ;;
+    old+wb) bin=$old flags=(--writeback-cache) ;;
     new+wb) bin=$new flags=(--writeback-cache) ;;
     *) echo "unknown variant $which" >&2; exit 2 ;;
   esac

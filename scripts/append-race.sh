@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks for lost appends: two shell loops append 600 lines each to one file through a mount
 # (`echo ... >> g`, an open/write/close per line), the mount is remounted and the lines counted;
-# runs RUNS rounds of JOBS mounts at once (load makes races show). Before f2be1ad's successor
+# runs RUNS rounds of JOBS mounts at once (load makes races show). Before 80a793d
 # fixed the race (an open's read of the object, or a lookup's HEAD, answered with the size from
 # before the other process's append), 40 rounds of 6 lost lines in 14 of 240 mounts; after, none.
 # Usage: scripts/append-race.sh SHRINKFS_BINARY [RUNS] [JOBS]  (root; prints a count per mount)

@@ -1,15 +1,18 @@
 //! The state of one open inode, shared by all its handles: what its bytes are right now
-//! (clean, streaming to the store, or staged in a local file), the metadata to record with them,
-//! and the lock writes take — waiting briefly for writes arriving out of order.
+//! (clean, streaming to the store, or staged in a local file), the writes held until the writes
+//! before them arrive, the metadata to record with them, and the lock writes take.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use shrinkfs_codec::FileMeta;
 
 use crate::attrs::FileAttrs;
+use crate::budget::Held;
 use crate::objects::ObjectInfo;
 use crate::stamp;
 use crate::upload::Upload;
@@ -47,26 +50,31 @@ impl FileCell {
 
     /// Locks the file for a write at `offset`. While the write lands past the end of a streaming
     /// upload (within `window`) and either `always` (the kernel's write-back cache is on) or
-    /// another write of the file is in progress, it first waits for the writes before it, at
-    /// most `wait`.
+    /// another write of the file is in progress, it is first offered to `hold` (which keeps it
+    /// until the writes before it arrive: then `None` is returned); if that cannot take it, it
+    /// waits for the writes before it, at most `wait`.
     pub async fn lock_for_write(
         &self,
         offset: u64,
         always: bool,
         window: u64,
         wait: Duration,
-    ) -> tokio::sync::MutexGuard<'_, OpenFile> {
+        mut hold: impl FnMut(&mut OpenFile) -> bool,
+    ) -> Option<tokio::sync::MutexGuard<'_, OpenFile>> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before the check, so a write ending in between still wakes this one.
             let progress = self.progress.notified();
             tokio::pin!(progress);
             progress.as_mut().enable();
-            let of = self.lock().await;
+            let mut of = self.lock().await;
             let ahead = of.stream_end().is_some_and(|end| offset > end && offset - end <= window);
             let others = self.writes.load(Ordering::Acquire) > 1;
             if !ahead || !(always || others) || tokio::time::Instant::now() >= deadline {
-                return of;
+                return Some(of);
+            }
+            if hold(&mut of) {
+                return None;
             }
             drop(of);
             let _ = tokio::time::timeout_at(deadline, progress).await;
@@ -108,11 +116,68 @@ pub enum Body {
     },
 }
 
+/// Writes that landed past the end of a streaming upload — the kernel's write-back cache sends
+/// several at once and the FUSE threads take them up in any order — held, with room in the memory
+/// budget, until the writes before them arrive. They never overlap each other or the bytes
+/// already streamed, so the order they are applied in does not matter.
+#[derive(Debug, Default)]
+pub struct Ahead {
+    writes: BTreeMap<u64, (Bytes, Held)>,
+    bytes: u64,
+}
+
+impl Ahead {
+    /// Whether no write is held.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Where the last held write ends.
+    pub fn end(&self) -> Option<u64> {
+        self.writes.last_key_value().map(|(o, (b, _))| o + b.len() as u64)
+    }
+
+    /// Whether a held write overlaps `from..to`.
+    pub fn overlaps(&self, from: u64, to: u64) -> bool {
+        self.writes.range(..to).next_back().is_some_and(|(o, (b, _))| o + b.len() as u64 > from)
+    }
+
+    /// Holds `data`, written at `offset` (overlapping nothing held), with its room `room`.
+    pub fn hold(&mut self, offset: u64, data: Bytes, room: Held) {
+        self.bytes += data.len() as u64;
+        self.writes.insert(offset, (data, room));
+    }
+
+    /// The held write that starts at `offset`, if any (still held).
+    pub fn at(&self, offset: u64) -> Option<Bytes> {
+        self.writes.get(&offset).map(|(b, _)| b.clone())
+    }
+
+    /// The first held write, if any (still held).
+    pub fn first(&self) -> Option<(u64, Bytes)> {
+        self.writes.first_key_value().map(|(o, (b, _))| (*o, b.clone()))
+    }
+
+    /// Lets go of the write held at `offset` (once applied), giving back its room.
+    pub fn release(&mut self, offset: u64) {
+        if let Some((b, _)) = self.writes.remove(&offset) {
+            self.bytes -= b.len() as u64;
+        }
+    }
+}
+
 /// Write state of one inode, shared by all its handles.
 #[derive(Debug)]
 pub struct OpenFile {
     /// The bytes.
     pub body: Body,
+    /// Writes past the end of a streaming upload, held until the writes before them arrive.
+    pub ahead: Ahead,
     /// Metadata to record with the next object written.
     pub meta: FileMeta,
     /// Bytes or metadata differ from the store.
@@ -136,11 +201,12 @@ impl OpenFile {
 
     /// Logical length now.
     pub fn len(&self) -> u64 {
-        match &self.body {
+        let body = match &self.body {
             Body::Clean => self.base.as_ref().map_or(0, |b| b.size()),
             Body::Streaming(u) => u.len(),
             Body::Staged { len, .. } => *len,
-        }
+        };
+        body.max(self.ahead.end().unwrap_or(0))
     }
 
     /// Whether it is empty now.
@@ -150,11 +216,12 @@ impl OpenFile {
 
     /// Logical bytes not yet stored: a streaming upload's bytes, a staged file's length.
     pub fn dirty_bytes(&self) -> u64 {
-        match &self.body {
+        let body = match &self.body {
             Body::Clean => 0,
             Body::Streaming(up) => up.len(),
             Body::Staged { len, .. } => *len,
-        }
+        };
+        body + self.ahead.bytes()
     }
 
     /// The attributes `stored` (the inode's cached ones) as they are live: size, mode, owner and

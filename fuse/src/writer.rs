@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use bytes::Bytes;
 use object_store::path::Path;
 use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFMT, S_IFREG};
@@ -115,19 +116,65 @@ impl FileWriter {
                 atime: Some(stamp::now()),
             },
         };
-        Ok(OpenFile { meta, body: Body::Clean, dirty: false, unlinked: false, base })
+        Ok(OpenFile { meta, body: Body::Clean, ahead: Default::default(), dirty: false, unlinked: false, base })
     }
 
     /// Locks `file` for a write at `offset`, waiting briefly for writes before it as
     /// [`FileCell::lock_for_write`] says.
-    pub async fn lock<'a>(&self, file: &'a FileCell, offset: u64) -> tokio::sync::MutexGuard<'a, OpenFile> {
+    /// `None`: the write of `data` was held, as [`Self::hold`] says.
+    pub async fn lock<'a>(
+        &self,
+        file: &'a FileCell,
+        offset: u64,
+        data: &[u8],
+    ) -> Option<tokio::sync::MutexGuard<'a, OpenFile>> {
         let c = &self.cfg;
-        file.lock_for_write(offset, c.writeback_cache, c.reorder_window, c.reorder_wait).await
+        let hold = |of: &mut OpenFile| self.hold(of, offset, data);
+        file.lock_for_write(offset, c.writeback_cache, c.reorder_window, c.reorder_wait, hold).await
+    }
+
+    /// Holds a write of `data` that lands past the end of `of`'s streaming upload until the
+    /// writes before it arrive, so it returns at once: when it overlaps nothing held, the held
+    /// bytes stay within the reorder window and the memory budget has room for a copy of it now
+    /// within its first half (held writes never take the room the writes they wait for need).
+    /// Returns whether it did.
+    fn hold(&self, of: &mut OpenFile, offset: u64, data: &[u8]) -> bool {
+        let n = data.len() as u64;
+        let ahead = of.stream_end().is_some_and(|end| offset > end);
+        if !ahead
+            || of.ahead.bytes() + n > self.cfg.reorder_window
+            || of.ahead.overlaps(offset, offset + n)
+            || self.budget.in_use() + n > self.budget.bytes() / 2
+        {
+            return false;
+        }
+        let Some(room) = self.budget.try_take(n) else { return false };
+        of.ahead.hold(offset, Bytes::copy_from_slice(data), room);
+        of.dirty = true;
+        let now = Some(stamp::now());
+        (of.meta.mtime, of.meta.ctime) = (now, now);
+        true
+    }
+
+    /// Writes the bytes held in `of.ahead` into its staging file, each let go once written.
+    fn apply_ahead(of: &mut OpenFile) -> Result<()> {
+        while let Some((offset, bytes)) = of.ahead.first() {
+            let Body::Staged { file, len } = &mut of.body else { unreachable!("applied once staged") };
+            file.write_all_at(&bytes, offset)?;
+            *len = (*len).max(offset + bytes.len() as u64);
+            of.ahead.release(offset);
+        }
+        Ok(())
     }
 
     /// Moves an open file's bytes into a local staging file (from the upload so far or the
     /// object). On failure the bytes stay where they were.
     pub async fn stage(&self, of: &mut OpenFile) -> Result<()> {
+        self.stage_body(of).await?;
+        Self::apply_ahead(of)
+    }
+
+    async fn stage_body(&self, of: &mut OpenFile) -> Result<()> {
         match &mut of.body {
             Body::Staged { .. } => {}
             Body::Streaming(up) => {
@@ -167,12 +214,23 @@ impl FileWriter {
         {
             of.body = Body::Streaming(Box::new(self.new_upload(rel)?));
         }
+        let end = offset + data.len() as u64;
         let sequential = matches!(&of.body, Body::Streaming(u) if u.appendable() && u.len() == offset);
-        if !sequential {
+        if !sequential || of.ahead.overlaps(offset, end) {
             self.stage(of).await?;
         }
         match &mut of.body {
-            Body::Streaming(u) => u.write(data).await?,
+            Body::Streaming(u) => {
+                u.write(data).await?;
+                // Writes held for this one follow it; one that fails stays held (this write's
+                // bytes are in: its error is not this write's).
+                while let Some(next) = of.ahead.at(u.len()) {
+                    if u.write(&next).await.is_err() {
+                        break;
+                    }
+                    of.ahead.release(u.len() - next.len() as u64);
+                }
+            }
             Body::Staged { file, len } => {
                 file.write_all_at(data, offset)?;
                 *len = (*len).max(offset + data.len() as u64);
@@ -214,6 +272,10 @@ impl FileWriter {
     pub async fn commit(&self, of: &mut OpenFile, rel: &str) -> Result<Option<ObjectInfo>> {
         if !of.dirty || of.unlinked {
             return Ok(None);
+        }
+        if !of.ahead.is_empty() {
+            // Writes still held have a gap before them: the file has a hole.
+            self.stage(of).await?;
         }
         let path = self.bucket.key(rel);
         let written: Written = match &mut of.body {

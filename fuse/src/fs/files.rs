@@ -44,6 +44,7 @@ impl Fs {
         };
         let of = OpenFile {
             body: Body::Streaming(Box::new(self.writer.new_upload(&rel)?)),
+            ahead: Default::default(),
             meta,
             dirty: true,
             unlinked: false,
@@ -115,8 +116,8 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.handles.handle(fh)?;
         let mut of = h.file.lock().await;
-        if let Body::Streaming(u) = &of.body {
-            if offset >= u.len() {
+        if matches!(of.body, Body::Streaming(_)) || !of.ahead.is_empty() {
+            if offset >= of.len() {
                 // The kernel's write-back asks for the page at the end of a file being written.
                 return Ok(Bytes::new());
             }
@@ -160,9 +161,11 @@ impl Fs {
             return Err(Error::NotWritable);
         }
         let _writing = h.file.begin_write();
-        let mut of = self.writer.lock(&h.file, offset).await;
-        let i = self.names.inode(h.ino)?;
-        self.writer.write(&mut of, &i.path, offset, data).await?;
+        // None: held until the writes before it arrive (see `Ahead`).
+        if let Some(mut of) = self.writer.lock(&h.file, offset, data).await {
+            let i = self.names.inode(h.ino)?;
+            self.writer.write(&mut of, &i.path, offset, data).await?;
+        }
         Ok(data.len() as u32)
     }
 
@@ -259,7 +262,10 @@ impl Fs {
         };
         let mut of = file.lock().await;
         // Local bytes only: nothing more goes to the store for a file that has no name.
-        if matches!(of.body, Body::Streaming(_)) || matches!(of.body, Body::Clean) && of.base.is_some() {
+        if matches!(of.body, Body::Streaming(_))
+            || matches!(of.body, Body::Clean) && of.base.is_some()
+            || !of.ahead.is_empty()
+        {
             self.writer.stage(&mut of).await?;
         }
         let out = remove.await?;
