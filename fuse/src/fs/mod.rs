@@ -187,13 +187,15 @@ impl Fs {
     /// Attributes of inode `i` as they are live: an open file's as written so far, else as cached
     /// now (`i` may be from before the last handle's commit: its size would be the old one).
     async fn live_attrs(&self, i: &Inode) -> FileAttrs {
-        match self.handles.file(i.ino) {
-            Some(file) => {
-                let of = file.lock().await;
-                let now = self.names.inode(i.ino).unwrap_or_else(|_| i.clone());
-                of.live_attrs(self.names.attrs_of(&now))
-            }
-            None => self.names.attrs_of(&self.names.inode(i.ino).unwrap_or_else(|_| i.clone())),
+        let file = self.handles.file(i.ino);
+        let of = match &file {
+            Some(f) => Some(f.lock().await),
+            None => None,
+        };
+        let cached = self.names.attrs_of(&self.names.inode(i.ino).unwrap_or_else(|_| i.clone()));
+        match of {
+            Some(of) => of.live_attrs(cached),
+            None => cached,
         }
     }
 
