@@ -262,6 +262,9 @@ mod tests {
         async fn get_opts(&self, p: &Path, o: GetOptions) -> object_store::Result<GetResult> {
             self.inner.get_opts(p, o).await
         }
+        async fn head(&self, p: &Path) -> object_store::Result<ObjectMeta> {
+            self.inner.head(p).await
+        }
         async fn delete(&self, p: &Path) -> object_store::Result<()> {
             self.inner.delete(p).await
         }

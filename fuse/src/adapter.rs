@@ -114,7 +114,7 @@ impl FuseAdapter {
     ) -> Result<T> {
         let span = tracing::debug_span!("fuse", op, ino);
         let start = std::time::Instant::now();
-        let res = self.rt.block_on(f.instrument(span));
+        let res = crate::blocking::on_request_thread(|| self.rt.block_on(f.instrument(span)));
         self.fs.metrics().op(op, Error::outcome(&res), start.elapsed());
         if let Err(e) = &res {
             self.fs.log_error(e, op, ino, name.map(|n| n.to_string_lossy()).as_deref());
@@ -326,10 +326,13 @@ impl Filesystem for FuseAdapter {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.run("open", ino.0, self.fs.open_as(ino.0, write, truncate, req.uid() == 0)) {
-            Ok(fh) => {
+            // Only a writer's close publishes: the kernel need not send a reader's (no FLUSH
+            // round trip per read-only close), nor is its opener asked of /proc.
+            Ok(fh) if write => {
                 self.fs.set_owner(fh, process_of(req.pid()));
                 reply.opened(FileHandle(fh), FopenFlags::empty())
             }
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -400,7 +403,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
-        let by = process_of(req.pid());
+        let by = || process_of(req.pid());
         Self::empty(reply, self.run("flush", ino.0, self.fs.flush_by(fh.0, by, process_alive)));
     }
 

@@ -1,12 +1,17 @@
 //! The inode table: inode numbers for the names the kernel has looked up, their cached
 //! attributes, an index of each directory's children, and the bookkeeping of lookups, renames
-//! and forgets.
+//! and forgets (with the inodes kept past the kernel's forget).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Instant, SystemTime};
 
 /// Inode number of the mount's root.
 pub const ROOT: u64 = 1;
+
+/// Inodes kept after the kernel forgot them, at most (about 30 MiB of names and attributes). A
+/// kept file's attributes answer its next lookup within the metadata TTL, and name the version a
+/// HEAD confirms after it, instead of leaving with the inode (a cache drop, memory pressure).
+pub const KEPT_MAX: usize = 65_536;
 
 /// What an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -109,6 +114,9 @@ pub struct InodeTable {
     next: u64,
     /// Counts this mount's own changes to inodes (see [`Inode::changed`]).
     changes: u64,
+    /// Inodes the kernel forgot that are kept, oldest first (an entry may have been looked up or
+    /// freed since: it is skipped when reached).
+    kept: VecDeque<u64>,
 }
 
 impl Default for InodeTable {
@@ -137,7 +145,13 @@ impl InodeTable {
             subdirs: None,
             changed: 0,
         };
-        InodeTable { by_ino: HashMap::from([(ROOT, root)]), children: HashMap::new(), next: ROOT + 1, changes: 0 }
+        InodeTable {
+            by_ino: HashMap::from([(ROOT, root)]),
+            children: HashMap::new(),
+            next: ROOT + 1,
+            changes: 0,
+            kept: VecDeque::new(),
+        }
     }
 
     fn named(&self, parent: u64, name: &str) -> Option<u64> {
@@ -327,21 +341,56 @@ impl InodeTable {
         moved
     }
 
-    /// The kernel dropped `n` lookups of `ino`; unreferenced, unnamed inodes are freed.
+    /// The kernel dropped `n` lookups of `ino`. An inode it no longer references is kept while
+    /// it still describes a stored version under its name (a file with an ETag, or a directory
+    /// with entries kept below it), up to [`KEPT_MAX`] of them, the oldest freed first; any other
+    /// is freed.
     pub fn forget(&mut self, ino: u64, n: u64) {
         if ino == ROOT {
             return;
         }
-        if let Some(i) = self.by_ino.get_mut(&ino) {
-            i.lookups = i.lookups.saturating_sub(n);
-            if i.lookups == 0 {
-                let (parent, name) = (i.parent, i.name.clone());
-                if self.named(parent, &name) == Some(ino) {
-                    self.unname(parent, &name);
-                }
-                self.by_ino.remove(&ino);
+        let Some(i) = self.by_ino.get_mut(&ino) else { return };
+        i.lookups = i.lookups.saturating_sub(n);
+        if i.lookups > 0 {
+            return;
+        }
+        let (parent, name) = (i.parent, i.name.clone());
+        let worth = match i.kind {
+            Kind::Dir => self.children.contains_key(&ino),
+            _ => i.fetched.is_some() && i.attr.etag.is_some(),
+        };
+        let named = self.named(parent, &name) == Some(ino);
+        if named && worth {
+            self.kept.push_back(ino);
+            while self.kept.len() > KEPT_MAX {
+                let Some(old) = self.kept.pop_front() else { break };
+                self.free(old);
+            }
+        } else {
+            self.free(ino);
+        }
+    }
+
+    /// Frees inode `ino` and the inodes kept below it, if none of them is referenced by the
+    /// kernel (or by the caller of an open file, which holds a lookup).
+    fn free(&mut self, ino: u64) {
+        let below = self.subtree(ino);
+        if ino == ROOT || below.iter().any(|b| self.by_ino.get(b).is_some_and(|i| i.lookups > 0)) {
+            return;
+        }
+        for b in below.iter().rev() {
+            self.children.remove(b);
+            if let Some(i) = self.by_ino.remove(b)
+                && self.named(i.parent, &i.name) == Some(*b)
+            {
+                self.unname(i.parent, &i.name);
             }
         }
+    }
+
+    /// Number of inodes kept after the kernel forgot them (some may have been looked up since).
+    pub fn kept(&self) -> usize {
+        self.kept.len()
     }
 
     /// Number of inodes held.
@@ -425,5 +474,39 @@ mod tests {
         t.forget(sub.ino, 1);
         assert!(t.child(d.ino, "sub").is_none());
         assert_eq!(indexed(&t), t.len() - 1 - 2, "all but the root and the two orphans are indexed");
+    }
+
+    fn stored(etag: &str) -> Attr {
+        Attr { etag: Some(etag.into()), ..Attr::empty() }
+    }
+
+    #[test]
+    fn forgotten_inodes_that_describe_a_stored_version_are_kept_up_to_a_bound() {
+        let mut t = InodeTable::new();
+        let d = t.upsert(ROOT, "d", Kind::Dir, Attr::empty(), Some(Instant::now()), true);
+        let f = t.upsert(d.ino, "f", Kind::File, stored("e1"), Some(Instant::now()), true);
+        let local = t.upsert(d.ino, "new", Kind::File, Attr::empty(), None, true);
+        t.forget(f.ino, 1);
+        t.forget(local.ino, 1);
+        t.forget(d.ino, 1);
+        assert!(t.get(local.ino).is_none(), "a file with no stored version is freed");
+        assert_eq!(t.child(ROOT, "d").map(|i| i.ino), Some(d.ino), "a directory with kept entries is kept");
+        let again = t.upsert(d.ino, "f", Kind::File, stored("e1"), Some(Instant::now()), true);
+        assert_eq!((again.ino, again.lookups), (f.ino, 1), "the kept inode is found again");
+        t.forget(f.ino, 1);
+
+        // Past the bound the oldest go first, a directory with everything kept below it.
+        let e = t.upsert(ROOT, "e", Kind::Dir, Attr::empty(), Some(Instant::now()), true);
+        let mut last = 0;
+        for k in 0..KEPT_MAX {
+            let i = t.upsert(e.ino, &format!("g{k}"), Kind::File, stored("e"), Some(Instant::now()), true);
+            t.forget(i.ino, 1);
+            last = i.ino;
+        }
+        assert!(t.get(f.ino).is_none() && t.get(d.ino).is_none(), "the oldest, d and the file below it, are freed");
+        assert!(t.child(ROOT, "d").is_none() && !t.children.contains_key(&d.ino));
+        assert_eq!(t.get(last).map(|i| i.lookups), Some(0), "the newest are kept");
+        assert!(t.kept() <= KEPT_MAX);
+        assert_eq!(indexed(&t), t.len() - 1, "every held inode but the root is indexed");
     }
 }

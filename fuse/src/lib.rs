@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod attrs;
+pub mod blocking;
 pub mod budget;
 pub mod cache;
 pub mod config;

@@ -260,6 +260,16 @@ impl Reader {
         }
     }
 
+    /// Whether the object at `path` is still the version whose ETag is `etag`, from its metadata
+    /// alone (no record read); `None` if it is gone.
+    pub async fn is_version(&self, path: &Path, etag: &str) -> Result<Option<bool>> {
+        match self.store.head(path).await {
+            Ok(meta) => Ok(Some(*etag_of(&meta) == *etag)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Whether a HEAD is likely to describe an object by itself (its record): never on a sealed
     /// mount; else until `RECORDLESS_HEADS` HEADs found none and none found one.
     pub fn expects_records(&self) -> bool {

@@ -119,6 +119,119 @@ async fn a_name_made_here_is_found_after_the_kernel_forgets_it() {
     assert_eq!(read(&a, m.ino).await.unwrap(), b"two");
 }
 
+/// A local-directory store that counts the reads of records (a `get` with `head: true`, which
+/// brings the extended attribute beside the object) and of metadata alone (`head`).
+#[derive(Debug)]
+struct CountingLocal {
+    inner: Arc<shrinkfs_fuse::localstore::LocalStore>,
+    records: std::sync::atomic::AtomicU64,
+    heads: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Display for CountingLocal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CountingLocal({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for CountingLocal {
+    async fn put_opts(
+        &self,
+        l: &Path,
+        p: object_store::PutPayload,
+        o: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(l, p, o).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        l: &Path,
+        o: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(l, o).await
+    }
+    async fn get_opts(&self, l: &Path, o: object_store::GetOptions) -> object_store::Result<object_store::GetResult> {
+        if o.head {
+            self.records.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.get_opts(l, o).await
+    }
+    async fn head(&self, l: &Path) -> object_store::Result<object_store::ObjectMeta> {
+        self.heads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.head(l).await
+    }
+    async fn delete(&self, l: &Path) -> object_store::Result<()> {
+        self.inner.delete(l).await
+    }
+    fn list(
+        &self,
+        p: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(p)
+    }
+    async fn list_with_delimiter(&self, p: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(p).await
+    }
+    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        self.inner.copy(from, to).await
+    }
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+/// One mount of a local-directory bucket: a file's attributes outlive the kernel's forget (same
+/// inode, no request within the TTL), and after the TTL its unchanged version is confirmed from
+/// the object file's metadata alone, without reading its record again (an extended attribute,
+/// which ext4 keeps in a block of its own: one more disk read when cold); another mount's new
+/// version, and its removal, are seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_file_is_revalidated_from_its_metadata_alone_on_a_local_bucket() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let local = Arc::new(shrinkfs_fuse::localstore::LocalStore::new(dir.path()).unwrap());
+    let counted =
+        Arc::new(CountingLocal { inner: local.clone(), records: Default::default(), heads: Default::default() });
+    let mut bucket = Bucket::new(counted.clone(), Path::default(), "local");
+    bucket.local = Some(local.clone());
+    let cfg = FsConfig {
+        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    let a = Fs::new(bucket, cfg.clone(), Services::default());
+    let b = Fs::new(Bucket::new(local, Path::default(), "local"), cfg, Services::default());
+    write(&a, ROOT, "f", b"hello").await;
+    let f = a.lookup(ROOT, "f").await.unwrap();
+    a.forget(f.ino, u64::MAX);
+    let counts = || (counted.records.load(SeqCst), counted.heads.load(SeqCst));
+
+    let before = counts();
+    let kept = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((kept.ino, kept.size), (f.ino, 5), "the inode and its attributes were kept");
+    assert_eq!(counts(), before, "no request within the TTL");
+    a.forget(f.ino, u64::MAX);
+
+    past_ttl().await;
+    let before = counts();
+    let again = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((again.ino, again.size), (f.ino, 5));
+    assert_eq!(counts(), (before.0, before.1 + 1), "one HEAD of the metadata, no record read");
+    assert_eq!(read(&a, again.ino).await.unwrap(), b"hello");
+    a.forget(f.ino, u64::MAX);
+
+    write(&b, ROOT, "f", b"changed!").await;
+    past_ttl().await;
+    let changed = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!(changed.size, 8, "another mount's new version");
+    assert_eq!(read(&a, changed.ino).await.unwrap(), b"changed!");
+    a.forget(changed.ino, u64::MAX);
+
+    b.unlink(ROOT, "f").await.unwrap();
+    past_ttl().await;
+    assert!(matches!(a.lookup(ROOT, "f").await, Err(Error::NotFound)), "another mount's removal");
+}
+
 /// Two mounts: a name the reader has never asked for is seen as soon as the writer's close
 /// returns; a name it holds as absent (a miss, or missing from a complete listing) is seen once
 /// the negative TTL has passed.

@@ -129,6 +129,19 @@ async fn requests_per_operation_are_at_their_minimum() {
     assert_eq!(stat.getattr(a.ino).await.unwrap().size, "file 5\n".len() as u64 * 6);
     assert_eq!(since(&stat, &before), "head=1", "getattr after the TTL");
 
+    // Stat of a file the kernel forgot (a cache drop), within the TTL: the mount kept the inode
+    // and its attributes; no request.
+    let kept = mount(&store, Duration::from_secs(60));
+    let d6 = kept.lookup(ROOT, "d").await.unwrap().ino;
+    let f9 = kept.lookup(d6, "f0009").await.unwrap();
+    kept.forget(f9.ino, 1);
+    kept.forget(d6, 1);
+    let before = requests(&kept);
+    let d6 = kept.lookup(ROOT, "d").await.unwrap().ino;
+    let again = kept.lookup(d6, "f0009").await.unwrap();
+    assert_eq!((again.ino, again.size), (f9.ino, f9.size));
+    assert_eq!(since(&kept, &before), "", "stat of a forgotten file within the TTL");
+
     // Reading a small file another mount wrote: one GET brings the whole object, index and
     // frames together (the lookup's HEAD is above).
     let before = requests(&stat);

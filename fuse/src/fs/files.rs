@@ -209,15 +209,19 @@ impl Fs {
     /// of a descriptor, including the close-on-exec in each child a writer forks: such a close
     /// publishes nothing while the process that opened the file is still running (`alive`), or a
     /// half-written file would appear whenever the writer starts a program. The opener's own close,
-    /// fsync and the last release still upload everything.
-    pub async fn flush_by(&self, fh: u64, process: u32, alive: impl Fn(u32) -> bool) -> Result<()> {
+    /// fsync and the last release still upload everything. `process` is asked only of a handle
+    /// open for writing whose opener is known (it reads `/proc`).
+    pub async fn flush_by(&self, fh: u64, process: impl FnOnce() -> u32, alive: impl Fn(u32) -> bool) -> Result<()> {
         let h = self.handles.handle(fh)?;
-        if let Some(owner) = h.owner
-            && owner != process
-            && alive(owner)
-        {
-            tracing::debug!(fh, owner, process, "close by another process: nothing published");
+        if !h.write {
             return Ok(());
+        }
+        if let Some(owner) = h.owner {
+            let by = process();
+            if owner != by && alive(owner) {
+                tracing::debug!(fh, owner, process = by, "close by another process: nothing published");
+                return Ok(());
+            }
         }
         self.flush(fh).await
     }

@@ -28,11 +28,12 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    Attributes, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    Attributes, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 use rustix::fs::FileType;
 
+use crate::blocking::INLINE_BYTES;
 use root::{FileInfo, Root, Staged};
 use xattr::{metadata_only, read_metadata, write_metadata};
 
@@ -164,7 +165,7 @@ impl LocalStore {
         let src = self.readable(from)?;
         let dst = self.writable(to)?;
         let root = self.root.clone();
-        blocking(move || root.place(root.copy_of(&src)?, &dst, noclobber)).await
+        blocking(u64::MAX, move || root.place(root.copy_of(&src)?, &dst, noclobber)).await
     }
 }
 
@@ -240,8 +241,8 @@ impl ObjectStore for LocalStore {
         };
         metadata_only(&opts.attributes)?;
         let target = self.writable(location)?;
-        let root = self.root.clone();
-        blocking(move || {
+        let (root, len) = (self.root.clone(), payload.content_length() as u64);
+        blocking(len, move || {
             let (mut file, staged) = root.temp_file("put-")?;
             let written = payload.iter().try_for_each(|chunk| file.write_all(chunk));
             written.map_err(|e| io_error("write", &staged.display(), e))?;
@@ -259,7 +260,7 @@ impl ObjectStore for LocalStore {
         }
         let target = self.writable(location)?;
         let root = self.root.clone();
-        let (file, staged) = blocking(move || root.temp_file("mp-")).await?;
+        let (file, staged) = blocking(0, move || root.temp_file("mp-")).await?;
         #[allow(unused_mut)]
         let mut upload = upload::LocalUpload::new(self.root.clone(), &target, file, staged);
         #[cfg(test)]
@@ -271,20 +272,43 @@ impl ObjectStore for LocalStore {
 
     /// `LocalFileSystem`'s answer (the file opened, its preconditions checked, the range
     /// resolved; `head` changes nothing), with the user metadata kept beside the file (read
-    /// from the file opened, so it is that version's).
+    /// from the file opened, so it is that version's) for a HEAD or a whole GET. A ranged GET
+    /// brings the bytes alone: its callers read data, and the metadata is an extended attribute
+    /// that ext4 keeps in a block of its own once it outgrows the inode (one more disk read when
+    /// cold). A range of at most `INLINE_BYTES` is read at once, so its bytes need no second
+    /// trip to the blocking pool.
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let rel = self.readable(location)?;
         let (root, location) = (self.root.clone(), location.clone());
-        blocking(move || {
+        let hint = match (&options.range, options.head) {
+            (_, true) => 0,
+            (Some(GetRange::Bounded(r)), _) => r.end.saturating_sub(r.start),
+            (Some(GetRange::Suffix(n)), _) => *n,
+            _ => u64::MAX,
+        };
+        blocking(hint, move || {
             let (file, info) = open_object(&root, &rel)?;
             let meta = info.meta(location);
             options.check_preconditions(&meta)?;
-            let range = match options.range {
+            let range = match &options.range {
                 Some(r) => r.as_range(meta.size).map_err(|e| range_error(&root, &rel, e))?,
                 None => 0..meta.size,
             };
-            let attributes = read_metadata(&file);
-            Ok(GetResult { payload: GetResultPayload::File(file, root.display(&rel)), attributes, range, meta })
+            let attributes = match options.range {
+                Some(_) if !options.head => Attributes::new(),
+                _ => read_metadata(&file),
+            };
+            let payload = if !options.head && range.end - range.start <= INLINE_BYTES {
+                let bytes = if range.is_empty() {
+                    Bytes::new()
+                } else {
+                    read_range(&root, &rel, &file, info.size, range.clone())?
+                };
+                GetResultPayload::Stream(futures::stream::once(async move { Ok(bytes) }).boxed())
+            } else {
+                GetResultPayload::File(file, root.display(&rel))
+            };
+            Ok(GetResult { payload, attributes, range, meta })
         })
         .await
     }
@@ -296,7 +320,8 @@ impl ObjectStore for LocalStore {
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let rel = self.readable(location)?;
         let (root, ranges) = (self.root.clone(), ranges.to_vec());
-        blocking(move || {
+        let len = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+        blocking(len, move || {
             let (file, info) = open_object(&root, &rel)?;
             ranges.into_iter().map(|r| read_range(&root, &rel, &file, info.size, r)).collect()
         })
@@ -306,7 +331,7 @@ impl ObjectStore for LocalStore {
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
         let rel = self.readable(location)?;
         let (root, location) = (self.root.clone(), location.clone());
-        blocking(move || match root.stat(&rel, true) {
+        blocking(0, move || match root.stat(&rel, true) {
             Ok(info) if info.kind == FileType::Directory => Err(is_a_directory(&root, &rel)),
             Ok(info) => Ok(info.meta(location)),
             Err(e) => Err(io_error("open", &root.display(&rel), e)),
@@ -317,7 +342,7 @@ impl ObjectStore for LocalStore {
     async fn delete(&self, location: &Path) -> Result<()> {
         let rel = self.readable(location)?;
         let root = self.root.clone();
-        blocking(move || root.remove(&rel)).await
+        blocking(0, move || root.remove(&rel)).await
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
@@ -334,7 +359,7 @@ impl ObjectStore for LocalStore {
             return Ok(ListResult { common_prefixes: vec![], objects: vec![] });
         }
         let root = self.root.clone();
-        blocking(move || walk::one_level(&root, &prefix)).await
+        blocking(u64::MAX, move || walk::one_level(&root, &prefix)).await
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
@@ -391,12 +416,9 @@ fn range_error(
     generic(LocalError::Range { path: root.display(rel), source: source.into() })
 }
 
-/// Runs blocking file work off the async threads (inline when there is no tokio runtime).
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => rt.spawn_blocking(work).await?,
-        Err(_) => work(),
-    }
+/// Runs blocking file work that touches about `bytes` bytes (`crate::blocking::run`).
+async fn blocking<T: Send + 'static>(bytes: u64, work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    crate::blocking::run(bytes, work).await?
 }
 
 /// Makes a staged file's bytes durable and returns what its `stat` says, the ETag it will have

@@ -101,7 +101,7 @@ impl MultipartUpload for LocalUpload {
         #[cfg(test)]
         let inject = self.fail_part == Some(index);
         async move {
-            let written = blocking(move || {
+            let written = blocking(data.content_length() as u64, move || {
                 #[cfg(test)]
                 if inject {
                     return Err(io_error("write part to", &path, std::io::Error::other("injected")));
@@ -134,7 +134,7 @@ impl MultipartUpload for LocalUpload {
         }
         let (root, parts, target, expected) =
             (self.root.clone(), self.parts.clone(), self.target.clone(), self.next_offset);
-        blocking(move || {
+        blocking(expected, move || {
             let info = synced(&parts.file, &staged)?;
             let len = info.size;
             if len != expected {
@@ -151,7 +151,7 @@ impl MultipartUpload for LocalUpload {
         match self.staged.take() {
             Some(staged) => {
                 let path = staged.display();
-                blocking(move || staged.close().map_err(|e| io_error("remove staged file", &path, e))).await
+                blocking(0, move || staged.close().map_err(|e| io_error("remove staged file", &path, e))).await
             }
             None => Ok(()),
         }

@@ -55,7 +55,7 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     use object_store::path::Path;
-    use object_store::{GetOptions, ObjectStore, PutOptions};
+    use object_store::{GetOptions, GetRange, ObjectStore, PutOptions};
 
     use super::*;
     use crate::localstore::tests::store;
@@ -75,6 +75,11 @@ mod tests {
         store.put_opts(&key, "abc".into(), opts).await.unwrap();
         let head = GetOptions { head: true, ..Default::default() };
         assert_eq!(store.get_opts(&key, head.clone()).await.unwrap().attributes, a, "a HEAD returns them");
+        assert_eq!(store.get_opts(&key, GetOptions::default()).await.unwrap().attributes, a, "and a whole GET");
+        let ranged = GetOptions { range: Some(GetRange::Suffix(2)), ..Default::default() };
+        let got = store.get_opts(&key, ranged).await.unwrap();
+        assert!(got.attributes.is_empty(), "a ranged GET brings the bytes alone");
+        assert_eq!(got.bytes().await.unwrap(), "bc");
         // An object written in place carries them too.
         let mut ip = store.write_in_place(&Path::from("m/ip")).unwrap();
         ip.file().write_all_at(b"xyz", 0).unwrap();

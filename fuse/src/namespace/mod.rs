@@ -498,6 +498,17 @@ async fn stat_object(
         // No record to expect: the footer's GET answers in one request.
         return stat_footer(reader, bucket, key).await;
     }
+    // Where a record costs a read of its own, the version's metadata alone confirms one known.
+    if let Some((kind, attr)) = known
+        && let Some(etag) = attr.etag.as_deref()
+        && bucket.records_cost_extra()
+    {
+        match reader.is_version(key, etag).await? {
+            Some(true) => return Ok(Some((kind, attr.clone()))),
+            Some(false) => {}
+            None => return Ok(None),
+        }
+    }
     let Some(head) = reader.head(key).await? else { return Ok(None) };
     let etag = head.etag();
     if let Some((kind, attr)) = known

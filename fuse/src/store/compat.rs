@@ -192,6 +192,10 @@ impl ObjectStore for Compat {
         }
     }
 
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        self.inner.store.head(location).await
+    }
+
     async fn delete(&self, location: &Path) -> Result<()> {
         self.inner.store.delete(location).await
     }

@@ -131,6 +131,10 @@ impl ObjectStore for Instrumented {
         Ok(got)
     }
 
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        self.timed("head", self.inner.store.head(location)).await
+    }
+
     async fn delete(&self, location: &Path) -> Result<()> {
         self.timed("delete", self.inner.store.delete(location)).await
     }

@@ -94,6 +94,11 @@ impl ObjectStore for Limit {
         Ok(got)
     }
 
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        let _slot = self.slot().await;
+        self.inner.store.head(location).await
+    }
+
     async fn delete(&self, location: &Path) -> Result<()> {
         let _slot = self.slot().await;
         self.inner.store.delete(location).await

@@ -322,6 +322,13 @@ pub async fn open(source: &Source, s3: &S3Options) -> Result<Bucket, OpenError> 
 }
 
 impl Bucket {
+    /// Whether reading an object's recorded attributes costs more than its metadata alone: on a
+    /// local directory they are an extended attribute, which ext4 keeps in a block of its own
+    /// (one more disk read when cold) once it outgrows the inode; an S3 HEAD brings both.
+    pub fn records_cost_extra(&self) -> bool {
+        self.local.is_some()
+    }
+
     /// A bucket over `store` whose keys all start with `prefix`, listed without pagination and
     /// never retried (a store in memory, or one a test steers).
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, describe: &str) -> Self {

@@ -67,6 +67,10 @@ impl ObjectStore for Prefixed {
         self.store.get_opts(location, options).await
     }
 
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        self.store.head(location).await
+    }
+
     async fn delete(&self, location: &Path) -> Result<()> {
         self.store.delete(location).await
     }

@@ -107,6 +107,10 @@ impl ObjectStore for Retry {
         .await
     }
 
+    async fn head(&self, location: &Path) -> Result<ObjectMeta> {
+        self.again("head", || self.inner.store.head(location)).await
+    }
+
     async fn delete(&self, location: &Path) -> Result<()> {
         self.again("delete", || self.inner.store.delete(location)).await
     }
