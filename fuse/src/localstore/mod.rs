@@ -33,7 +33,6 @@ use object_store::{
 };
 use rustix::fs::FileType;
 
-use crate::blocking::INLINE_BYTES;
 use root::{FileInfo, Root, Staged};
 use xattr::{metadata_only, read_metadata, write_metadata};
 
@@ -275,8 +274,9 @@ impl ObjectStore for LocalStore {
     /// from the file opened, so it is that version's) for a HEAD or a whole GET. A ranged GET
     /// brings the bytes alone: its callers read data, and the metadata is an extended attribute
     /// that ext4 keeps in a block of its own once it outgrows the inode (one more disk read when
-    /// cold). A range of at most `INLINE_BYTES` is read at once, so its bytes need no second
-    /// trip to the blocking pool.
+    /// cold). A range of at most [`READ_AT_ONCE`] is read by the same blocking call that opens the
+    /// file, so its bytes need no second trip to the blocking pool (the request's own thread does
+    /// both when it is at most `crate::blocking::INLINE_BYTES`).
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let rel = self.readable(location)?;
         let (root, location) = (self.root.clone(), location.clone());
@@ -298,7 +298,7 @@ impl ObjectStore for LocalStore {
                 Some(_) if !options.head => Attributes::new(),
                 _ => read_metadata(&file),
             };
-            let payload = if !options.head && range.end - range.start <= INLINE_BYTES {
+            let payload = if !options.head && range.end - range.start <= READ_AT_ONCE {
                 let bytes = if range.is_empty() {
                     Bytes::new()
                 } else {
@@ -415,6 +415,10 @@ fn range_error(
 ) -> object_store::Error {
     generic(LocalError::Range { path: root.display(rel), source: source.into() })
 }
+
+/// Longest range a GET reads into memory before answering; a longer one (a whole large object)
+/// is streamed from the open file.
+const READ_AT_ONCE: u64 = 16 << 20;
 
 /// Runs blocking file work that touches about `bytes` bytes (`crate::blocking::run`).
 async fn blocking<T: Send + 'static>(bytes: u64, work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
