@@ -17,6 +17,8 @@
 # Environment: SHRINKFS_BIN=PATH measures that shrinkfs executable and skips the build; otherwise
 # `cargo build --release` builds one into $CARGO_TARGET_DIR (default: target/).
 # SHRINKFS_MOUNT_OPTIONS adds options to the shrinkfs mount (default: none, its defaults).
+# SHRINKFS_BASE_BIN=PATH also mounts that shrinkfs executable (an earlier build, same options) as
+# target `shrinkfs-base` on its own bucket, for a before/after in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -48,6 +50,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/shrinkfs-compare.XXXXXX")
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 endpoint=http://127.0.0.1:$port
 buckets=(shrinkfs s3fs rclone rclonecomp juicefs)
+[ -n "${SHRINKFS_BASE_BIN:-}" ] && buckets+=(shrinkfsbase)
 mkdir -p "$work/s3" "$work/local"
 for b in "${buckets[@]}"; do mkdir -p "$work/mnt/$b"; done
 server_pid=""
@@ -70,6 +73,12 @@ for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
 read -ra shrinkfs_options <<<"${SHRINKFS_MOUNT_OPTIONS:-}"
 "$shrinkfs" mount s3://shrinkfs "$work/mnt/shrinkfs" --endpoint-url "$endpoint" --daemon "${shrinkfs_options[@]}"
+base_args=()
+if [ -n "${SHRINKFS_BASE_BIN:-}" ]; then
+  "$(realpath "$SHRINKFS_BASE_BIN")" mount s3://shrinkfsbase "$work/mnt/shrinkfsbase" --endpoint-url "$endpoint" \
+    --daemon "${shrinkfs_options[@]}"
+  base_args=(--target "shrinkfs-base=$work/mnt/shrinkfsbase" --backend "shrinkfs-base=$work/s3/shrinkfsbase")
+fi
 printf 'S3RVER:S3RVER\n' > "$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"
 s3fs s3fs "$work/mnt/s3fs" -o "url=$endpoint,use_path_request_style,passwd_file=$work/s3fs.passwd"
 cat > "$work/rclone.conf" <<CONF
@@ -120,5 +129,5 @@ mkdir -p target/bench-fs
   --target "s3fs=$work/mnt/s3fs" --backend "s3fs=$work/s3/s3fs" \
   --target "rclone=$work/mnt/rclone" --backend "rclone=$work/s3/rclone" \
   --target "rclone-compress=$work/mnt/rclonecomp" --backend "rclone-compress=$work/s3/rclonecomp" \
-  "${jfs_args[@]}" \
+  "${jfs_args[@]}" "${base_args[@]}" \
   --json target/bench-fs/compare.json --html target/bench-fs/compare.html "$@"

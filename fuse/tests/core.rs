@@ -678,6 +678,50 @@ async fn a_directory_of_100k_entries_is_listed_page_by_page_as_readdir_reaches_i
     fs.release(writing).await.unwrap();
 }
 
+/// A burst of creates in a directory of a few pages: the first miss lists it whole (one request
+/// per page, `WHOLE_PAGES` at most), and the creates after it within the negative TTL ask for no
+/// listing; in a larger directory each miss asks for one key under the name instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_creates_lists_a_directory_of_a_few_pages_once() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = Arc::new(InMemory::new());
+    let whole = shrinkfs_fuse::namespace::WHOLE_PAGES;
+    let (mid, big): (usize, usize) = (2 * 1000 + 500, whole * 1000 + 1);
+    for k in 0..mid {
+        store.put(&Path::from(format!("pre/mid/f{k:05}")), vec![b'x'].into()).await.unwrap();
+    }
+    for k in 0..big {
+        store.put(&Path::from(format!("pre/big/f{k:05}")), vec![b'x'].into()).await.unwrap();
+    }
+    let paged = Arc::new(Paged { inner: store.clone(), pages: Default::default(), sorted: Default::default() });
+    let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(paged.clone()), multipart: None };
+    let b = Bucket::stack(backend, &Path::from("pre"), "paged", &shrinkfs_fuse::store::StoreConfig::unretried());
+    let ttl = std::time::Duration::from_secs(60);
+    let fs = Fs::new(b, FsConfig { namespace: namespace_ttl(ttl), ..small_frames() }, Services::default());
+    let create = |dir: u64, name: String| {
+        let fs = &fs;
+        async move {
+            assert!(matches!(fs.lookup(dir, &name).await, Err(Error::NotFound)), "{name} is new");
+            let (_, fh) = fs.create(dir, &name, 0o644, 0, 0).await.unwrap();
+            fs.release(fh).await.unwrap();
+        }
+    };
+
+    let d = fs.lookup(ROOT, "mid").await.unwrap().ino;
+    let before = paged.pages.load(SeqCst);
+    for k in 0..20 {
+        create(d, format!("new{k}")).await;
+    }
+    assert_eq!(paged.pages.load(SeqCst) - before, mid.div_ceil(1000), "one listing of every page, once");
+
+    let d = fs.lookup(ROOT, "big").await.unwrap().ino;
+    let before = paged.pages.load(SeqCst);
+    for k in 0..3 {
+        create(d, format!("new{k}")).await;
+    }
+    assert_eq!(paged.pages.load(SeqCst) - before, whole + 3, "{whole} pages tried once, then one key per miss");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_by_other_writers_show_once_the_metadata_ttl_has_passed() {
     let store = Arc::new(InMemory::new());

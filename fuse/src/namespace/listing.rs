@@ -37,6 +37,11 @@ pub struct Listing {
 }
 
 /// A listed page as (name, kind, object) triples, marker objects left out.
+/// Most pages a lookup miss lists to learn a whole directory (4,000 keys at S3's page size): a
+/// burst of creates there then asks nothing more until the negative TTL runs out, where each
+/// miss of a larger directory costs a HEAD and a one-key LIST.
+pub const WHOLE_PAGES: usize = 4;
+
 fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
     let dirs = page
         .common_prefixes
@@ -194,25 +199,37 @@ impl Namespace {
         Ok(keys)
     }
 
-    /// Lists directory `dir` (at `rel`) once, if one request covers it (one page), and records what
-    /// it holds as a complete listing (names missing from it are then absent for the negative
-    /// TTL). Returns the names of its subdirectories, `None` when one page did not cover it.
+    /// Lists directory `dir` (at `rel`) once, if at most [`WHOLE_PAGES`] requests cover it, and
+    /// records what it holds as a complete listing (names missing from it are then absent for the
+    /// negative TTL). Returns the names of its subdirectories, `None` when those pages did not
+    /// cover it.
     pub(crate) async fn list_whole(&self, dir: u64, rel: &str) -> Result<Option<HashSet<String>>> {
         let prefix = self.key(rel);
         let started = Instant::now();
         let page = match &self.bucket.pages {
             Some(pages) => {
-                let opts = PaginatedListOptions {
-                    delimiter: Some("/".into()),
-                    max_keys: Some(self.cfg.page_keys),
-                    ..Default::default()
-                };
                 let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
-                let got = pages.list_paginated(under.as_deref(), opts).await?;
-                if got.page_token.is_some() {
+                let mut all = ListResult { common_prefixes: Vec::new(), objects: Vec::new() };
+                let mut token = None;
+                for _ in 0..WHOLE_PAGES {
+                    let opts = PaginatedListOptions {
+                        delimiter: Some("/".into()),
+                        max_keys: Some(self.cfg.page_keys),
+                        page_token: token.take(),
+                        ..Default::default()
+                    };
+                    let got = pages.list_paginated(under.as_deref(), opts).await?;
+                    all.common_prefixes.extend(got.result.common_prefixes);
+                    all.objects.extend(got.result.objects);
+                    token = got.page_token;
+                    if token.is_none() {
+                        break;
+                    }
+                }
+                if token.is_some() {
                     return Ok(None);
                 }
-                got.result
+                all
             }
             None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
         };

@@ -3,6 +3,7 @@
 //! listings of open directories. It knows nothing of open files but what its callers tell it.
 
 mod listing;
+pub use listing::WHOLE_PAGES;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
