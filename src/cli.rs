@@ -355,11 +355,12 @@ pub struct GpuArgs {
 }
 
 impl CodecArgs {
-    /// Starts the dispatcher for these arguments; warns when a GPU-only codec will be written as
-    /// zstd because no GPU is in use.
-    pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
-        let d = self.gpu.dispatcher()?;
+    /// Starts the dispatcher for these arguments, for `expected` bytes of input where known (with
+    /// `--gpu auto`, too little for a GPU to pay for its start keeps it off, unless the codec
+    /// needs one); warns when a GPU-only codec will be written as zstd because no GPU is in use.
+    pub fn dispatcher(&self, expected: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let id = self.codec;
+        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()))?;
         if id.gpu_only() {
             // Its frames cannot start on the cores while the GPU starts: wait for it.
             d.wait_started();
@@ -375,8 +376,8 @@ impl CodecArgs {
 }
 
 impl GpuArgs {
-    /// Starts the dispatcher these arguments describe.
-    pub fn dispatcher(&self) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known.
+    pub fn dispatcher(&self, expected_bytes: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
@@ -394,6 +395,7 @@ impl GpuArgs {
             batch_window: Duration::try_from_secs_f64(self.gpu_batch_window_ms / 1000.0).unwrap_or_default(),
             batch_floor_bytes: self.gpu_batch_floor_bytes as usize,
             data_type,
+            expected_bytes,
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {

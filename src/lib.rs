@@ -56,7 +56,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pack(a) => {
             let config = a.codec.to_config()?;
-            let dispatcher = a.codec.dispatcher()?;
+            // A file's size says how much there is to compress (not known for stdin or a URL).
+            let expected = std::fs::metadata(&a.input).ok().filter(|m| m.is_file()).map(|m| m.len());
+            let dispatcher = a.codec.dispatcher(expected)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
                 pack::pack_stream(input, out, &config, &dispatcher, progress)
             })

@@ -179,3 +179,63 @@ fn the_cores_take_every_frame_while_the_back_end_starts_and_if_it_cannot() {
     run(&d, 50);
     assert_eq!(count(&d, "cpu_frames"), 50);
 }
+
+/// A back end whose warm-up takes `warm_up` and is counted.
+struct SlowWarmUp {
+    warm_up: Duration,
+    warmed: AtomicU64,
+}
+
+impl BatchBackend for SlowWarmUp {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        Ok(vec![None; chunks.len()])
+    }
+
+    fn warm_up(&self) {
+        std::thread::sleep(self.warm_up);
+        self.warmed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_dispatcher_dropped_while_its_back_end_starts_skips_the_warm_up() {
+    let slow = Arc::new(SlowWarmUp { warm_up: Duration::from_secs(5), warmed: AtomicU64::new(0) });
+    let backend = Backend::new(slow.clone(), vec![CodecId::Zstd], "stand-in");
+    // The start outlasts the moment the test drops the dispatcher by far.
+    let start: Start = Box::new(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(backend)
+    });
+    let d = Dispatcher::starting(start, "starting", DispatchConfig::default()).unwrap();
+    let t = std::time::Instant::now();
+    drop(d);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(400), "the drop waited for the start itself ({took:?})");
+    assert!(took < Duration::from_secs(4), "but not for a warm-up no frame needs ({took:?})");
+    assert_eq!(slow.warmed.load(Ordering::SeqCst), 0);
+
+    // Kept, the back end warms up before it takes a frame.
+    let slow = Arc::new(SlowWarmUp { warm_up: Duration::from_millis(10), warmed: AtomicU64::new(0) });
+    let backend = Backend::new(slow.clone(), vec![CodecId::Zstd], "stand-in");
+    let d = Dispatcher::starting(Box::new(move || Ok(backend)), "starting", DispatchConfig::default()).unwrap();
+    d.wait_started();
+    assert_eq!(slow.warmed.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn auto_starts_no_gpu_for_less_work_than_the_cores_finish_before_it_would_be_up() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let least = shrinkfs_codec::dispatch::auto_min_bytes(cores);
+    let cfg = |n| DispatchConfig { policy: GpuPolicy::Auto, expected_bytes: Some(n), ..DispatchConfig::default() };
+    let d = Dispatcher::new(cfg(least - 1)).unwrap();
+    d.wait_started();
+    assert!(d.describe().contains("cores finish them before a GPU would start"), "{}", d.describe());
+    assert!(!d.gpu_for(CodecId::Zstd));
+    // From that much on, auto tries the GPU as before (here, without one, it says why not).
+    let d = Dispatcher::new(cfg(least)).unwrap();
+    d.wait_started();
+    assert!(!d.describe().contains("cores finish them"), "{}", d.describe());
+    let d = Dispatcher::new(DispatchConfig { policy: GpuPolicy::Auto, ..DispatchConfig::default() }).unwrap();
+    d.wait_started();
+    assert!(!d.describe().contains("cores finish them"), "{}", d.describe());
+}
