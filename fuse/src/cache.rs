@@ -93,6 +93,39 @@ impl LayoutCache {
     }
 }
 
+/// Values learned recently, by key, with when: bounded by a weight (bytes), each trusted by its
+/// reader only for as long as it chooses.
+#[derive(Clone)]
+pub struct Recent<V: Clone + Send + Sync + 'static> {
+    entries: Cache<Arc<str>, (std::time::Instant, V)>,
+}
+
+impl<V: Clone + Send + Sync + 'static> Recent<V> {
+    /// A cache of up to `weight` in total, each value weighing what `weigh` says.
+    pub fn new(weight: u64, weigh: fn(&V) -> u32) -> Self {
+        let entries = Cache::builder()
+            .max_capacity(weight)
+            .weigher(move |_k, v: &(std::time::Instant, V)| weigh(&v.1).max(1))
+            .build();
+        Recent { entries }
+    }
+
+    /// Keeps `value` for `key`, learned now.
+    pub fn insert(&self, key: &str, value: V) {
+        self.entries.insert(key.into(), (std::time::Instant::now(), value));
+    }
+
+    /// The value for `key` if it was learned less than `age` ago.
+    pub fn get(&self, key: &str, age: std::time::Duration) -> Option<V> {
+        self.entries.get(key).filter(|(at, _)| at.elapsed() < age).map(|(_, v)| v)
+    }
+
+    /// Forgets `key`.
+    pub fn remove(&self, key: &str) {
+        self.entries.invalidate(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

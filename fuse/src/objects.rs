@@ -18,7 +18,7 @@ use shrinkfs_codec::{
     CodecId, Dictionary, Layout, MasterKey, TailProbe, check_raw, decode_frame, open_payload, probe_tail,
 };
 
-use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed};
+use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed, Recent};
 use crate::config::ReaderConfig;
 use crate::diskcache::Cached;
 use crate::error::{Error, Result};
@@ -128,7 +128,13 @@ pub struct Reader {
     pub cfg: ReaderConfig,
     /// What HEADs have found: whether any carried a record, and how many did not.
     records: Arc<RecordsSeen>,
+    /// Small objects a lookup read whole (index and frames in one GET), for an open that follows
+    /// within the metadata TTL (`Reader::recent_whole`).
+    small: Recent<ObjectInfo>,
 }
+
+/// Bytes of small objects a `Reader` keeps for the opens that follow their lookups.
+const SMALL_OBJECTS_BYTES: u64 = 32 << 20;
 
 /// Whether this store returns the records objects carry: a server that drops user metadata, or a
 /// bucket of objects from older versions or other tools, makes a HEAD before the footer a wasted
@@ -187,7 +193,28 @@ impl Reader {
             inflight: Arc::default(),
             cfg,
             records: Arc::default(),
+            small: Recent::new(SMALL_OBJECTS_BYTES, |i: &ObjectInfo| {
+                i.whole.as_ref().map_or(0, |w| w.len().min(u32::MAX as usize) as u32)
+            }),
         }
+    }
+
+    /// Reads a small object's identity, layout and bytes in one suffix GET, as
+    /// [`Self::stat_for_reading`] does, and keeps them for an open that follows
+    /// ([`Self::recent_whole`]) when the GET brought the whole object.
+    pub async fn stat_small(&self, path: &Path) -> Result<Option<ObjectInfo>> {
+        let got = self.stat_keeping(path, true).await?;
+        match &got {
+            Some(info) if info.whole.is_some() => self.small.insert(path.as_ref(), info.clone()),
+            _ => self.small.remove(path.as_ref()),
+        }
+        Ok(got)
+    }
+
+    /// The object at `path` as [`Self::stat_small`] read it less than `age` ago, if that was the
+    /// version whose ETag is `etag`.
+    pub fn recent_whole(&self, path: &Path, etag: &str, age: Duration) -> Option<ObjectInfo> {
+        self.small.get(path.as_ref(), age).filter(|i| *i.id.etag == *etag)
     }
 
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose

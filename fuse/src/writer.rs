@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -95,8 +95,23 @@ impl FileWriter {
 
     /// The state of file `rel` not yet open: the object as stored now. A damaged object can still
     /// be opened to be `replace`d (truncated); it then records `fallback`'s mode and owner.
-    pub async fn load(&self, rel: &str, replace: bool, fallback: &FileAttrs) -> Result<OpenFile> {
-        let base = match self.reader.stat_for_reading(&self.bucket.key(rel)).await {
+    pub async fn load(
+        &self,
+        rel: &str,
+        replace: bool,
+        fallback: &FileAttrs,
+        recent: Option<(&str, Duration)>,
+    ) -> Result<OpenFile> {
+        let key = self.bucket.key(rel);
+        // The version a lookup just confirmed, read whole by it: no request.
+        let recent = recent.and_then(|(etag, age)| self.reader.recent_whole(&key, etag, age));
+        let stat = async {
+            match recent {
+                Some(info) => Ok(Some(info)),
+                None => self.reader.stat_for_reading(&key).await,
+            }
+        };
+        let base = match stat.await {
             Ok(Some(info)) => Some(info),
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Codec { key, source }) if replace => {

@@ -238,9 +238,11 @@ async fn a_lookup_answered_late_never_reports_a_size_older_than_a_commit_made_me
     fs.write(fh, 0, b"one\n").await.unwrap();
     fs.release(fh).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
-    // A lookup made once the cached attributes expired, whose HEAD answers late (the kernel
-    // revalidating the name for a second process) ...
+    // A lookup made once the cached attributes expired, whose request answers late (the kernel
+    // revalidating the name for a second process; a small file's is a GET that brings it whole,
+    // a larger one's a HEAD) ...
     ctl.late_next(Op::Head, 1, Duration::from_millis(400));
+    ctl.late_next(Op::Get, 1, Duration::from_millis(400));
     let slow = {
         let fs = fs.clone();
         tokio::spawn(async move { fs.lookup(ROOT, "log").await })
@@ -252,6 +254,10 @@ async fn a_lookup_answered_late_never_reports_a_size_older_than_a_commit_made_me
     let got = slow.await.unwrap().unwrap();
     assert_eq!(got.size, 8, "the lookup answers with the size committed while it waited");
     assert_eq!(fs.getattr(ino).await.unwrap().size, 8, "the cached attributes are the committed ones");
+    // The late answer brought the old object whole: an open must not take it for the new one.
+    let fh = fs.open(ino, false, false).await.unwrap();
+    assert_eq!(fs.read(fh, 0, 100).await.unwrap(), b"one\ntwo\n"[..], "the open reads the committed bytes");
+    fs.release(fh).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,7 +60,13 @@ impl Fs {
     /// The state of file `i` not yet open: the object as stored now (`replace`: a damaged object
     /// may still be opened, to be replaced).
     async fn load(&self, i: &Inode, replace: bool) -> Result<OpenFile> {
-        self.writer.load(&i.path, replace, &self.names.attrs_of(i)).await
+        // A small object the lookup read whole within the metadata TTL, if it is the version the
+        // inode describes now, is not asked for again. Read now: the caller holds the inode's
+        // opening lock, so every commit made here before is in it (`i` may predate one).
+        let now = self.names.inode(i.ino).ok();
+        let etag = now.as_ref().and_then(|n| n.attr.etag.as_deref());
+        let recent = etag.map(|e| (e, self.cfg.namespace.metadata_ttl));
+        self.writer.load(&i.path, replace, &self.names.attrs_of(i), recent).await
     }
 
     /// Opens a file; `truncate` (O_TRUNC) empties it.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path;
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR};
+use shrinkfs_codec::reader::SUGGESTED_TAIL;
 
 use crate::attrs::{FileAttrs, attr_from_head, attr_from_object};
 use crate::config::NamespaceConfig;
@@ -499,6 +500,23 @@ async fn stat_object(
         // No record to expect: the footer's GET answers in one request.
         return stat_footer(reader, bucket, key).await;
     }
+    // A small file known here, on a store where a GET costs what a HEAD does: the GET of its
+    // whole object confirms the version and brings the bytes an open that follows will read.
+    if let Some((Kind::File, attr)) = known
+        && !bucket.records_cost_extra()
+        && attr.stored <= SUGGESTED_TAIL
+    {
+        match reader.stat_small(key).await? {
+            None => return Ok(None),
+            Some(info) if attr.etag.as_deref() == Some(&*info.id.etag) => return Ok(Some((Kind::File, attr.clone()))),
+            Some(info) => {
+                let (kind, attr) = attr_from_object(&info);
+                if !matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
+                    return Ok(Some((kind, attr)));
+                }
+            }
+        }
+    }
     // Where a record costs a read of its own, the version's metadata alone confirms one known.
     if let Some((kind, attr)) = known
         && let Some(etag) = attr.etag.as_deref()
@@ -533,7 +551,8 @@ async fn stat_object(
 /// none. An object that cannot be decoded still has a name (and its stored size), so it can be
 /// listed, removed or replaced; reading it fails.
 async fn stat_footer(reader: &Reader, bucket: &Bucket, key: &Path) -> Result<Option<(Kind, Attr)>> {
-    match reader.stat(key).await {
+    // A small object comes whole with its footer: kept for the open that may follow.
+    match reader.stat_small(key).await {
         Ok(Some(info)) => {
             let (kind, mut attr) = attr_from_object(&info);
             if matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
