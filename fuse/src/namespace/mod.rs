@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path;
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR};
-use shrinkfs_codec::reader::SUGGESTED_TAIL;
 
 use crate::attrs::{FileAttrs, attr_from_head, attr_from_object};
 use crate::config::NamespaceConfig;
@@ -499,23 +498,6 @@ async fn stat_object(
     if known.is_none() && !reader.expects_records() {
         // No record to expect: the footer's GET answers in one request.
         return stat_footer(reader, bucket, key).await;
-    }
-    // A small file known here, on a store where a GET costs what a HEAD does: the GET of its
-    // whole object confirms the version and brings the bytes an open that follows will read.
-    if let Some((Kind::File, attr)) = known
-        && !bucket.records_cost_extra()
-        && attr.stored <= SUGGESTED_TAIL
-    {
-        match reader.stat_small(key).await? {
-            None => return Ok(None),
-            Some(info) if attr.etag.as_deref() == Some(&*info.id.etag) => return Ok(Some((Kind::File, attr.clone()))),
-            Some(info) => {
-                let (kind, attr) = attr_from_object(&info);
-                if !matches!(kind, Kind::Special(S_IFCHR | S_IFBLK)) {
-                    return Ok(Some((kind, attr)));
-                }
-            }
-        }
     }
     // Where a record costs a read of its own, the version's metadata alone confirms one known.
     if let Some((kind, attr)) = known
