@@ -303,6 +303,8 @@ fn serve(
         });
     }
     kernel.fs_name = describe.clone();
+    // Before the mount exists: a stop signal from now on unmounts it cleanly.
+    let handlers = crate::signals::Handlers::install(&rt);
     let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
         .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
     let serving = std::thread::Builder::new()
@@ -316,7 +318,7 @@ fn serve(
         tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
     }
     ready.ready(log, &mountpoint);
-    let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone()));
+    let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
     let dir_times = rt.spawn(write_dir_times(Arc::downgrade(&fs)));
     let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
     watcher.abort();

@@ -45,18 +45,38 @@ impl Stops {
     }
 }
 
+/// The signals a mount answers, installed before it mounts: one that arrives before the mount
+/// is up (systemd stopping a unit that just started) waits here for [`watch`] instead of killing
+/// the process with its default action and leaving a dead mount behind.
+pub struct Handlers {
+    stops: Stops,
+    hup: Signal,
+    usr1: Signal,
+    usr2: Signal,
+}
+
+impl Handlers {
+    /// Installs the handlers (with `rt`'s signal driver).
+    pub fn install(rt: &tokio::runtime::Runtime) -> std::io::Result<Self> {
+        let _in_runtime = rt.enter();
+        Ok(Handlers {
+            stops: Stops::new()?,
+            hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
+    }
+}
+
 /// Answers signals for the mount `conn` of `fs` until a stop signal has unmounted it (the FUSE
 /// session then ends and the process exits) or a second one forced the process to exit.
-pub async fn watch(fs: Arc<Fs>, conn: Connection, log_file: Option<PathBuf>) {
-    let signals = (
-        Stops::new(),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    );
-    let (Ok(mut stops), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = signals else {
-        tracing::error!("cannot install signal handlers: signals will kill the mount");
-        return;
+pub async fn watch(fs: Arc<Fs>, conn: Connection, log_file: Option<PathBuf>, handlers: std::io::Result<Handlers>) {
+    let Handlers { mut stops, mut hup, mut usr1, mut usr2 } = match handlers {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install signal handlers: signals will kill the mount");
+            return;
+        }
     };
     let first = loop {
         tokio::select! {

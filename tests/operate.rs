@@ -288,6 +288,32 @@ fn systemd_hears_ready_only_once_the_mount_answers() {
     assert!(mount_line(&mnt).is_none());
 }
 
+#[test]
+fn a_stop_signal_the_moment_the_mount_appears_unmounts_it_cleanly() {
+    require_fuse!();
+    for _ in 0..3 {
+        let t = tempfile::tempdir().unwrap();
+        let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+        fs::create_dir_all(&bucket).unwrap();
+        fs::create_dir_all(&mnt).unwrap();
+        let log = fs::File::create(t.path().join("log")).unwrap();
+        let mut child =
+            Command::new(bin()).arg("mount").arg(&bucket).arg(&mnt).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        // As soon as the kernel lists the mount, before it may even answer (systemd stopping a
+        // unit that has just started).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while mount_line(&mnt).is_none() {
+            assert!(std::time::Instant::now() < deadline, "no mount within 30 s");
+            std::thread::yield_now();
+        }
+        signal(child.id() as i32, libc::SIGTERM);
+        let status = child.wait().unwrap();
+        let log = fs::read_to_string(t.path().join("log")).unwrap();
+        assert!(status.success(), "{status}: the signal did not kill the mount half made\n{log}");
+        assert!(mount_line(&mnt).is_none(), "no dead mount is left behind\n{log}");
+    }
+}
+
 /// Runs shrinkfs with `args` and returns its exit code and stderr.
 fn run(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().unwrap();
