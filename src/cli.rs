@@ -322,7 +322,8 @@ pub struct UnmountArgs {
 /// Whether to compress on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GpuChoice {
-    /// When one is found (the default); a line in the log says why not otherwise.
+    /// When one is found (the default), and for `pack`, when the file is large enough (256 MiB per
+    /// core) for a GPU to pay for its start; a line in the log says why not otherwise.
     Auto,
     /// Require a GPU: fail at start without one.
     On,

@@ -51,7 +51,7 @@ pub struct DispatchConfig {
     pub expected_bytes: Option<u64>,
 }
 
-/// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in about four
+/// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in four to six
 /// times the GPU's start (driver, context, nVCOMP and warm-up take 0.3-0.4 s on the H100 host, whose
 /// 16 cores pack real files at 2.2-2.6 GB/s, 150 MB/s each), so a GPU that joins late still has
 /// most of the work ahead of it. Below it the cores finish first and the start only costs.
