@@ -332,6 +332,10 @@ impl Filesystem for FuseAdapter {
                 self.fs.set_owner(fh, process_of(req.pid()));
                 reply.opened(FileHandle(fh), FopenFlags::empty())
             }
+            // A reader of the version the kernel cached keeps its pages (`crate::pagecache`).
+            Ok(fh) if self.fs.keeps_cache(fh) => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(errno(&e)),
         }

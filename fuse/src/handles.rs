@@ -25,6 +25,8 @@ pub struct Handle {
     pub readahead: Readahead,
     /// The process that opened it, where the kernel said (see `Fs::flush_by`).
     pub owner: Option<u32>,
+    /// The kernel may keep the pages it cached of the file (see `crate::pagecache`).
+    pub keep_cache: bool,
 }
 
 /// One inode in the open-file table: its state and the handles counted on it.
@@ -126,7 +128,7 @@ impl OpenHandles {
     /// A new handle number for a handle on `ino` counted in `file`.
     pub fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let h = Handle { ino, write, file, readahead: Readahead::default(), owner: None };
+        let h = Handle { ino, write, file, readahead: Readahead::default(), owner: None, keep_cache: false };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
     }
@@ -140,6 +142,13 @@ impl OpenHandles {
     pub fn set_owner(&self, fh: u64, process: u32) {
         if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
             h.owner = Some(process);
+        }
+    }
+
+    /// Lets the kernel keep the pages it cached of handle `fh`'s file.
+    pub fn set_keep_cache(&self, fh: u64) {
+        if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
+            h.keep_cache = true;
         }
     }
 

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod objects;
 pub mod openfile;
+pub mod pagecache;
 pub mod readahead;
 pub mod recorded;
 pub mod session;

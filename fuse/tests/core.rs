@@ -813,3 +813,59 @@ async fn a_path_whose_marker_key_is_too_long_may_be_a_file_but_not_a_directory()
     assert!(too_long(fs.rename(up, "e", up, &far, false).await));
     fs.rename(up, "f", up, &far, false).await.unwrap();
 }
+
+/// Whether a read-only open of `ino` lets the kernel keep its cached pages (closed at once).
+async fn keeps(fs: &Fs, ino: u64) -> bool {
+    let fh = fs.open(ino, false, false).await.unwrap();
+    let keep = fs.keeps_cache(fh);
+    fs.release(fh).await.unwrap();
+    keep
+}
+
+/// The kernel keeps a file's cached pages across opens only while they are the version it read
+/// them from: a write here, a truncate, or a new version from another mount makes the next open
+/// drop them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kernel_keeps_cached_pages_only_of_the_version_it_read() {
+    let store = Arc::new(InMemory::new());
+    let ttl = std::time::Duration::from_millis(300);
+    let fs = fs_on(&store, FsConfig { namespace: namespace_ttl(ttl), ..small_frames() });
+    let other = fs_on(&store, small_frames());
+    let ino = write_file(&fs, ROOT, "f", &text(10_000), 4096).await;
+    assert!(!keeps(&fs, ino).await, "the first read-only open: nothing read from this version yet");
+    assert!(keeps(&fs, ino).await, "the same version again");
+
+    // A handle open for writing may put bytes in the kernel's pages, stored or not.
+    let fh = fs.open(ino, true, false).await.unwrap();
+    fs.write(fh, 0, b"changed").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(!keeps(&fs, ino).await, "after a write here");
+    assert!(keeps(&fs, ino).await);
+    let fh = fs.open(ino, true, false).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(!keeps(&fs, ino).await, "after an open for writing, even with nothing written");
+
+    // A truncate.
+    assert!(keeps(&fs, ino).await);
+    fs.setattr(ino, SetAttr { size: Some(100), ..Default::default() }).await.unwrap();
+    assert!(!keeps(&fs, ino).await, "after a truncate");
+
+    // A reader beside an open writer shares its state: the kernel is not told to keep anything.
+    let w = fs.open(ino, true, false).await.unwrap();
+    let fh = fs.open(ino, false, false).await.unwrap();
+    assert!(!fs.keeps_cache(fh));
+    fs.release(fh).await.unwrap();
+    fs.release(w).await.unwrap();
+
+    // Another mount's new version, seen once the TTL has passed.
+    assert!(!keeps(&fs, ino).await);
+    assert!(keeps(&fs, ino).await);
+    let o = other.lookup(ROOT, "f").await.unwrap();
+    let fh = other.open(o.ino, true, true).await.unwrap();
+    other.write(fh, 0, b"from elsewhere").await.unwrap();
+    other.release(fh).await.unwrap();
+    tokio::time::sleep(ttl + std::time::Duration::from_millis(50)).await;
+    fs.lookup(ROOT, "f").await.unwrap();
+    assert!(!keeps(&fs, ino).await, "another mount's version");
+    assert_eq!(read_file(&fs, ino).await, b"from elsewhere");
+}

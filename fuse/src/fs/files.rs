@@ -78,6 +78,8 @@ impl Fs {
         if write {
             self.writable()?;
         }
+        // The version loaded from the store, when this open did (no other handle was open).
+        let mut loaded = None;
         let file = match self.handles.attach(ino, write, None) {
             Some(f) => f,
             None => {
@@ -86,12 +88,18 @@ impl Fs {
                     Some(f) => f,
                     None => {
                         let fresh = self.load(&i, write && truncate).await?;
+                        loaded = fresh.base.as_ref().map(|b| b.id.etag.clone());
                         self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
                     }
                 }
             }
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
+        if write {
+            self.pages.changed(ino);
+        } else if loaded.is_some_and(|e| self.pages.opened_clean(ino, &e)) {
+            self.handles.set_keep_cache(fh);
+        }
         if truncate && write {
             let mut of = file.lock().await;
             if let Err(e) = self.writer.truncate(&mut of, &i.path, 0).await {
@@ -206,6 +214,12 @@ impl Fs {
         self.commit(&i, &mut of).await
     }
 
+    /// Whether the kernel may keep the pages it cached of handle `fh`'s file: the handle is a
+    /// read-only open of the version those pages were read from (see `crate::pagecache`).
+    pub fn keeps_cache(&self, fh: u64) -> bool {
+        self.handles.handle(fh).is_ok_and(|h| h.keep_cache)
+    }
+
     /// Records the process that opened handle `fh`.
     pub fn set_owner(&self, fh: u64, process: u32) {
         self.handles.set_owner(fh, process);
@@ -241,6 +255,10 @@ impl Fs {
     /// and frees the state — unless the file was opened again meanwhile.
     pub async fn release(&self, fh: u64) -> Result<()> {
         let (h, last) = self.handles.release(fh)?;
+        if h.write {
+            // What it wrote went through the kernel's pages, stored or not.
+            self.pages.changed(h.ino);
+        }
         if !last {
             return Ok(());
         }
@@ -326,6 +344,7 @@ impl Fs {
     /// the next upload (at once when no handle is open).
     pub async fn setattr(&self, ino: u64, change: SetAttr) -> Result<FileAttrs> {
         let i = self.names.inode(ino)?;
+        self.pages.changed(ino);
         if change.is_empty() {
             return self.getattr(ino).await;
         }

@@ -52,6 +52,8 @@ pub struct Fs {
     cfg: FsConfig,
     names: Namespace,
     handles: OpenHandles,
+    /// The version of each file the kernel's page cache was filled from.
+    pages: crate::pagecache::PageCacheVersions,
     writer: FileWriter,
     reader: Reader,
     metrics: Arc<Metrics>,
@@ -101,6 +103,7 @@ impl Fs {
             cfg,
             names,
             handles: OpenHandles::default(),
+            pages: Default::default(),
             writer,
             reader,
             metrics,
