@@ -630,6 +630,41 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
 /// bucket with the default TTLs (1 s): a new name shows at once unless asked for and missed
 /// (then within the negative TTL, the kernel's negative entry included), a change within the
 /// metadata TTL, a listing shows what was closed before it, and the last close wins.
+/// The kernel keeps a file's pages across opens of one version only: a rewrite of the same
+/// length by another mount (which no size or page count would reveal), a rewrite here and a
+/// shrink are all read back as they are.
+#[test]
+fn a_file_read_again_is_served_from_the_kernel_cache_only_while_unchanged() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let bucket = t.path().join("bucket");
+    fs::create_dir(&bucket).unwrap();
+    let (ma, mb) = (t.path().join("a"), t.path().join("b"));
+    let ttl = ["--metadata-ttl", "1"];
+    let (a, b) = (mount(bucket.to_str().unwrap(), &ma, &ttl, &[]), mount(bucket.to_str().unwrap(), &mb, &ttl, &[]));
+    let past_ttl = || std::thread::sleep(Duration::from_millis(1300));
+    let first: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(ma.join("f"), &first).unwrap();
+    for _ in 0..3 {
+        assert_eq!(fs::read(ma.join("f")).unwrap(), first);
+    }
+    let same_length: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    fs::write(mb.join("f"), &same_length).unwrap();
+    past_ttl();
+    assert_eq!(fs::read(ma.join("f")).unwrap(), same_length, "another mount's rewrite of the same length");
+    assert_eq!(fs::read(ma.join("f")).unwrap(), same_length);
+    fs::write(ma.join("f"), b"here").unwrap();
+    assert_eq!(fs::read(ma.join("f")).unwrap(), b"here", "a rewrite here");
+    fs::write(mb.join("f"), &first).unwrap();
+    past_ttl();
+    assert_eq!(fs::read(ma.join("f")).unwrap(), first);
+    fs::write(mb.join("f"), b"shrunk").unwrap();
+    past_ttl();
+    assert_eq!(fs::read(ma.join("f")).unwrap(), b"shrunk", "another mount's shrink");
+    a.unmount();
+    b.unmount();
+}
+
 #[test]
 fn two_mounts_of_one_bucket_see_each_other_as_the_consistency_model_says() {
     require_fuse!();
