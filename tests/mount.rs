@@ -7,11 +7,11 @@ use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use common::{metric, mount, mount_unavailable, mount_with_metrics, s3_server, scrape, text};
+use common::{Mounted, metric, mount, mount_unavailable, mount_with_metrics, s3_server, scrape, text};
 
 macro_rules! require_fuse {
     () => {
@@ -626,10 +626,17 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
     m.unmount();
 }
 
-/// The consistency model of docs/SEMANTICS.md through two real mounts of one local-directory
-/// bucket with the default TTLs (1 s): a new name shows at once unless asked for and missed
-/// (then within the negative TTL, the kernel's negative entry included), a change within the
-/// metadata TTL, a listing shows what was closed before it, and the last close wins.
+/// Two mounts, at `a` and `b` under `t`, of one local-directory bucket there, with the
+/// metadata TTL at 1 s.
+fn two_mounts(t: &tempfile::TempDir) -> (PathBuf, PathBuf, Mounted, Mounted) {
+    let bucket = t.path().join("bucket");
+    fs::create_dir(&bucket).unwrap();
+    let (ma, mb) = (t.path().join("a"), t.path().join("b"));
+    let ttl = ["--metadata-ttl", "1"];
+    let (a, b) = (mount(bucket.to_str().unwrap(), &ma, &ttl, &[]), mount(bucket.to_str().unwrap(), &mb, &ttl, &[]));
+    (ma, mb, a, b)
+}
+
 /// The kernel keeps a file's pages across opens of one version only: a rewrite of the same
 /// length by another mount (which no size or page count would reveal), a rewrite here and a
 /// shrink are all read back as they are.
@@ -637,11 +644,7 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
 fn a_file_read_again_is_served_from_the_kernel_cache_only_while_unchanged() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let bucket = t.path().join("bucket");
-    fs::create_dir(&bucket).unwrap();
-    let (ma, mb) = (t.path().join("a"), t.path().join("b"));
-    let ttl = ["--metadata-ttl", "1"];
-    let (a, b) = (mount(bucket.to_str().unwrap(), &ma, &ttl, &[]), mount(bucket.to_str().unwrap(), &mb, &ttl, &[]));
+    let (ma, mb, a, b) = two_mounts(&t);
     let past_ttl = || std::thread::sleep(Duration::from_millis(1300));
     let first: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(ma.join("f"), &first).unwrap();
@@ -665,15 +668,15 @@ fn a_file_read_again_is_served_from_the_kernel_cache_only_while_unchanged() {
     b.unmount();
 }
 
+/// The consistency model of docs/SEMANTICS.md through two real mounts of one local-directory
+/// bucket with the default TTLs (1 s): a new name shows at once unless asked for and missed
+/// (then within the negative TTL, the kernel's negative entry included), a change within the
+/// metadata TTL, a listing shows what was closed before it, and the last close wins.
 #[test]
 fn two_mounts_of_one_bucket_see_each_other_as_the_consistency_model_says() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let bucket = t.path().join("bucket");
-    fs::create_dir(&bucket).unwrap();
-    let (ma, mb) = (t.path().join("a"), t.path().join("b"));
-    let ttl = ["--metadata-ttl", "1"];
-    let (a, b) = (mount(bucket.to_str().unwrap(), &ma, &ttl, &[]), mount(bucket.to_str().unwrap(), &mb, &ttl, &[]));
+    let (ma, mb, a, b) = two_mounts(&t);
     let past_ttl = || std::thread::sleep(Duration::from_millis(1300));
 
     fs::write(ma.join("f"), b"one").unwrap();
