@@ -17,6 +17,8 @@ pub struct Input {
     pub reader: Box<dyn Read + Send>,
     /// Total bytes, when the input is a regular file or an object.
     pub len: Option<u64>,
+    /// The file itself when the input is a regular file (read at offsets by `pack`).
+    pub file: Option<File>,
     /// Keeps the runtime of a remote reader alive (dropped after `reader`).
     _remote: Option<Remote>,
 }
@@ -24,22 +26,25 @@ pub struct Input {
 /// Opens `path` for reading; `-` is stdin, `s3://bucket/key` an object.
 pub fn open_input(path: &Path, s3: &S3Args) -> anyhow::Result<Input> {
     if path == Path::new("-") {
-        return Ok(Input { reader: Box::new(io::stdin()), len: None, _remote: None });
+        return Ok(Input { reader: Box::new(io::stdin()), len: None, file: None, _remote: None });
     }
     let text = path.to_string_lossy();
     if remote::is_url(&text) {
         let r = remote::open(&text, s3)?;
         let (reader, len) = r.reader()?;
-        return Ok(Input { reader: Box::new(reader), len: Some(len), _remote: Some(r) });
+        return Ok(Input { reader: Box::new(reader), len: Some(len), file: None, _remote: Some(r) });
     }
     let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok(Input { reader: Box::new(f), len, _remote: None })
+    let file = len.and_then(|_| f.try_clone().ok());
+    Ok(Input { reader: Box::new(f), len, file, _remote: None })
 }
 
 /// An output that appears under its real name only once `commit` succeeds.
 pub struct Output {
     writer: Option<BufWriter<Box<dyn Write + Send>>>,
+    /// The temporary file itself, for writing at offsets (`pack`); not mixed with `writer`.
+    file: Option<File>,
     paths: Option<(PathBuf, PathBuf)>,
     remote: Option<(RemoteWriter, Remote)>,
 }
@@ -50,23 +55,36 @@ impl Output {
     pub fn create(path: &Path, s3: &S3Args) -> anyhow::Result<Self> {
         if path == Path::new("-") {
             let w: Box<dyn Write + Send> = Box::new(io::stdout());
-            return Ok(Output { writer: Some(BufWriter::with_capacity(1 << 20, w)), paths: None, remote: None });
+            return Ok(Output {
+                writer: Some(BufWriter::with_capacity(1 << 20, w)),
+                file: None,
+                paths: None,
+                remote: None,
+            });
         }
         let text = path.to_string_lossy();
         if remote::is_url(&text) {
             let r = remote::open(&text, s3)?;
             let w = r.writer();
-            return Ok(Output { writer: None, paths: None, remote: Some((w, r)) });
+            return Ok(Output { writer: None, file: None, paths: None, remote: Some((w, r)) });
         }
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
         let f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let file = f.try_clone().ok();
         let w: Box<dyn Write + Send> = Box::new(f);
         Ok(Output {
             writer: Some(BufWriter::with_capacity(1 << 20, w)),
+            file,
             paths: Some((tmp, path.to_path_buf())),
             remote: None,
         })
+    }
+
+    /// The output file, when it is a local file: written at offsets instead of through
+    /// [`Write`] (never both for one output).
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
     }
 
     /// Flushes and moves the output into place.

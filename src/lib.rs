@@ -16,6 +16,7 @@ pub mod logging;
 pub mod manual;
 pub mod mount;
 pub mod pack;
+pub mod pack_io;
 pub mod range;
 pub mod remote;
 pub mod settings;
@@ -29,7 +30,7 @@ use std::io::Write;
 use anyhow::Context;
 
 use crate::cli::{Cli, Command};
-use crate::fileio::{Output, open_input, progress};
+use crate::fileio::{Input, Output, open_input, progress};
 
 /// Streams `input` through `f` into `output` with a progress bar; the output appears only if `f`
 /// succeeds (`pack` and `unpack`).
@@ -38,13 +39,12 @@ fn transform(
     output: &std::path::Path,
     s3: &cli::S3Args,
     what: &str,
-    f: impl FnOnce(&mut dyn std::io::Read, &mut (dyn Write + Send), &dyn Fn(u64)) -> anyhow::Result<pack::Totals>,
+    f: impl FnOnce(&mut Input, &mut Output, &(dyn Fn(u64) + Sync)) -> anyhow::Result<pack::Totals>,
 ) -> anyhow::Result<()> {
     let mut source = open_input(input, s3)?;
     let mut out = Output::create(output, s3)?;
     let bar = progress(source.len, what);
-    let t = f(&mut source.reader, &mut out, &|n| bar.inc(n))
-        .with_context(|| format!("cannot {what} {}", input.display()))?;
+    let t = f(&mut source, &mut out, &|n| bar.inc(n)).with_context(|| format!("cannot {what} {}", input.display()))?;
     out.commit()?;
     bar.finish_and_clear();
     tracing::info!(raw = t.raw, stored = t.stored, frames = t.frames, "{what} done");
@@ -60,7 +60,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let expected = std::fs::metadata(&a.input).ok().filter(|m| m.is_file()).map(|m| m.len());
             let dispatcher = a.codec.dispatcher(expected)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
-                pack::pack_stream(input, out, &config, &dispatcher, progress)
+                let source = match (&input.file, input.len) {
+                    (Some(file), Some(len)) => pack_io::Source::File { file, len },
+                    _ => pack_io::Source::Stream(&mut input.reader),
+                };
+                let sink = if out.file().is_some() {
+                    pack_io::Sink::File(out.file().expect("checked"))
+                } else {
+                    pack_io::Sink::Stream(out)
+                };
+                pack::pack_stream(source, sink, &config, &dispatcher, progress)
             })
         }
         Command::Unpack(a) if a.range.is_some() => {
@@ -86,7 +95,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let key = a.key.load()?;
             let dicts = cli::load_dict(&a.dict)?.into_iter().collect();
             transform(&a.input, &a.output, &a.s3, "unpack", |input, out, progress| {
-                pack::unpack_stream(input, out, key, dicts, a.allow_unsealed, progress)
+                pack::unpack_stream(&mut input.reader, out, key, dicts, a.allow_unsealed, progress)
             })
         }
         Command::Inspect(a) => {

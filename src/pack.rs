@@ -1,9 +1,10 @@
 //! `pack` and `unpack` over byte streams: frames are encoded and decoded on every core, in order,
 //! with a bounded number in flight so memory does not grow with the input.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
-use std::sync::mpsc::{SyncSender, sync_channel};
+use std::time::Instant;
 
 use anyhow::Context;
 use shrinkfs_codec::dispatch::Dispatcher;
@@ -12,6 +13,7 @@ use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload};
 
 use crate::fileio::read_full;
+use crate::pack_io::{Sink, Source, Writing};
 
 /// Totals of one pack or unpack.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -24,81 +26,76 @@ pub struct Totals {
     pub frames: u64,
 }
 
-/// Runs `body` with a channel whose buffers a second thread writes to `output` in order, so
-/// reading and writing overlap (as `zstd -T` does); returns once everything is written.
-fn with_writer<T>(
-    output: &mut (dyn Write + Send),
-    body: impl FnOnce(&SyncSender<Vec<u8>>) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    std::thread::scope(|scope| {
-        let (tx, rx) = sync_channel::<Vec<u8>>(16);
-        let writer = scope.spawn(move || -> std::io::Result<()> {
-            for buf in rx {
-                output.write_all(&buf)?;
-            }
-            output.flush()
-        });
-        let result = body(&tx);
-        drop(tx);
-        let written = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))?;
-        // A write error explains a failed send better than the send does.
-        written.context("cannot write output")?;
-        result
-    })
-}
-
-fn send(tx: &SyncSender<Vec<u8>>, buf: Vec<u8>) -> anyhow::Result<()> {
-    tx.send(buf).map_err(|_| anyhow::anyhow!("the output writer stopped"))
-}
-
-/// Encodes everything `input` yields into one object written to `output`.
+/// Encodes everything `source` yields into one object written to `sink`. One thread reads (a
+/// file: several, at offsets) and hands each frame to the dispatcher; this thread puts the encoded
+/// frames in order and gives them to the writers, so reading, encoding and writing all overlap
+/// and none waits for another while frames are in flight.
 pub fn pack_stream(
-    input: &mut dyn Read,
-    output: &mut (dyn Write + Send),
+    source: Source<'_>,
+    sink: Sink<'_>,
     config: &EncodeConfig,
     dispatcher: &Dispatcher,
-    on_progress: &dyn Fn(u64),
+    on_progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
-    with_writer(output, |tx| {
+    let in_flight = dispatcher.frames_in_flight();
+    // A slot per frame in flight: taken before a frame is read, given back once it is written.
+    let (slot_tx, slot_rx) = crossbeam_channel::bounded::<()>(in_flight);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, EncodedFrame)>();
+    let (end_tx, end_rx) = crossbeam_channel::bounded::<anyhow::Result<u64>>(1);
+    let began = Instant::now();
+    Writing::run(sink, |out| {
         let mut writer = ObjectWriter::new(ctx.clone());
-        send(tx, writer.header_bytes().to_vec())?;
-        let mut pool: OrderedPool<EncodedFrame> = OrderedPool::new(dispatcher.frames_in_flight());
-        let emit = |f: EncodedFrame, writer: &mut ObjectWriter| -> anyhow::Result<()> {
-            writer.push(&f);
-            on_progress(f.header.raw_len as u64);
-            send(tx, f.bytes)
-        };
-        let mut frame = 0u64;
-        loop {
-            let mut buf = Vec::new();
-            let n = read_full(input, &mut buf, config.frame_size as usize).context("cannot read input")?;
-            if n == 0 {
-                break;
+        out.put(writer.header_bytes().to_vec())?;
+        std::thread::scope(|s| {
+            let (ctx, codec, gpu_codec) = (&ctx, &codec, config.params.codec);
+            s.spawn(move || {
+                let frames = source.frames(config.frame_size as usize, &|| slot_tx.send(()).is_ok(), &|k, raw| {
+                    let done_tx = done_tx.clone();
+                    dispatcher.submit(ctx.clone(), codec.clone(), gpu_codec, k, raw, move |f| {
+                        let _ = done_tx.send((k, f));
+                    });
+                });
+                let _ = end_tx.send(frames);
+            });
+            // Leaving early (an error) drops `slot_rx`, which stops the readers.
+            let slot_rx = slot_rx;
+            let (mut next, mut total, mut early) = (0u64, None, BTreeMap::new());
+            // The reading side's end, until it has said how many frames there are; the encoded
+            // frames, until every sender is gone (the reader's and each frame's).
+            let (mut end, mut done, mut all_done) = (end_rx, done_rx, false);
+            while total != Some(next) {
+                if let (true, Some(total)) = (all_done, total) {
+                    anyhow::bail!("frame {next} of {total} never came back from the encoder");
+                }
+                crossbeam_channel::select! {
+                    recv(done) -> got => match got {
+                        Ok((k, f)) => {
+                            early.insert(k, f);
+                        }
+                        Err(_) => (done, all_done) = (crossbeam_channel::never(), true),
+                    },
+                    recv(end) -> got => {
+                        total = Some(got.map_err(|_| anyhow::anyhow!("the input reader stopped"))??);
+                        end = crossbeam_channel::never();
+                    }
+                }
+                while let Some(f) = early.remove(&next) {
+                    writer.push(&f);
+                    on_progress(f.header.raw_len as u64);
+                    out.put(f.bytes)?;
+                    let _ = slot_rx.recv();
+                    next += 1;
+                }
             }
-            while pool.is_full() {
-                let f = pool.wait_next().expect("pool is full");
-                emit(f, &mut writer)?;
-            }
-            let (ctx, codec, gpu_codec) = (ctx.clone(), codec.clone(), config.params.codec);
-            pool.submit_async(|done| dispatcher.submit(ctx, codec, gpu_codec, frame, buf, done));
-            frame += 1;
-            while let Some(f) = pool.ready() {
-                emit(f, &mut writer)?;
-            }
-            if n < config.frame_size as usize {
-                break;
-            }
-        }
-        while let Some(f) = pool.wait_next() {
-            emit(f, &mut writer)?;
-        }
-        let (raw, frames, body) = (writer.raw_len(), writer.next_frame(), writer.stored_len());
-        let tail = writer.finish();
-        let stored = body + tail.len() as u64;
-        send(tx, tail)?;
-        Ok(Totals { raw, stored, frames })
+            tracing::debug!(frames = next, in_flight, ms = began.elapsed().as_millis() as u64, "frames encoded");
+            let (raw, frames, body) = (writer.raw_len(), writer.next_frame(), writer.stored_len());
+            let tail = writer.finish();
+            let stored = body + tail.len() as u64;
+            out.put(tail)?;
+            Ok(Totals { raw, stored, frames })
+        })
     })
 }
 
@@ -171,4 +168,40 @@ pub fn unpack_stream(
     write_out(&rest, &mut totals)?;
     output.flush().context("cannot write output")?;
     Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packs `bytes` (from a file, then as a stream) with 4 KiB frames and unpacks the result.
+    fn round_trips(bytes: &[u8]) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in");
+        std::fs::write(&path, bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let config = EncodeConfig { frame_size: 4096, ..EncodeConfig::default() };
+        let dispatcher = Dispatcher::cpu_only("test");
+        let mut cursor = std::io::Cursor::new(bytes.to_vec());
+        let sources = [Source::File { file: &file, len: bytes.len() as u64 }, Source::Stream(&mut cursor)];
+        for source in sources {
+            let mut packed = Vec::new();
+            let t = pack_stream(source, Sink::Stream(&mut packed), &config, &dispatcher, &|_| {}).unwrap();
+            assert_eq!(
+                (t.raw, t.frames, t.stored),
+                (bytes.len() as u64, bytes.len().div_ceil(4096) as u64, packed.len() as u64)
+            );
+            let mut back = Vec::new();
+            unpack_stream(&mut &packed[..], &mut back, None, vec![], false, &|_| {}).unwrap();
+            assert!(back == bytes, "{} bytes round trip", bytes.len());
+        }
+    }
+
+    #[test]
+    fn every_frame_comes_back_in_order_whichever_way_the_input_is_read() {
+        for len in [0, 1, 4096, 4097, 300_000] {
+            let bytes: Vec<u8> = (0..len).map(|i| ((i / 3) % 251) as u8 ^ (i % 7) as u8).collect();
+            round_trips(&bytes);
+        }
+    }
 }
