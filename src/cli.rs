@@ -358,10 +358,15 @@ pub struct GpuArgs {
 impl CodecArgs {
     /// Starts the dispatcher for these arguments, for `expected` bytes of input where known (with
     /// `--gpu auto`, too little for a GPU to pay for its start keeps it off, unless the codec
-    /// needs one); warns when a GPU-only codec will be written as zstd because no GPU is in use.
-    pub fn dispatcher(&self, expected: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// needs one) and for one long stream (`pack`) or not (a mount); warns when a GPU-only codec
+    /// will be written as zstd because no GPU is in use.
+    pub fn dispatcher(
+        &self,
+        expected: Option<u64>,
+        one_stream: bool,
+    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let id = self.codec;
-        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()))?;
+        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()), one_stream)?;
         if id.gpu_only() {
             // Its frames cannot start on the cores while the GPU starts: wait for it.
             d.wait_started();
@@ -377,8 +382,13 @@ impl CodecArgs {
 }
 
 impl GpuArgs {
-    /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known.
-    pub fn dispatcher(&self, expected_bytes: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known,
+    /// as one long stream or not (`DispatchConfig::one_stream`).
+    pub fn dispatcher(
+        &self,
+        expected_bytes: Option<u64>,
+        one_stream: bool,
+    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
@@ -397,6 +407,7 @@ impl GpuArgs {
             batch_floor_bytes: self.gpu_batch_floor_bytes as usize,
             data_type,
             expected_bytes,
+            one_stream,
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {

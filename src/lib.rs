@@ -58,7 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let config = a.codec.to_config()?;
             // A file's size says how much there is to compress (not known for stdin or a URL).
             let expected = std::fs::metadata(&a.input).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let dispatcher = a.codec.dispatcher(expected)?;
+            let dispatcher = a.codec.dispatcher(expected, true)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
                 let source = match (&input.file, input.len) {
                     (Some(file), Some(len)) => pack_io::Source::File { file, len },

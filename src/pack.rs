@@ -39,7 +39,7 @@ pub fn pack_stream(
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
-    let in_flight = dispatcher.frames_in_flight();
+    let in_flight = dispatcher.stream_window();
     // A slot per frame in flight: taken before a frame is read, given back once it is written.
     let (slot_tx, slot_rx) = crossbeam_channel::bounded::<()>(in_flight);
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, EncodedFrame)>();

@@ -49,6 +49,14 @@ pub struct DispatchConfig {
     /// Bytes the work will compress, where known (a `pack` of a file): with `GpuPolicy::Auto`, less
     /// than [`auto_min_bytes`] for this host's cores does not start the GPU.
     pub expected_bytes: Option<u64>,
+    /// The work is one long ordered stream that keeps [`Dispatcher::stream_window`] frames in
+    /// flight (a `pack`): while launches hold the oldest frames, the cores go on with the frames
+    /// behind them, so the GPU takes a full launch whenever one waits (the cores are all busy
+    /// then), whatever its speed, and several launches run at once. Otherwise (a mount: many
+    /// files of a few dozen frames in flight each) a launch must be measured to take half the
+    /// cores' time for its frames, since they hold up the files they belong to until the whole
+    /// launch is done.
+    pub one_stream: bool,
 }
 
 /// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in four to six
@@ -73,6 +81,7 @@ impl Default for DispatchConfig {
             min_items: 32,
             data_type: 0,
             expected_bytes: None,
+            one_stream: false,
         }
     }
 }
@@ -159,8 +168,30 @@ pub trait BatchBackend: Send + Sync + 'static {
     ) -> Result<Vec<Option<Vec<u8>>>, BackendError>;
 
     /// Does once, before any frame, what a first launch would otherwise pay for (buffers,
-    /// kernels): the first real launch then holds its frames no longer than later ones.
-    fn warm_up(&self) {}
+    /// kernels), for launches of up to `frames` 1 MiB frames from each of `slots` launching
+    /// threads: the first real launch then holds its frames no longer than later ones.
+    fn warm_up(&self, slots: usize, frames: usize) {
+        let _ = (slots, frames);
+    }
+
+    /// Launches that may run at once (each from its own thread), so one launch's host work
+    /// (staging, collecting) overlaps another's kernels.
+    fn concurrency(&self) -> usize {
+        1
+    }
+
+    /// [`Self::compress_batch`] from launching thread `slot.0` of `slot.1` running at once, so a
+    /// back end can give each its own share of its resources.
+    fn compress_batch_in(
+        &self,
+        slot: (usize, usize),
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        let _ = slot;
+        self.compress_batch(codec, chunks, data_type)
+    }
 }
 
 #[cfg(feature = "gpu")]
@@ -174,11 +205,32 @@ impl BatchBackend for crate::gpu::Gpu {
         crate::gpu::Gpu::compress_batch(self, codec, chunks, data_type).map_err(|e| Box::new(e) as BackendError)
     }
 
-    fn warm_up(&self) {
+    fn concurrency(&self) -> usize {
+        crate::gpu::Gpu::CONCURRENT_BATCHES
+    }
+
+    fn compress_batch_in(
+        &self,
+        slot: (usize, usize),
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        crate::gpu::Gpu::compress_batch_in(self, slot, codec, chunks, data_type)
+            .map_err(|e| Box::new(e) as BackendError)
+    }
+
+    fn warm_up(&self, slots: usize, frames: usize) {
+        // Zeros: the kernels are quick, and the buffers grow to the launches' size (growing them
+        // later, during launches, would wait for every lane: freeing device memory synchronises).
+        // (zstd, the default, at full size; the buffers then fit LZ4's launches too.)
         let frame = vec![0u8; 1 << 20];
         for codec in [CodecId::Zstd, CodecId::Lz4].into_iter().filter(|c| self.codecs().contains(c)) {
-            if let Err(e) = crate::gpu::Gpu::compress_batch(self, codec, &[&frame], 0) {
-                tracing::debug!(error = %e, %codec, "GPU warm-up launch failed");
+            let batch = vec![&frame[..]; if codec == CodecId::Zstd { frames.max(1) } else { 1 }];
+            for slot in 0..slots.max(1) {
+                if let Err(e) = crate::gpu::Gpu::compress_batch_in(self, (slot, slots.max(1)), codec, &batch, 0) {
+                    tracing::debug!(error = %e, %codec, "GPU warm-up launch failed");
+                }
             }
         }
     }
@@ -231,6 +283,8 @@ pub struct Dispatcher {
     gpu_only: bool,
     /// Fewest waiting frames worth a launch.
     min_items: usize,
+    /// Most bytes in one launch (`batch_floor_bytes`), for [`Self::stream_window`].
+    launch_bytes: usize,
     /// The batch back end once it has started, or why none did; until then every frame is the
     /// CPU's (`auto` starts the GPU in the background, so nothing waits for it).
     started: Arc<Started>,
@@ -340,6 +394,7 @@ impl Dispatcher {
             gpu_tx: None,
             gpu_only: false,
             min_items: 1,
+            launch_bytes: 0,
             started,
             counters: Arc::default(),
             before: why.into(),
@@ -411,7 +466,8 @@ impl Dispatcher {
     /// it has, or if it cannot, the CPU workers take every frame (`before` says what it is
     /// meanwhile).
     pub fn starting(start: Start, before: &str, cfg: DispatchConfig) -> Result<Self, DispatchError> {
-        let (gpu_only, min_items) = (cfg.policy == GpuPolicy::On, cfg.min_items.max(1));
+        let (gpu_only, min_items, launch_bytes) =
+            (cfg.policy == GpuPolicy::On, cfg.min_items.max(1), cfg.batch_floor_bytes.max(1));
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let started: Arc<Started> = Arc::default();
@@ -433,14 +489,26 @@ impl Dispatcher {
                 Ok(b) => {
                     // Started means warmed up too (until then the CPU workers take every frame),
                     // so a dispatcher dropped after `wait_started` leaves no GPU work running.
-                    b.batches.warm_up();
+                    // One launching thread per launch the back end runs at once (a mount's
+                    // launches stay one at a time: see `DispatchConfig::one_stream`).
+                    let threads = if cfg.one_stream { b.batches.concurrency().max(1) } else { 1 };
+                    let frames = if cfg.one_stream { launch_frames(&cfg, threads) } else { 1 };
+                    b.batches.warm_up(threads, frames);
                     outcome.finish(Outcome {
                         codecs: b.codecs,
                         describe: b.describe,
                         #[cfg(feature = "gpu")]
                         gpu: b.gpu,
                     });
-                    batch_loop(b.batches.as_ref(), batches, cfg, c);
+                    let measured = Mutex::new(Measured::default());
+                    std::thread::scope(|s| {
+                        for k in 1..threads {
+                            let (batches, cfg, c) = (batches.clone(), cfg.clone(), c.clone());
+                            let (backend, measured) = (b.batches.as_ref(), &measured);
+                            s.spawn(move || batch_loop(backend, batches, &cfg, (k, threads), &c, measured));
+                        }
+                        batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &measured);
+                    });
                 }
                 Err(why) => outcome.finish(Outcome {
                     codecs: vec![],
@@ -450,7 +518,15 @@ impl Dispatcher {
                 }),
             })
             .map_err(DispatchError::Thread)?;
-        Ok(Dispatcher { gpu_tx: Some((tx, rx)), gpu_only, min_items, started, counters, before: before.into() })
+        Ok(Dispatcher {
+            gpu_tx: Some((tx, rx)),
+            gpu_only,
+            min_items,
+            launch_bytes,
+            started,
+            counters,
+            before: before.into(),
+        })
     }
 
     /// Waits until the batch back end has started, or has failed to (at once without one).
@@ -476,6 +552,18 @@ impl Dispatcher {
             None => cpu,
             Some(_) if self.gpu_only => cpu.max(512),
             Some(_) => cpu.max(2 * self.min_items),
+        }
+    }
+
+    /// Frames one long ordered stream (a `pack`, with [`DispatchConfig::one_stream`]) should keep
+    /// in flight: with a GPU that may take some, the cores' share plus four launches of 1 MiB
+    /// frames (two running at once, the next gathering, and the frames the cores go on with
+    /// while launches hold the oldest ones); without one, what [`Self::frames_in_flight`] says.
+    pub fn stream_window(&self) -> usize {
+        let cpu = 2 * crate::workers::threads() + 1;
+        match &self.gpu_tx {
+            Some(_) if !self.gpu_only => cpu + 4 * (self.launch_bytes / (2 << 20)).max(self.min_items),
+            _ => self.frames_in_flight(),
         }
     }
 
@@ -578,6 +666,12 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// 1 MiB frames in one launch of one of `threads` launching threads (their share of
+/// `batch_floor_bytes`), never fewer than `min_items`.
+fn launch_frames(cfg: &DispatchConfig, threads: usize) -> usize {
+    (cfg.batch_floor_bytes / threads.max(1) / (1 << 20)).max(cfg.min_items.max(1)).min(cfg.batch_max_items.max(1))
+}
+
 /// How much sooner than the CPU a launch must be expected to finish its frames: the frames of a
 /// launch hold up every ordered stream they belong to until the whole launch is done, which the
 /// estimate does not see.
@@ -632,9 +726,21 @@ enum Decision {
 /// The batch thread: waits for frames to pile up in the shared queue (the CPU workers take from
 /// it too, so a queue they keep empty never reaches the GPU), and launches them when enough wait
 /// and the launch is likely to finish them before the CPU would.
-fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig, c: Arc<Counters>) {
-    let mut measured = Measured::default();
+/// This loop is number `slot.0` of `slot.1` that share the queue and what is measured; each
+/// launches at most its share of `batch_floor_bytes`.
+fn batch_loop(
+    backend: &dyn BatchBackend,
+    rx: Receiver<Job>,
+    cfg: &DispatchConfig,
+    slot: (usize, usize),
+    c: &Counters,
+    measured: &Mutex<Measured>,
+) {
     let min_items = cfg.min_items.max(1);
+    let most_bytes = (cfg.batch_floor_bytes / slot.1.max(1)).max(1);
+    // One stream gathers a full launch while frames keep coming (a launch lasts about as long
+    // whatever its size, so small ones waste the GPU); otherwise a launch's worth of waiting.
+    let target = if cfg.one_stream { launch_frames(cfg, slot.1) } else { min_items };
     loop {
         // Until a frame waits (without taking it); a closed, empty queue ends the thread.
         let mut ready = crossbeam_channel::Select::new();
@@ -648,18 +754,28 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             }
             continue;
         }
-        // A window for a backlog to form, or for the CPU workers to take what waits.
-        let deadline = Instant::now() + cfg.batch_window;
-        while rx.len() < min_items && !rx.is_empty() && Instant::now() < deadline {
+        // A window for a backlog to form, or for the CPU workers to take what waits; one stream
+        // waits on while the backlog still grows.
+        let (mut seen, mut deadline) = (rx.len(), Instant::now() + cfg.batch_window);
+        while rx.len() < target && !rx.is_empty() && Instant::now() < deadline {
             std::thread::sleep(cfg.batch_window / 8);
+            if cfg.one_stream && rx.len() > seen {
+                (seen, deadline) = (rx.len(), Instant::now() + cfg.batch_window);
+            }
         }
         let waiting = rx.len();
         let decision = match cfg.policy {
             GpuPolicy::On => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
-            _ => measured.decide(waiting.min(cfg.batch_max_items), &c),
+            // One stream with a full launch waiting: the cores are all busy and the backlog still
+            // grows, so whatever the GPU finishes adds to what they do (its frames cost the host a
+            // copy, not a compression) while the cores go on with the frames behind them.
+            _ if cfg.one_stream && waiting >= target => Decision::Launch,
+            _ if cfg.one_stream => Decision::Leave,
+            _ => measured.lock().expect("measurements").decide(waiting.min(cfg.batch_max_items), c),
         };
         let most = match decision {
+            Decision::Launch if cfg.one_stream => target,
             Decision::Launch => cfg.batch_max_items,
             Decision::Try => min_items,
             Decision::Leave => {
@@ -671,7 +787,7 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
         };
         let mut batch = Vec::new();
         let mut bytes = 0;
-        while batch.len() < most && bytes < cfg.batch_floor_bytes {
+        while batch.len() < most && bytes < most_bytes {
             let Ok(j) = rx.try_recv() else { break };
             bytes += j.raw.len();
             batch.push(j);
@@ -691,13 +807,10 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             let id = copies[0].0;
             let chunks: Vec<&[u8]> = copies.iter().filter(|(c, _)| *c == id).map(|(_, raw)| raw.as_slice()).collect();
             c.gpu_tries.fetch_add(1, Ordering::Relaxed);
-            let ok = backend.compress_batch(id, &chunks, cfg.data_type).is_ok();
-            if ok {
-                measured.launched(started.elapsed());
-            } else {
-                // A failing back end is tried again later, like a slow one.
-                measured.launched(Duration::from_secs(3600));
-            }
+            let ok = backend.compress_batch_in(slot, id, &chunks, cfg.data_type).is_ok();
+            let took = if ok { started.elapsed() } else { Duration::from_secs(3600) };
+            // (A failing back end is tried again later, like a slow one.)
+            measured.lock().expect("measurements").launched(took);
             continue;
         }
         // Frames that look already compressed are stored as they are, without a launch; one
@@ -715,17 +828,24 @@ fn batch_loop(backend: &dyn BatchBackend, rx: Receiver<Job>, cfg: DispatchConfig
             }
         }
         for (id, jobs) in by_codec {
-            run_batch(backend, id, jobs, cfg.data_type, &c);
+            run_batch(backend, slot, id, jobs, cfg.data_type, c);
         }
-        measured.launched(started.elapsed());
+        measured.lock().expect("measurements").launched(started.elapsed());
     }
 }
 
-fn run_batch(backend: &dyn BatchBackend, id: CodecId, jobs: Vec<Job>, data_type: i32, c: &Counters) {
+fn run_batch(
+    backend: &dyn BatchBackend,
+    slot: (usize, usize),
+    id: CodecId,
+    jobs: Vec<Job>,
+    data_type: i32,
+    c: &Counters,
+) {
     let start = Instant::now();
     tracing::debug!(frames = jobs.len(), codec = %id, "GPU batch launching");
     let chunks: Vec<&[u8]> = jobs.iter().map(|j| j.raw.as_slice()).collect();
-    let result = backend.compress_batch(id, &chunks, data_type);
+    let result = backend.compress_batch_in(slot, id, &chunks, data_type);
     c.gpu_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     match result {
         Ok(outs) => {

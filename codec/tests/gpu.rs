@@ -104,3 +104,33 @@ fn large_batches_copied_in_parts_roundtrip() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
+fn launches_from_two_threads_at_once_use_their_own_lanes_and_decode_on_the_cpu() {
+    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    // Two launching threads, as a `pack` runs them, each with its own 64 frames of 1 MiB (split
+    // over its lanes), several rounds at once: every output decodes to its own frame on the CPU.
+    let frames: Vec<Vec<u8>> =
+        (0..128).map(|i| vector_input(i % 4).iter().copied().cycle().skip(i * 131).take(1 << 20).collect()).collect();
+    std::thread::scope(|s| {
+        for slot in 0..2 {
+            let (gpu, frames) = (&gpu, &frames);
+            s.spawn(move || {
+                let mine: Vec<&[u8]> = frames.iter().skip(slot).step_by(2).map(|f| f.as_slice()).collect();
+                for round in 0..3 {
+                    let outs = gpu
+                        .compress_batch_in((slot, 2), shrinkfs_codec::CodecId::Zstd, &mine, 0)
+                        .unwrap_or_else(|e| panic!("slot {slot} round {round}: {e}"));
+                    assert_eq!(outs.len(), mine.len());
+                    for (raw, out) in mine.iter().zip(&outs) {
+                        let stored = out.as_ref().expect("text compresses");
+                        let mut back = Vec::new();
+                        decompress_cpu(shrinkfs_codec::CodecId::Zstd, stored, raw.len(), None, &mut back).unwrap();
+                        assert!(back == *raw, "slot {slot} round {round}: a frame decoded to other bytes");
+                    }
+                }
+            });
+        }
+    });
+}

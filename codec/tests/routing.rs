@@ -191,7 +191,7 @@ impl BatchBackend for SlowWarmUp {
         Ok(vec![None; chunks.len()])
     }
 
-    fn warm_up(&self) {
+    fn warm_up(&self, _: usize, _: usize) {
         std::thread::sleep(self.warm_up);
         self.warmed.fetch_add(1, Ordering::SeqCst);
     }
@@ -238,4 +238,115 @@ fn auto_starts_no_gpu_for_less_work_than_the_cores_finish_before_it_would_be_up(
     let d = Dispatcher::new(DispatchConfig { policy: GpuPolicy::Auto, ..DispatchConfig::default() }).unwrap();
     d.wait_started();
     assert!(!d.describe().contains("cores finish them"), "{}", d.describe());
+}
+
+/// A stand-in that runs up to two launches at once, each taking `delay`, and records how many
+/// overlapped and which launching thread sent each.
+struct Overlapping {
+    delay: Duration,
+    running: AtomicU64,
+    most_at_once: AtomicU64,
+    slots: std::sync::Mutex<Vec<(usize, usize)>>,
+}
+
+impl BatchBackend for Overlapping {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let z = ZstdCodec::new(1, None).unwrap();
+        Ok(chunks
+            .iter()
+            .map(|c| {
+                let mut out = Vec::new();
+                z.compress(c, &mut out).then_some(out)
+            })
+            .collect())
+    }
+
+    fn concurrency(&self) -> usize {
+        2
+    }
+
+    fn compress_batch_in(
+        &self,
+        slot: (usize, usize),
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+        self.slots.lock().unwrap().push(slot);
+        self.compress_batch(codec, chunks, data_type)
+    }
+}
+
+#[test]
+fn one_long_stream_runs_launches_at_once_and_a_mount_one_at_a_time() {
+    for one_stream in [true, false] {
+        let fake = Arc::new(Overlapping {
+            delay: Duration::from_millis(30),
+            running: AtomicU64::new(0),
+            most_at_once: AtomicU64::new(0),
+            slots: Default::default(),
+        });
+        let cfg = DispatchConfig {
+            policy: GpuPolicy::On,
+            min_items: 4,
+            batch_window: Duration::from_millis(2),
+            // Launches of 8 frames of 160 KiB at most (two launching threads share 2.5 MiB).
+            batch_floor_bytes: 2_560_000,
+            one_stream,
+            ..DispatchConfig::default()
+        };
+        let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+        let codecs = run(&d, 200);
+        assert!(codecs.iter().all(|c| *c == CodecId::Zstd), "every frame came back compressed, in its place");
+        let (most, slots) = (fake.most_at_once.load(Ordering::SeqCst), fake.slots.lock().unwrap().clone());
+        if one_stream {
+            assert_eq!(most, 2, "two launches ran at once");
+            assert!(slots.contains(&(0, 2)) && slots.contains(&(1, 2)), "each thread has its own slot: {slots:?}");
+        } else {
+            assert_eq!(most, 1, "a mount's launches run one at a time");
+            assert!(slots.iter().all(|s| *s == (0, 1)), "{slots:?}");
+        }
+    }
+}
+
+#[test]
+fn one_long_stream_keeps_room_for_launches_beside_the_cores() {
+    let fake = Fake::new(Duration::ZERO, Outcome::Compress);
+    let cores = 2 * workers::threads() + 1;
+    let stream = DispatchConfig { one_stream: true, min_items: 4, ..DispatchConfig::default() };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), stream).unwrap();
+    // The cores' share, and four launches of half the launch bytes in 1 MiB frames.
+    assert_eq!(d.stream_window(), cores + 4 * 128);
+    assert_eq!(d.frames_in_flight(), cores.max(2 * 4), "a mount's window is unchanged");
+    let cpu = Dispatcher::cpu_only("no GPU");
+    assert_eq!(cpu.stream_window(), cpu.frames_in_flight(), "without a GPU, just the cores' share");
+}
+
+#[test]
+fn one_long_stream_gives_full_launches_to_a_back_end_slower_than_the_cores_when_they_are_busy() {
+    // 100 ms a launch: measured against the cores, a mount would leave it alone (see
+    // `a_back_end_slower_than_the_cores_holds_no_frame`).
+    let fake = Fake::new(Duration::from_millis(100), Outcome::Compress);
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::Auto,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        batch_floor_bytes: 8 << 20,
+        one_stream: true,
+        ..DispatchConfig::default()
+    };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    for _ in 0..workers::threads() {
+        workers::spawn(|| std::thread::sleep(Duration::from_millis(500)));
+    }
+    let codecs = run(&d, 64);
+    assert!(codecs.iter().all(|c| *c == CodecId::Zstd));
+    let (launches, frames) = (fake.launches.load(Ordering::Relaxed), fake.frames.load(Ordering::Relaxed));
+    assert!(launches >= 1 && frames >= 8, "full launches went to the back end: {launches} launches, {frames} frames");
+    assert_eq!(count(&d, "gpu_tries"), 0, "no try on copies: real frames, in launches of 8");
+    assert!(frames % 8 == 0, "only full launches: {frames} frames");
 }

@@ -117,6 +117,10 @@ fn fault_injected() -> bool {
 }
 
 impl Gpu {
+    /// Launches worth running at once from separate threads (`compress_batch_in`): one's host
+    /// work (staging, collecting) then overlaps the other's kernels.
+    pub const CONCURRENT_BATCHES: usize = 2;
+
     /// Opens GPU 0 and nVCOMP; the error says in one line why not (no driver, no device, no library).
     pub fn probe() -> Result<Self, GpuUnavailable> {
         // SAFETY: only checks whether the driver library can be opened.
@@ -193,6 +197,21 @@ impl Gpu {
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        self.compress_batch_in((0, 1), codec, chunks, data_type)
+    }
+
+    /// [`Self::compress_batch`] from caller `slot.0` of `slot.1` calling at once: each uses its
+    /// own lanes (every `slot.1`-th, from `slot.0`), so their launches overlap instead of
+    /// queueing for the same buffers.
+    pub fn compress_batch_in(
+        &self,
+        slot: (usize, usize),
+        codec: CodecId,
+        chunks: &[&[u8]],
+        data_type: i32,
+    ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+        let n = slot.1.clamp(1, self.lanes.len());
+        let lanes: Vec<&Lane> = self.lanes.iter().skip(slot.0 % n).step_by(n).collect();
         let layout = layout_of(codec)?;
         let pieces = match layout {
             GpuLayout::Lz4Frame => true,
@@ -200,25 +219,26 @@ impl Gpu {
             GpuLayout::Whole => false,
         };
         if pieces {
-            return self.compress_pieces(codec, layout, chunks);
+            return self.compress_pieces(&lanes, codec, layout, chunks);
         }
-        self.compress_lanes(codec, chunks, data_type)
+        self.compress_lanes(&lanes, codec, chunks, data_type)
     }
 
-    /// Runs a large batch as equal parts on all lanes at once, each lane on its own thread.
+    /// Runs a large batch as equal parts on all of `lanes` at once, each lane on its own thread.
     fn compress_lanes(
         &self,
+        lanes: &[&Lane],
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
-        let parts = self.lanes.len().min(chunks.len() / LANE_SPLIT_MIN).max(1);
+        let parts = lanes.len().min(chunks.len() / LANE_SPLIT_MIN).max(1);
         if parts == 1 {
-            return self.compress_chunks(&self.lanes[0], codec, chunks, data_type, Turn::solo());
+            return self.compress_chunks(lanes[0], codec, chunks, data_type, Turn::solo());
         }
         let per = chunks.len().div_ceil(parts);
         let turns = Turns::default();
-        let jobs = chunks.chunks(per).zip(&self.lanes).enumerate();
+        let jobs = chunks.chunks(per).zip(lanes.iter().copied()).enumerate();
         let outs = on_threads(jobs.map(|(k, (part, lane))| {
             let turn = turns.turn(k);
             move || self.compress_chunks(lane, codec, part, data_type, turn)
@@ -232,6 +252,7 @@ impl Gpu {
 
     fn compress_pieces(
         &self,
+        lanes: &[&Lane],
         codec: CodecId,
         layout: GpuLayout,
         chunks: &[&[u8]],
@@ -244,7 +265,7 @@ impl Gpu {
             pieces.extend(c.chunks(PIECE));
             ranges.push(first..pieces.len());
         }
-        let outs = self.compress_lanes(codec, &pieces, 0)?;
+        let outs = self.compress_lanes(lanes, codec, &pieces, 0)?;
         ranges
             .into_par_iter()
             .zip(chunks.par_iter())
