@@ -50,12 +50,12 @@ pub struct DispatchConfig {
     /// than [`auto_min_bytes`] for this host's cores does not start the GPU.
     pub expected_bytes: Option<u64>,
     /// The work is one long ordered stream that keeps [`Dispatcher::stream_window`] frames in
-    /// flight (a `pack`): while launches hold the oldest frames, the cores go on with the frames
-    /// behind them, so the GPU takes a full launch whenever one waits (the cores are all busy
-    /// then), whatever its speed, and several launches run at once. Otherwise (a mount: many
-    /// files of a few dozen frames in flight each) a launch must be measured to take half the
-    /// cores' time for its frames, since they hold up the files they belong to until the whole
-    /// launch is done.
+    /// flight (a `pack`): launches run two at once, each gathering a full launch while frames
+    /// keep coming (a launch takes about as long whatever its size), and the cores go on with
+    /// the frames behind them meanwhile. Otherwise (a mount: many files of a few dozen frames in
+    /// flight each) one launch at a time takes what waits. Either way `auto` launches only when
+    /// a launch is measured to take half the cores' time for its frames (BENCHMARKS.md §9: on a
+    /// busy host, launching whenever a full launch waited made `pack` slower than the cores).
     pub one_stream: bool,
 }
 
@@ -492,7 +492,10 @@ impl Dispatcher {
                     // One launching thread per launch the back end runs at once (a mount's
                     // launches stay one at a time: see `DispatchConfig::one_stream`).
                     let threads = if cfg.one_stream { b.batches.concurrency().max(1) } else { 1 };
-                    let frames = if cfg.one_stream { launch_frames(&cfg, threads) } else { 1 };
+                    // (`auto` warms up small: the GPU may never take a frame, and a full-size
+                    // warm-up costs the cores a copy of a few hundred MiB.)
+                    let full = cfg.one_stream && cfg.policy == GpuPolicy::On;
+                    let frames = if full { launch_frames(&cfg, threads) } else { 1 };
                     b.batches.warm_up(threads, frames);
                     outcome.finish(Outcome {
                         codecs: b.codecs,
@@ -767,11 +770,6 @@ fn batch_loop(
         let decision = match cfg.policy {
             GpuPolicy::On => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
-            // One stream with a full launch waiting: the cores are all busy and the backlog still
-            // grows, so whatever the GPU finishes adds to what they do (its frames cost the host a
-            // copy, not a compression) while the cores go on with the frames behind them.
-            _ if cfg.one_stream && waiting >= target => Decision::Launch,
-            _ if cfg.one_stream => Decision::Leave,
             _ => measured.lock().expect("measurements").decide(waiting.min(cfg.batch_max_items), c),
         };
         let most = match decision {

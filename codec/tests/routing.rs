@@ -325,28 +325,3 @@ fn one_long_stream_keeps_room_for_launches_beside_the_cores() {
     let cpu = Dispatcher::cpu_only("no GPU");
     assert_eq!(cpu.stream_window(), cpu.frames_in_flight(), "without a GPU, just the cores' share");
 }
-
-#[test]
-fn one_long_stream_gives_full_launches_to_a_back_end_slower_than_the_cores_when_they_are_busy() {
-    // 100 ms a launch: measured against the cores, a mount would leave it alone (see
-    // `a_back_end_slower_than_the_cores_holds_no_frame`).
-    let fake = Fake::new(Duration::from_millis(100), Outcome::Compress);
-    let cfg = DispatchConfig {
-        policy: GpuPolicy::Auto,
-        min_items: 4,
-        batch_window: Duration::from_millis(2),
-        batch_floor_bytes: 8 << 20,
-        one_stream: true,
-        ..DispatchConfig::default()
-    };
-    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
-    for _ in 0..workers::threads() {
-        workers::spawn(|| std::thread::sleep(Duration::from_millis(500)));
-    }
-    let codecs = run(&d, 64);
-    assert!(codecs.iter().all(|c| *c == CodecId::Zstd));
-    let (launches, frames) = (fake.launches.load(Ordering::Relaxed), fake.frames.load(Ordering::Relaxed));
-    assert!(launches >= 1 && frames >= 8, "full launches went to the back end: {launches} launches, {frames} frames");
-    assert_eq!(count(&d, "gpu_tries"), 0, "no try on copies: real frames, in launches of 8");
-    assert!(frames % 8 == 0, "only full launches: {frames} frames");
-}
