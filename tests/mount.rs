@@ -717,3 +717,35 @@ fn two_mounts_of_one_bucket_see_each_other_as_the_consistency_model_says() {
     a.unmount();
     b.unmount();
 }
+
+#[test]
+fn ls_l_asks_for_labels_and_acls_once_per_mount_not_once_per_file() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (m, _bucket, mnt, addr) = mount_with_metrics(t.path(), &[]);
+    fs::create_dir(mnt.join("d")).unwrap();
+    for i in 0..40 {
+        fs::write(mnt.join("d").join(format!("f{i}")), b"x").unwrap();
+    }
+    let before = metric(&scrape(&addr), "shrinkfs_fuse_op_duration_seconds_count{op=\"getxattr\"");
+    let out = Command::new("ls").arg("-l").arg(mnt.join("d")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 41, "a total line and 40 files");
+    // `ls -l` asks each file for its SELinux label and its ACL unless told they are not supported
+    // (ENOTSUP), which it remembers for the whole mount: 80 requests before, now a few.
+    let asked = metric(&scrape(&addr), "shrinkfs_fuse_op_duration_seconds_count{op=\"getxattr\"") - before;
+    assert!(asked <= 4.0, "{asked} getxattr requests for ls -l of 40 files");
+    // Our own attributes still answer, and other user.* names say there is none.
+    let path = CString::new(mnt.join("d/f0").to_str().unwrap()).unwrap();
+    let mut buf = [0u8; 64];
+    let get = |name: &std::ffi::CStr, buf: &mut [u8]| {
+        // SAFETY: a valid path, name and buffer of buf.len() bytes.
+        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        (n, std::io::Error::last_os_error().raw_os_error())
+    };
+    assert!(get(c"user.shrinkfs.codec", &mut buf).0 > 0);
+    assert_eq!(get(c"user.other", &mut buf), (-1, Some(libc::ENODATA)));
+    assert_eq!(get(c"security.selinux", &mut buf), (-1, Some(libc::ENOTSUP)));
+    assert_eq!(get(c"system.posix_acl_access", &mut buf), (-1, Some(libc::ENOTSUP)));
+    m.unmount();
+}

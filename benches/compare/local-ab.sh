@@ -6,7 +6,8 @@
 # Usage: benches/compare/local-ab.sh 'LABEL=SHRINKFS_EXECUTABLE [mount options]'... -- [bench fs options]
 #   e.g. benches/compare/local-ab.sh old=/work/bin-old/shrinkfs new=target/release/shrinkfs \
 #          'ttl=target/release/shrinkfs --metadata-ttl indefinite' -- --workloads small-files,ls --files 10000
-# The last executable runs `bench fs`. Output: target/bench-fs/local-ab.{json,html}. Needs root
+# The last executable runs `bench fs`, or LOCAL_AB_BENCH=EXECUTABLE (so both orders measure with the
+# same bench code). Output: target/bench-fs/local-ab.{json,html}. Needs root
 # (FUSE mounts, dropping caches).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,5 +44,5 @@ for i in "${!labels[@]}"; do
   args+=(--target "$l=$work/mnt/$l" --backend "$l=$work/bucket/$l")
 done
 mkdir -p target/bench-fs
-"${bins[-1]}" bench fs --baseline "local=$work/local" "${args[@]}" \
+"${LOCAL_AB_BENCH:-${bins[-1]}}" bench fs --baseline "local=$work/local" "${args[@]}" \
   --json target/bench-fs/local-ab.json --html target/bench-fs/local-ab.html "$@"

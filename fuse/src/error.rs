@@ -62,6 +62,11 @@ pub enum Error {
     /// No such extended attribute.
     #[error("no such attribute")]
     NoXattr,
+    /// An extended attribute outside `user.*` (SELinux labels, ACLs): the mount keeps none, and
+    /// says "not supported", which `ls -l` remembers for the whole mount, where "no such
+    /// attribute" made it ask again for every file.
+    #[error("extended attributes outside user.* are not supported")]
+    NoXattrSupport,
     /// The caller's buffer is too small.
     #[error("result too large for buffer")]
     Range,
@@ -139,6 +144,7 @@ impl Error {
             Error::Exists => (libc::EEXIST, Expected),
             Error::NotEmpty => (libc::ENOTEMPTY, Expected),
             Error::NoXattr => (libc::ENODATA, Expected),
+            Error::NoXattrSupport => (libc::ENOTSUP, Expected),
             Error::Range => (libc::ERANGE, Expected),
             Error::NoIoctl => (libc::ENOTTY, Expected),
             Error::NotDir => (libc::ENOTDIR, Failure),
@@ -249,7 +255,15 @@ mod tests {
 
     #[test]
     fn expected_answers_log_at_debug_and_count_as_expected() {
-        for e in [Error::NotFound, Error::Exists, Error::NotEmpty, Error::NoXattr, Error::Range, Error::NoIoctl] {
+        for e in [
+            Error::NotFound,
+            Error::Exists,
+            Error::NotEmpty,
+            Error::NoXattr,
+            Error::NoXattrSupport,
+            Error::Range,
+            Error::NoIoctl,
+        ] {
             assert_eq!(e.disposition().level, Level::Expected, "{e}");
             assert_eq!(Error::outcome::<()>(&Err(e)), crate::metrics::Outcome::Expected);
         }

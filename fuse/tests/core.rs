@@ -352,6 +352,15 @@ async fn foreign_objects_read_as_plain_bytes_and_xattrs_describe_objects() {
         String::from_utf8(fs.getxattr(ino, "user.shrinkfs.ratio").await.unwrap()).unwrap().parse().unwrap();
     assert!(ratio > 2.0, "{ratio}");
     assert!(matches!(fs.getxattr(ino, "user.other").await, Err(Error::NoXattr)));
+    // Labels and ACLs: the mount keeps none, and says it does not support them (ENOTSUP, which
+    // `ls -l` remembers for the mount), for files, directories and the root alike.
+    for name in ["security.selinux", "system.posix_acl_access", "system.posix_acl_default", "trusted.x"] {
+        for i in [ino, p.ino, ROOT] {
+            let e = fs.getxattr(i, name).await.unwrap_err();
+            assert!(matches!(e, Error::NoXattrSupport), "{name}: {e}");
+            assert_eq!(e.disposition().errno, libc::ENOTSUP);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

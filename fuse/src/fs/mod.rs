@@ -266,8 +266,12 @@ impl Fs {
         let _ = self.metrics_addr.set(addr);
     }
 
-    /// Extended attributes `user.shrinkfs.*` of a file, and of the root directory.
+    /// Extended attributes `user.shrinkfs.*` of a file, and of the root directory; names outside
+    /// `user.*` are not supported.
     pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        if !name.starts_with("user.") {
+            return Err(Error::NoXattrSupport);
+        }
         if ino == ROOT && name == METRICS_ADDR_XATTR {
             return self.metrics_addr.get().map(|a| a.clone().into_bytes()).ok_or(Error::NoXattr);
         }
