@@ -52,18 +52,22 @@ impl BatchBackend for Fake {
         match self.outcome {
             Outcome::Fail => Err("the stand-in GPU failed".into()),
             Outcome::NotSmaller => Ok(vec![None; chunks.len()]),
-            Outcome::Compress => {
-                let z = ZstdCodec::new(1, None).unwrap();
-                Ok(chunks
-                    .iter()
-                    .map(|c| {
-                        let mut out = Vec::new();
-                        z.compress(c, &mut out).then_some(out)
-                    })
-                    .collect())
-            }
+            Outcome::Compress => Ok(zstd_on_the_cpu(chunks)),
         }
     }
+}
+
+/// What a stand-in returns for `chunks`: real zstd payloads (the CPU's), `None` where a chunk
+/// would not shrink.
+fn zstd_on_the_cpu(chunks: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+    let z = ZstdCodec::new(1, None).unwrap();
+    chunks
+        .iter()
+        .map(|c| {
+            let mut out = Vec::new();
+            z.compress(c, &mut out).then_some(out)
+        })
+        .collect()
 }
 
 /// A dispatcher sharing its queue with `fake` (`GpuPolicy::Auto`), or giving it every frame
@@ -255,14 +259,7 @@ impl BatchBackend for Overlapping {
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         self.running.fetch_sub(1, Ordering::SeqCst);
-        let z = ZstdCodec::new(1, None).unwrap();
-        Ok(chunks
-            .iter()
-            .map(|c| {
-                let mut out = Vec::new();
-                z.compress(c, &mut out).then_some(out)
-            })
-            .collect())
+        Ok(zstd_on_the_cpu(chunks))
     }
 
     fn concurrency(&self) -> usize {
