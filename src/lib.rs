@@ -60,10 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let expected = std::fs::metadata(&a.input).ok().filter(|m| m.is_file()).map(|m| m.len());
             let dispatcher = a.codec.dispatcher(expected, true)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
-                let source = match (&input.file, input.len) {
-                    (Some(file), Some(len)) => pack_io::Source::File { file, len },
-                    _ => pack_io::Source::Stream(&mut input.reader),
-                };
+                let source = pack_io::Source::of(input, config.frame_size as usize);
                 let sink = if out.file().is_some() {
                     pack_io::Sink::File(out.file().expect("checked"))
                 } else {

@@ -39,10 +39,11 @@ pub fn pack_stream(
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
-    let in_flight = dispatcher.stream_window();
+    let in_flight = dispatcher.stream_window(config.frame_size as usize);
     // A slot per frame in flight: taken before a frame is read, given back once it is written.
     let (slot_tx, slot_rx) = crossbeam_channel::bounded::<()>(in_flight);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, EncodedFrame)>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Option<EncodedFrame>)>();
+    // The reader's end: the number of frames, or its first error as soon as it has one.
     let (end_tx, end_rx) = crossbeam_channel::bounded::<anyhow::Result<u64>>(1);
     let began = Instant::now();
     Writing::run(sink, |out| {
@@ -51,13 +52,17 @@ pub fn pack_stream(
         std::thread::scope(|s| {
             let (ctx, codec, gpu_codec) = (&ctx, &codec, config.params.codec);
             s.spawn(move || {
-                let frames = source.frames(config.frame_size as usize, &|| slot_tx.send(()).is_ok(), &|k, raw| {
-                    let done_tx = done_tx.clone();
-                    dispatcher.submit(ctx.clone(), codec.clone(), gpu_codec, k, raw, move |f| {
-                        let _ = done_tx.send((k, f));
-                    });
-                });
-                let _ = end_tx.send(frames);
+                let slot = || slot_tx.send(()).is_ok();
+                let frame = |k, raw| {
+                    let reply = Reply { k, tx: Some(done_tx.clone()) };
+                    dispatcher.submit(ctx.clone(), codec.clone(), gpu_codec, k, raw, move |f| reply.send(f));
+                };
+                let fail = |e| {
+                    let _ = end_tx.try_send(Err(e));
+                };
+                if let Some(n) = source.frames(config.frame_size as usize, &slot, &frame, &fail) {
+                    let _ = end_tx.send(Ok(n));
+                }
             });
             // Leaving early (an error) drops `slot_rx`, which stops the readers.
             let slot_rx = slot_rx;
@@ -71,9 +76,10 @@ pub fn pack_stream(
                 }
                 crossbeam_channel::select! {
                     recv(done) -> got => match got {
-                        Ok((k, f)) => {
+                        Ok((k, Some(f))) => {
                             early.insert(k, f);
                         }
+                        Ok((k, None)) => anyhow::bail!("frame {k} was lost: its encoder failed"),
                         Err(_) => (done, all_done) = (crossbeam_channel::never(), true),
                     },
                     recv(end) -> got => {
@@ -97,6 +103,30 @@ pub fn pack_stream(
             Ok(Totals { raw, stored, frames })
         })
     })
+}
+
+/// Hands frame `k`'s encoding back to the ordering loop. Dropped unused (an encoder that failed
+/// and let go of its callback), it says the frame was lost, so `pack` fails instead of waiting
+/// for it forever.
+struct Reply {
+    k: u64,
+    tx: Option<crossbeam_channel::Sender<(u64, Option<EncodedFrame>)>>,
+}
+
+impl Reply {
+    fn send(mut self, f: EncodedFrame) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send((self.k, Some(f)));
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send((self.k, None));
+        }
+    }
 }
 
 /// The error a reader front to back meets first: a frame still decoding fails before the later
@@ -174,34 +204,80 @@ pub fn unpack_stream(
 mod tests {
     use super::*;
 
-    /// Packs `bytes` (from a file, then as a stream) with 4 KiB frames and unpacks the result.
+    /// Frames larger than the dispatcher encodes inline, so they finish on the workers out of order.
+    const FRAME: usize = 128 << 10;
+
+    /// Packs `bytes` from a file and as a stream, into a file and into a stream, with 128 KiB
+    /// frames, and unpacks each result.
     fn round_trips(bytes: &[u8]) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in");
         std::fs::write(&path, bytes).unwrap();
         let file = std::fs::File::open(&path).unwrap();
-        let config = EncodeConfig { frame_size: 4096, ..EncodeConfig::default() };
+        let config = EncodeConfig { frame_size: FRAME as u32, ..EncodeConfig::default() };
         let dispatcher = Dispatcher::cpu_only("test");
-        let mut cursor = std::io::Cursor::new(bytes.to_vec());
-        let sources = [Source::File { file: &file, len: bytes.len() as u64 }, Source::Stream(&mut cursor)];
-        for source in sources {
+        for (way, from_file, to_file) in [(0, true, true), (1, true, false), (2, false, true), (3, false, false)] {
+            let mut cursor = std::io::Cursor::new(bytes.to_vec());
+            let source = if from_file {
+                Source::File { file: &file, len: bytes.len() as u64 }
+            } else {
+                Source::Stream(&mut cursor)
+            };
+            let out_path = dir.path().join(format!("out{way}"));
+            let out_file = std::fs::File::create(&out_path).unwrap();
             let mut packed = Vec::new();
-            let t = pack_stream(source, Sink::Stream(&mut packed), &config, &dispatcher, &|_| {}).unwrap();
-            assert_eq!(
-                (t.raw, t.frames, t.stored),
-                (bytes.len() as u64, bytes.len().div_ceil(4096) as u64, packed.len() as u64)
-            );
+            let sink = if to_file { Sink::File(&out_file) } else { Sink::Stream(&mut packed) };
+            let t = pack_stream(source, sink, &config, &dispatcher, &|_| {}).unwrap();
+            if to_file {
+                packed = std::fs::read(&out_path).unwrap();
+            }
+            let frames = bytes.len().div_ceil(FRAME) as u64;
+            assert_eq!((t.raw, t.frames, t.stored), (bytes.len() as u64, frames, packed.len() as u64), "way {way}");
             let mut back = Vec::new();
             unpack_stream(&mut &packed[..], &mut back, None, vec![], false, &|_| {}).unwrap();
-            assert!(back == bytes, "{} bytes round trip", bytes.len());
+            assert!(back == bytes, "{} bytes round trip, way {way}", bytes.len());
         }
     }
 
     #[test]
-    fn every_frame_comes_back_in_order_whichever_way_the_input_is_read() {
-        for len in [0, 1, 4096, 4097, 300_000] {
+    fn every_frame_comes_back_in_order_whichever_way_the_input_is_read_and_written() {
+        for len in [0, 1, FRAME, FRAME + 1, 40 * FRAME + 12_345] {
             let bytes: Vec<u8> = (0..len).map(|i| ((i / 3) % 251) as u8 ^ (i % 7) as u8).collect();
             round_trips(&bytes);
         }
+    }
+
+    #[test]
+    fn an_input_that_shrank_fails_the_pack_and_does_not_hang_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in");
+        std::fs::write(&path, vec![7u8; 20 * FRAME]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let config = EncodeConfig { frame_size: FRAME as u32, ..EncodeConfig::default() };
+                let dispatcher = Dispatcher::cpu_only("test");
+                // Said to be 200 frames long: the frames past 20 cannot be read.
+                let source = Source::File { file: &file, len: 200 * FRAME as u64 };
+                let r = pack_stream(source, Sink::Stream(&mut std::io::sink()), &config, &dispatcher, &|_| {});
+                tx.send(r.map(|_| ()).map_err(|e| format!("{e:#}"))).unwrap();
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("pack returned");
+            let e = got.unwrap_err();
+            assert!(e.contains("did it shrink"), "{e}");
+        });
+    }
+
+    #[test]
+    fn a_frame_whose_encoder_let_go_of_it_fails_the_pack() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        drop(Reply { k: 7, tx: Some(tx.clone()) });
+        assert_eq!(rx.try_recv().map(|(k, f)| (k, f.is_none())), Ok((7, true)));
+        let ctx = EncodeConfig::default().new_object();
+        let codec = shrinkfs_codec::codec::NoneCodec;
+        Reply { k: 8, tx: Some(tx) }.send(shrinkfs_codec::frame::encode_frame(&ctx, &codec, 8, b"x"));
+        assert_eq!(rx.try_recv().map(|(k, f)| (k, f.is_some())), Ok((8, true)), "sent once, not again on drop");
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -9,10 +9,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use anyhow::Context;
 use crossbeam_channel::Sender;
 
-use crate::fileio::read_full;
+use crate::fileio::{Input, read_full};
 
 /// Threads that read a regular file at once.
 fn file_threads() -> usize {
@@ -27,67 +26,93 @@ pub enum Source<'a> {
     Stream(&'a mut (dyn Read + Send)),
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
+    /// How to read `input` in frames of `frame_size`: at offsets when it is a regular file of at
+    /// least four frames; front to back otherwise (stdin, an object, and small or pseudo files,
+    /// whose reported size may be 0 or a page whatever they hold, as in /proc and /sys).
+    pub fn of(input: &'a mut Input, frame_size: usize) -> Self {
+        match (&input.file, input.len) {
+            (Some(file), Some(len)) if len >= 4 * frame_size as u64 => Source::File { file, len },
+            _ => Source::Stream(&mut input.reader),
+        }
+    }
+
     /// Calls `frame(k, bytes)` for every frame of `frame_size` bytes (the last may be shorter; an
-    /// empty input has none) in order of `k` as far as one thread goes, on up to
+    /// empty input has none), in order of `k` as far as one thread goes, on up to
     /// [`file_threads`] threads for a file. `slot()` is called before each frame is read and
-    /// returns false to stop early. Returns the number of frames.
+    /// returns false to stop. Returns the number of frames once every one was handed over;
+    /// `None` if it stopped, or failed: the error goes to `fail` at once, before the other threads
+    /// have ended (they may be waiting in `slot()` for the frame that failed).
     pub fn frames(
         self,
         frame_size: usize,
         slot: &(dyn Fn() -> bool + Sync),
         frame: &(dyn Fn(u64, Vec<u8>) + Sync),
-    ) -> anyhow::Result<u64> {
+        fail: &(dyn Fn(anyhow::Error) + Sync),
+    ) -> Option<u64> {
         match self {
             Source::Stream(input) => {
                 let mut k = 0u64;
                 loop {
                     if !slot() {
-                        return Ok(k);
+                        return None;
                     }
                     let mut buf = Vec::new();
-                    let n = read_full(input, &mut buf, frame_size).context("cannot read input")?;
+                    let n = match read_full(input, &mut buf, frame_size) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            fail(anyhow::Error::new(e).context("cannot read input"));
+                            return None;
+                        }
+                    };
                     if n == 0 {
-                        return Ok(k);
+                        return Some(k);
                     }
                     frame(k, buf);
                     k += 1;
                     if n < frame_size {
-                        return Ok(k);
+                        return Some(k);
                     }
                 }
             }
             Source::File { file, len } => {
                 let frames = len.div_ceil(frame_size as u64);
-                let next = AtomicU64::new(0);
-                let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+                let (next, failed, stopped) = (AtomicU64::new(0), AtomicBool::new(false), AtomicBool::new(false));
                 std::thread::scope(|s| {
                     for _ in 0..file_threads().min(frames.max(1) as usize) {
                         s.spawn(|| {
-                            while slot() {
+                            loop {
+                                if !slot() {
+                                    stopped.store(true, Ordering::Relaxed);
+                                    return;
+                                }
                                 let k = next.fetch_add(1, Ordering::Relaxed);
-                                if k >= frames || failed.lock().expect("error slot").is_some() {
+                                if k >= frames || failed.load(Ordering::Relaxed) {
                                     return;
                                 }
                                 let at = k * frame_size as u64;
                                 let mut buf = vec![0u8; (len - at).min(frame_size as u64) as usize];
-                                match file.read_exact_at(&mut buf, at) {
-                                    Ok(()) => frame(k, buf),
-                                    Err(e) => {
-                                        let e = anyhow::Error::new(e)
-                                            .context(format!("cannot read input at byte {at} (did it shrink?)"));
-                                        failed.lock().expect("error slot").get_or_insert(e);
-                                        return;
+                                if let Err(e) = file.read_exact_at(&mut buf, at) {
+                                    if !failed.swap(true, Ordering::Relaxed) {
+                                        fail(
+                                            anyhow::Error::new(e)
+                                                .context(format!("cannot read input at byte {at} (did it shrink?)")),
+                                        );
                                     }
+                                    return;
                                 }
+                                frame(k, buf);
                             }
                         });
                     }
                 });
-                match failed.into_inner().expect("error slot") {
-                    Some(e) => Err(e),
-                    None => Ok(frames),
+                if failed.into_inner() || stopped.into_inner() {
+                    return None;
                 }
+                if file.read_at(&mut [0u8; 1], len).is_ok_and(|n| n > 0) {
+                    tracing::warn!("the input grew while it was packed: the object holds its first {len} bytes");
+                }
+                Some(frames)
             }
         }
     }
@@ -107,7 +132,7 @@ pub struct Writing<'f> {
     tx: Option<Sender<(u64, Vec<u8>)>>,
     at: u64,
     /// Set once a write failed: the body stops at its next `put` instead of encoding the rest.
-    failed: &'f AtomicBool,
+    stop: &'f AtomicBool,
 }
 
 impl Writing<'_> {
@@ -137,7 +162,7 @@ impl Writing<'_> {
                     rx.iter().for_each(drop);
                 }
             });
-            let mut w = Writing { tx: Some(tx), at: 0, failed: &stop };
+            let mut w = Writing { tx: Some(tx), at: 0, stop: &stop };
             let result = body(&mut w);
             drop(w.tx.take());
             result
@@ -152,10 +177,10 @@ impl Writing<'_> {
     pub fn put(&mut self, buf: Vec<u8>) -> anyhow::Result<()> {
         let len = buf.len() as u64;
         let tx = self.tx.as_ref().expect("open while the body runs");
-        if self.failed.load(Ordering::Relaxed) {
+        if self.stop.load(Ordering::Relaxed) {
             anyhow::bail!("the output failed");
         }
-        tx.send((self.at, buf)).map_err(|_| anyhow::anyhow!("the output writers stopped"))?;
+        tx.send((self.at, buf)).map_err(|_| anyhow::anyhow!("the output writer stopped"))?;
         self.at += len;
         Ok(())
     }
@@ -167,7 +192,8 @@ mod tests {
 
     fn collect(source: Source<'_>, frame_size: usize) -> Vec<(u64, Vec<u8>)> {
         let got = Mutex::new(Vec::new());
-        let n = source.frames(frame_size, &|| true, &|k, b| got.lock().unwrap().push((k, b))).unwrap();
+        let fail = |e: anyhow::Error| panic!("{e:#}");
+        let n = source.frames(frame_size, &|| true, &|k, b| got.lock().unwrap().push((k, b)), &fail).unwrap();
         let mut got = got.into_inner().unwrap();
         got.sort();
         assert_eq!(got.len() as u64, n);
@@ -196,8 +222,12 @@ mod tests {
         let path = dir.path().join("in");
         std::fs::write(&path, vec![1u8; 10_000]).unwrap();
         let file = File::open(&path).unwrap();
-        let e = Source::File { file: &file, len: 20_000 }.frames(4096, &|| true, &|_, _| {}).unwrap_err();
-        assert!(format!("{e:#}").contains("did it shrink"), "{e:#}");
+        let failed = Mutex::new(Vec::new());
+        let fail = |e: anyhow::Error| failed.lock().unwrap().push(format!("{e:#}"));
+        assert_eq!(Source::File { file: &file, len: 20_000 }.frames(4096, &|| true, &|_, _| {}, &fail), None);
+        let failed = failed.into_inner().unwrap();
+        assert_eq!(failed.len(), 1, "one error, said once: {failed:?}");
+        assert!(failed[0].contains("did it shrink"), "{failed:?}");
     }
 
     #[test]

@@ -550,7 +550,7 @@ impl Dispatcher {
     /// one runs; shared with the CPU (`auto`), enough that a backlog worth a launch can form —
     /// more would only hold memory while the cores keep up.
     pub fn frames_in_flight(&self) -> usize {
-        let cpu = 2 * crate::workers::threads() + 1;
+        let cpu = cores_window();
         match &self.gpu_tx {
             None => cpu,
             Some(_) if self.gpu_only => cpu.max(512),
@@ -558,14 +558,17 @@ impl Dispatcher {
         }
     }
 
-    /// Frames one long ordered stream (a `pack`, with [`DispatchConfig::one_stream`]) should keep
-    /// in flight: with a GPU that may take some, the cores' share plus four launches of 1 MiB
-    /// frames (two running at once, the next gathering, and the frames the cores go on with
-    /// while launches hold the oldest ones); without one, what [`Self::frames_in_flight`] says.
-    pub fn stream_window(&self) -> usize {
-        let cpu = 2 * crate::workers::threads() + 1;
+    /// Frames of `frame_size` bytes one long ordered stream (a `pack`, with
+    /// [`DispatchConfig::one_stream`]) should keep in flight: with a GPU that may take some, the
+    /// cores' share plus twice the launch bytes (`batch_floor_bytes`, shared by the launching
+    /// threads: with two, four launches, two running at once, the next gathering, and room for
+    /// the frames the cores go on with while launches hold the oldest ones); without one, what
+    /// [`Self::frames_in_flight`] says.
+    pub fn stream_window(&self, frame_size: usize) -> usize {
         match &self.gpu_tx {
-            Some(_) if !self.gpu_only => cpu + 4 * (self.launch_bytes / (2 << 20)).max(self.min_items),
+            Some(_) if !self.gpu_only => {
+                cores_window() + (2 * self.launch_bytes / frame_size.max(1)).max(self.min_items)
+            }
             _ => self.frames_in_flight(),
         }
     }
@@ -669,6 +672,11 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// Frames the CPU workers keep busy with: two each, and one more.
+fn cores_window() -> usize {
+    2 * crate::workers::threads() + 1
+}
+
 /// 1 MiB frames in one launch of one of `threads` launching threads (their share of
 /// `batch_floor_bytes`), never fewer than `min_items`.
 fn launch_frames(cfg: &DispatchConfig, threads: usize) -> usize {
@@ -765,6 +773,11 @@ fn batch_loop(
             if cfg.one_stream && rx.len() > seen {
                 (seen, deadline) = (rx.len(), Instant::now() + cfg.batch_window);
             }
+        }
+        // Another launching thread took the launch this one gathered for: gather again while
+        // frames still come, rather than launch the few left.
+        if cfg.one_stream && rx.len() < min_items && !rx.is_empty() && Instant::now() < deadline {
+            continue;
         }
         let waiting = rx.len();
         let decision = match cfg.policy {

@@ -291,7 +291,8 @@ fn one_long_stream_runs_launches_at_once_and_a_mount_one_at_a_time() {
             policy: GpuPolicy::On,
             min_items: 4,
             batch_window: Duration::from_millis(2),
-            // Launches of 8 frames of 160 KiB at most (two launching threads share 2.5 MiB).
+            // Launches of at most 1.25 MiB each (two launching threads share 2.5 MiB): a few frames
+            // of 240 KB.
             batch_floor_bytes: 2_560_000,
             one_stream,
             ..DispatchConfig::default()
@@ -317,8 +318,10 @@ fn one_long_stream_keeps_room_for_launches_beside_the_cores() {
     let stream = DispatchConfig { one_stream: true, min_items: 4, ..DispatchConfig::default() };
     let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), stream).unwrap();
     // The cores' share, and four launches of half the launch bytes in 1 MiB frames.
-    assert_eq!(d.stream_window(), cores + 4 * 128);
+    assert_eq!(d.stream_window(1 << 20), cores + 4 * 128);
+    // Counted in bytes: larger frames, fewer of them.
+    assert_eq!(d.stream_window(64 << 20), cores + 8);
     assert_eq!(d.frames_in_flight(), cores.max(2 * 4), "a mount's window is unchanged");
     let cpu = Dispatcher::cpu_only("no GPU");
-    assert_eq!(cpu.stream_window(), cpu.frames_in_flight(), "without a GPU, just the cores' share");
+    assert_eq!(cpu.stream_window(1 << 20), cpu.frames_in_flight(), "without a GPU, just the cores' share");
 }
