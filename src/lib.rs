@@ -61,11 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let dispatcher = a.codec.dispatcher(expected, true)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
                 let source = pack_io::Source::of(input, config.frame_size as usize);
-                let sink = if out.file().is_some() {
-                    pack_io::Sink::File(out.file().expect("checked"))
-                } else {
-                    pack_io::Sink::Stream(out)
-                };
+                let sink = pack_io::Sink::of(out);
                 pack::pack_stream(source, sink, &config, &dispatcher, progress)
             })
         }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_channel::Sender;
 
-use crate::fileio::{Input, read_full};
+use crate::fileio::{Input, Output, read_full};
 
 /// Threads that read a regular file at once.
 fn file_threads() -> usize {
@@ -126,13 +126,22 @@ pub enum Sink<'a> {
     Stream(&'a mut (dyn Write + Send)),
 }
 
+impl<'a> Sink<'a> {
+    /// Where to write `output`: at offsets into its file when it is a local file, front to back
+    /// otherwise (stdout, an object).
+    pub fn of(output: &'a mut Output) -> Self {
+        if output.file().is_some() { Sink::File(output.file().expect("checked")) } else { Sink::Stream(output) }
+    }
+}
+
 /// Writes the buffers given to [`Writing::put`] in order of arrival, as one stream, on a thread
 /// of its own, so the thread that puts them goes on at once.
 pub struct Writing<'f> {
     tx: Option<Sender<(u64, Vec<u8>)>>,
     at: u64,
-    /// Set once a write failed: the body stops at its next `put` instead of encoding the rest.
-    stop: &'f AtomicBool,
+    /// The writer's first error, once it has one: the body stops at its next `put` instead of
+    /// encoding the rest.
+    failed: &'f Mutex<Option<std::io::Error>>,
 }
 
 impl Writing<'_> {
@@ -140,12 +149,10 @@ impl Writing<'_> {
     /// write error if any (which explains a failure of `body` better than `body` does).
     pub fn run<T>(sink: Sink<'_>, body: impl FnOnce(&mut Writing<'_>) -> anyhow::Result<T>) -> anyhow::Result<T> {
         let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
-        let stop = AtomicBool::new(false);
         let result = std::thread::scope(|s| {
             let (tx, rx) = crossbeam_channel::bounded::<(u64, Vec<u8>)>(64);
             let fail = |e: std::io::Error| {
                 failed.lock().expect("error slot").get_or_insert(e);
-                stop.store(true, Ordering::Relaxed);
             };
             // One thread: writes to one file are serialised by the kernel anyway (measured: four
             // threads writing at offsets into one tmpfs file were slower than one).
@@ -162,7 +169,7 @@ impl Writing<'_> {
                     rx.iter().for_each(drop);
                 }
             });
-            let mut w = Writing { tx: Some(tx), at: 0, stop: &stop };
+            let mut w = Writing { tx: Some(tx), at: 0, failed: &failed };
             let result = body(&mut w);
             drop(w.tx.take());
             result
@@ -177,7 +184,7 @@ impl Writing<'_> {
     pub fn put(&mut self, buf: Vec<u8>) -> anyhow::Result<()> {
         let len = buf.len() as u64;
         let tx = self.tx.as_ref().expect("open while the body runs");
-        if self.stop.load(Ordering::Relaxed) {
+        if self.failed.lock().expect("error slot").is_some() {
             anyhow::bail!("the output failed");
         }
         tx.send((self.at, buf)).map_err(|_| anyhow::anyhow!("the output writer stopped"))?;
