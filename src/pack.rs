@@ -90,7 +90,8 @@ pub fn pack_stream(
                 while let Some(f) = early.remove(&next) {
                     writer.push(&f);
                     on_progress(f.header.raw_len as u64);
-                    out.put(f.bytes)?;
+                    out.put(f.head().to_vec())?;
+                    out.put(f.payload)?;
                     let _ = slot_rx.recv();
                     next += 1;
                 }

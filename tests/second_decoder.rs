@@ -384,12 +384,10 @@ fn both_decoders_read_version_2_objects() {
 fn wrap_payload(codec: CodecId, raw: &[u8], payload: &[u8]) -> Vec<u8> {
     let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None, Version::V1));
     let mut w = ObjectWriter::new(ctx.clone());
-    let mut bytes = vec![0; FRAME_HEADER_LEN];
-    bytes.extend_from_slice(payload);
-    let frame = shrinkfs_codec::frame::finish_frame(&ctx, 0, raw, codec, bytes);
+    let frame = shrinkfs_codec::frame::finish_frame(&ctx, 0, raw, codec, payload.to_vec());
     w.push(&frame);
     let mut object = w.header_bytes().to_vec();
-    object.extend_from_slice(&frame.bytes);
+    frame.put_into(&mut object);
     object.extend(w.finish());
     object
 }

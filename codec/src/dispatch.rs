@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::codec::{Codec, CodecId, ZstdCodec};
-use crate::format::FRAME_HEADER_LEN;
-use crate::frame::{EncodedFrame, ObjectContext, encode_frame, finish_frame};
+use crate::frame::{EncodedFrame, ObjectContext, encode_frame_owned, finish_frame};
 
 /// Whether to use the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -638,7 +637,7 @@ impl Dispatcher {
                     crate::workers::spawn(move || {
                         if let Ok(j) = rx.try_recv() {
                             let started = Instant::now();
-                            let frame = encode_frame(&j.ctx, j.codec.as_ref(), j.frame, &j.raw);
+                            let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
                             c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
                             c.cpu_frames.fetch_add(1, Ordering::Relaxed);
@@ -664,9 +663,9 @@ pub const INLINE_MAX: usize = 64 << 10;
 
 fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>, done: Done) {
     if raw.len() <= INLINE_MAX {
-        return done(encode_frame(&ctx, codec.as_ref(), frame, &raw));
+        return done(encode_frame_owned(&ctx, codec.as_ref(), frame, raw));
     }
-    crate::workers::spawn(move || done(encode_frame(&ctx, codec.as_ref(), frame, &raw)));
+    crate::workers::spawn(move || done(encode_frame_owned(&ctx, codec.as_ref(), frame, raw)));
 }
 
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
@@ -867,13 +866,7 @@ fn run_batch(
                     Some(payload) => {
                         c.gpu_frames.fetch_add(1, Ordering::Relaxed);
                         c.gpu_bytes_out.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                        crate::workers::spawn(move || {
-                            let mut bytes =
-                                Vec::with_capacity(FRAME_HEADER_LEN + payload.len() + crate::format::TAG_LEN);
-                            bytes.resize(FRAME_HEADER_LEN, 0);
-                            bytes.extend_from_slice(&payload);
-                            (j.done)(finish_frame(&j.ctx, j.frame, &j.raw, id, bytes))
-                        });
+                        crate::workers::spawn(move || (j.done)(finish_frame(&j.ctx, j.frame, &j.raw, id, payload)));
                     }
                     None => {
                         c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);

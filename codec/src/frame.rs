@@ -82,11 +82,13 @@ impl ObjectContext {
     }
 }
 
-/// One encoded frame: its bytes as stored (header and payload) and its index entry (offsets unset).
+/// One encoded frame as stored: its header, then its payload. The two are kept apart so a frame
+/// stored as it is keeps the buffer its raw bytes came in (no copy behind a header); writers put
+/// them down with one vectored write or as two chunks of a part.
 #[derive(Debug, Clone)]
 pub struct EncodedFrame {
-    /// Frame header followed by payload.
-    pub bytes: Vec<u8>,
+    /// The stored payload: compressed (or the raw bytes), then the GCM tag when sealed.
+    pub payload: Vec<u8>,
     /// The frame header's fields.
     pub header: FrameHeader,
 }
@@ -104,57 +106,96 @@ impl EncodedFrame {
             raw_crc: self.header.raw_crc,
         }
     }
+
+    /// The frame header as stored, the bytes before the payload.
+    pub fn head(&self) -> [u8; FRAME_HEADER_LEN] {
+        self.header.to_bytes()
+    }
+
+    /// Stored bytes: header and payload.
+    pub fn len(&self) -> usize {
+        FRAME_HEADER_LEN + self.payload.len()
+    }
+
+    /// Whether it stores nothing (never: a frame always has its header).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Appends the frame as stored (header, then payload) to `out`.
+    pub fn put_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head());
+        out.extend_from_slice(&self.payload);
+    }
 }
 
 /// Encodes frame number `frame` of an object: compresses with `codec` unless the bytes look
 /// already compressed or do not shrink (then stores them), seals when the object has a key.
 pub fn encode_frame(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: &[u8]) -> EncodedFrame {
-    let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + raw.len() + crate::format::TAG_LEN);
-    bytes.resize(FRAME_HEADER_LEN, 0);
-    let mut scratch = Vec::new();
-    let compressed = codec.id() != CodecId::None && !detect::looks_compressed(raw) && codec.compress(raw, &mut scratch);
-    let codec_id = if compressed {
-        bytes.extend_from_slice(&scratch);
-        codec.id()
-    } else {
-        bytes.extend_from_slice(raw);
-        CodecId::None
-    };
-    finish_frame(ctx, frame, raw, codec_id, bytes)
+    match compress(codec, raw) {
+        Some((id, payload)) => finish_frame(ctx, frame, raw, id, payload),
+        None => stored_as_is(ctx, frame, raw.to_vec()),
+    }
 }
 
-/// Completes a frame whose payload (compressed with `codec_id`) already follows a
-/// `FRAME_HEADER_LEN`-byte gap in `bytes`: seals it if the object is sealed, fills in the header.
-/// Other back ends (the GPU) produce payloads and finish them here.
-pub fn finish_frame(
+/// [`encode_frame`] of raw bytes it may keep: a frame stored as it is takes `raw` as its payload.
+pub fn encode_frame_owned(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: Vec<u8>) -> EncodedFrame {
+    match compress(codec, &raw) {
+        Some((id, payload)) => finish_frame(ctx, frame, &raw, id, payload),
+        None => stored_as_is(ctx, frame, raw),
+    }
+}
+
+/// The compressed payload of `raw`, unless it looks compressed already or does not shrink.
+fn compress(codec: &dyn Codec, raw: &[u8]) -> Option<(CodecId, Vec<u8>)> {
+    if codec.id() == CodecId::None || detect::looks_compressed(raw) {
+        return None;
+    }
+    let mut payload = Vec::new();
+    codec.compress(raw, &mut payload).then(|| (codec.id(), payload))
+}
+
+/// A frame storing `raw` as it is (sealed in place when the object has a key).
+/// (`FrameCutter` leaves room for the tag, so sealing does not move the bytes.)
+fn stored_as_is(ctx: &ObjectContext, frame: u64, raw: Vec<u8>) -> EncodedFrame {
+    let sealed = ctx.key.is_some();
+    let raw_crc = if sealed { 0 } else { checksum(&raw) };
+    let raw_len = raw.len();
+    seal_and_head(ctx, frame, raw_len, raw_crc, CodecId::None, raw)
+}
+
+/// Completes a frame whose payload is `payload`, compressed with `codec_id` from `raw`: seals it
+/// if the object is sealed, fills in the header. Other back ends (the GPU) produce payloads and
+/// finish them here.
+pub fn finish_frame(ctx: &ObjectContext, frame: u64, raw: &[u8], codec_id: CodecId, payload: Vec<u8>) -> EncodedFrame {
+    let raw_crc = if ctx.key.is_some() { 0 } else { checksum(raw) };
+    seal_and_head(ctx, frame, raw.len(), raw_crc, codec_id, payload)
+}
+
+fn seal_and_head(
     ctx: &ObjectContext,
     frame: u64,
-    raw: &[u8],
+    raw_len: usize,
+    raw_crc: u32,
     codec_id: CodecId,
-    mut bytes: Vec<u8>,
+    mut payload: Vec<u8>,
 ) -> EncodedFrame {
-    let payload_len = bytes.len() - FRAME_HEADER_LEN;
     let sealed = ctx.key.is_some();
-    let raw_crc = if sealed { 0 } else { checksum(raw) };
     let mut header = FrameHeader {
         codec: codec_id,
         flags: if sealed { FRAME_FLAG_SEALED } else { 0 },
-        raw_len: raw.len() as u32,
-        stored_len: (payload_len + if sealed { crate::format::TAG_LEN } else { 0 }) as u32,
+        raw_len: raw_len as u32,
+        stored_len: (payload.len() + if sealed { crate::format::TAG_LEN } else { 0 }) as u32,
         // A checksum of the plaintext would leak information about sealed data; the tag covers it.
         raw_crc,
         stored_crc: 0,
     };
     if let Some(key) = &ctx.key {
-        let mut payload = bytes.split_off(FRAME_HEADER_LEN);
         key.seal_frame(&ctx.header.object_id, frame, &header.aad_bytes(), &mut payload);
-        bytes.extend_from_slice(&payload);
     }
     // Stored as is and unsealed: the payload is the raw bytes, whose checksum is already known.
-    header.stored_crc =
-        if codec_id == CodecId::None && !sealed { raw_crc } else { checksum(&bytes[FRAME_HEADER_LEN..]) };
-    bytes[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
-    EncodedFrame { bytes, header }
+    header.stored_crc = if codec_id == CodecId::None && !sealed { raw_crc } else { checksum(&payload) };
+    EncodedFrame { payload, header }
 }
 
 /// Decodes frame number `frame` from its stored bytes (header and payload) into `out`.

@@ -28,7 +28,10 @@ pub mod writer;
 pub use codec::{Codec, CodecId, CodecParams, Dictionary};
 pub use error::{Error, Result};
 pub use format::{FileMeta, Version};
-pub use frame::{EncodedFrame, ObjectContext, check_raw, decode_frame, decode_payload, encode_frame, open_payload};
+pub use frame::{
+    EncodedFrame, ObjectContext, check_raw, decode_frame, decode_payload, encode_frame, encode_frame_owned,
+    open_payload,
+};
 pub use reader::{Fetch, Layout, TailProbe, probe_tail};
 pub use seal::MasterKey;
 pub use writer::{DEFAULT_FRAME_SIZE, EncodeConfig, FrameCutter, ObjectWriter, encode_all, encode_all_with};

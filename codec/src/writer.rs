@@ -76,7 +76,7 @@ pub struct FrameCutter {
 impl FrameCutter {
     /// A cutter producing frames of `size` bytes.
     pub fn new(size: u32) -> Self {
-        FrameCutter { size: size as usize, buf: Vec::with_capacity(size as usize) }
+        FrameCutter { size: size as usize, buf: Self::frame_buf(size as usize) }
     }
 
     /// Adds bytes; calls `emit` with every frame that fills up.
@@ -86,9 +86,15 @@ impl FrameCutter {
             self.buf.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buf.len() == self.size {
-                emit(std::mem::replace(&mut self.buf, Vec::with_capacity(self.size)));
+                emit(std::mem::replace(&mut self.buf, Self::frame_buf(self.size)));
             }
         }
+    }
+
+    /// A frame's buffer, with room for a GCM tag after it: a frame stored as it is becomes its own
+    /// payload, sealed in place.
+    fn frame_buf(size: usize) -> Vec<u8> {
+        Vec::with_capacity(size + crate::format::TAG_LEN)
     }
 
     /// Bytes waiting for a frame to fill.
@@ -139,7 +145,7 @@ impl ObjectWriter {
         self.entries.len() as u64
     }
 
-    /// Records the next frame; the caller writes `frame.bytes` right after the previous ones.
+    /// Records the next frame; the caller writes the frame (`head`, then `payload`) right after the previous ones.
     pub fn push(&mut self, frame: &EncodedFrame) {
         let e = frame.entry(self.stored, self.raw);
         self.stored = e.stored_range().end;
@@ -219,7 +225,7 @@ pub fn encode_all_with(config: &EncodeConfig, data: &[u8], meta: &FileMeta) -> R
     out.extend_from_slice(&w.header_bytes());
     for f in &frames {
         w.push(f);
-        out.extend_from_slice(&f.bytes);
+        f.put_into(&mut out);
     }
     out.extend_from_slice(&w.finish_with(meta)?);
     Ok(out)

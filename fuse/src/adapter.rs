@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::fs::{FileAttrs, Fs, SetAttr};
 use crate::inode::Kind;
+use crate::upload::Taken;
 use shrinkfs_codec::format::{S_IFCHR, S_IFIFO, S_IFSOCK};
 
 /// Readahead and write-back requests the kernel may have in flight at once (its default is 12).
@@ -394,15 +395,27 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let kill = wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        // A write into a streaming upload is answered as soon as its bytes are taken, so the
+        // writer's next write travels while these are copied (see `Taken`).
+        let n = data.len() as u32;
+        let mut reply = Some(reply);
+        let mut answer = || {
+            if let Some(r) = reply.take() {
+                r.written(n);
+            }
+        };
         let r = self.run("write", ino.0, async {
             if kill {
                 self.fs.clear_suidgid(ino.0).await?;
             }
-            self.fs.write(fh.0, offset, data).await
+            self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
         });
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e)),
+        // Already answered: nothing after that point fails a write (`run` logged any error).
+        if let Some(reply) = reply {
+            match r {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(&e)),
+            }
         }
     }
 

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
+use shrinkfs_codec::format::FRAME_HEADER_LEN;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
     Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, Version,
@@ -41,6 +42,27 @@ use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::localstore::{InPlace, LocalStore};
 use crate::metrics::Metrics;
+
+/// Answers a write once its bytes are taken, past every check that could fail it, so the kernel
+/// hears back (and the writer sends its next write) while the bytes are still being copied into
+/// frames and handed on. The file stays locked until the write returns, so the next write, a
+/// read, a flush or an fsync of the file waits for them. Borrowed, so no write allocates one.
+#[derive(Default)]
+pub struct Taken<'a>(Option<&'a mut (dyn FnMut() + Send)>);
+
+impl<'a> Taken<'a> {
+    /// Calls `answer` once the bytes are taken.
+    pub fn to(answer: &'a mut (dyn FnMut() + Send)) -> Self {
+        Taken(Some(answer))
+    }
+
+    /// The bytes are taken: answer now (once).
+    pub fn now(&mut self) {
+        if let Some(answer) = self.0.take() {
+            answer();
+        }
+    }
+}
 
 /// Where an upload's stored bytes wait until shipped: in memory while small, then in an unlinked
 /// file in the staging directory — or, for a local-directory bucket, in the object's own staged
@@ -233,8 +255,8 @@ pub struct Upload {
 /// What a part upload reports: the spill range it carried, and how it went.
 type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 
-/// What an append to the spill or in-place file reports: where, the bytes, how.
-type Appended = (u64, Bytes, std::io::Result<()>);
+/// What an append to the spill or in-place file reports: its pieces (offset and bytes), how it went.
+type Appended = ([(u64, Bytes); 2], std::io::Result<()>);
 
 impl std::fmt::Debug for Upload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -315,7 +337,8 @@ impl Upload {
     /// Appends bytes. Waits (backpressure) for room in the memory budget and when too many frames
     /// or parts are in flight. An error (only a local failure — a full staging disk or local
     /// bucket — gets here) means none of the bytes were taken; store failures wait for `finish`.
-    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+    /// `taken` is answered once nothing can fail the write any more, before its bytes are copied.
+    pub async fn write(&mut self, data: &[u8], taken: &mut Taken<'_>) -> Result<()> {
         if self.sealed {
             return Err(Error::UploadFinished);
         }
@@ -325,6 +348,7 @@ impl Upload {
             self.store_unstored().await?;
         }
         self.collect(false).await?;
+        taken.now();
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
         self.raw_in += data.len() as u64;
@@ -381,9 +405,10 @@ impl Upload {
                     }
                 }
             };
-            let n = frame.bytes.len();
+            let n = frame.len();
             if self.spill.fits_in_memory(n) {
-                self.spill.append_in_memory(&frame.bytes);
+                self.spill.append_in_memory(&frame.head());
+                self.spill.append_in_memory(&frame.payload);
                 self.record(&frame);
                 continue;
             }
@@ -399,28 +424,33 @@ impl Upload {
             }
             let (file, at) = self.spill.reserve(n).expect("a file spill after overflow");
             self.record(&frame);
-            let bytes = Bytes::from(frame.bytes);
+            // Header and payload stay apart: the payload keeps the encoder's buffer (for a frame
+            // stored as it is, the buffer its bytes were cut into), with no copy behind a header.
+            let pieces = [
+                (at, Bytes::copy_from_slice(&frame.head())),
+                (at + FRAME_HEADER_LEN as u64, Bytes::from(frame.payload)),
+            ];
             if !self.spill.in_place() {
-                self.recent.push_back((at, bytes.clone()));
+                self.recent.extend(pieces.iter().cloned());
             }
-            self.append_off_thread(file, at, bytes).await;
+            self.append_off_thread(file, pieces).await;
         }
         Ok(())
     }
 
     /// Counts a frame whose bytes have their place in the spill, and lists it in the index.
     fn record(&mut self, frame: &EncodedFrame) {
-        self.stored += frame.bytes.len() as u64;
+        self.stored += frame.len() as u64;
         self.writer.push(frame);
         self.sink.metrics.frame_encoded(frame.header.codec.name());
     }
 
-    /// Writes `bytes` at `at` of the spill or in-place file on a blocking thread, a bounded number
-    /// at once.
-    async fn append_off_thread(&mut self, file: Arc<File>, at: u64, bytes: Bytes) {
+    /// Writes `pieces` (each at its offset) into the spill or in-place file on a blocking thread,
+    /// a bounded number at once.
+    async fn append_off_thread(&mut self, file: Arc<File>, pieces: [(u64, Bytes); 2]) {
         self.appends.spawn_blocking(move || {
-            let res = file.write_all_at(&bytes, at);
-            (at, bytes, res)
+            let res = pieces.iter().try_for_each(|(at, bytes)| file.write_all_at(bytes, *at));
+            (pieces, res)
         });
         while self.appends.len() > self.sink.sizes.appends_in_flight {
             let done = self.appends.join_next().await.expect("appends in flight");
@@ -434,10 +464,10 @@ impl Upload {
     /// Records how an append ended: a failed one is kept to be written again.
     fn settle_append(&mut self, done: std::result::Result<Appended, tokio::task::JoinError>) {
         match done {
-            Ok((_, _, Ok(()))) => {}
-            Ok((at, bytes, Err(e))) => {
+            Ok((_, Ok(()))) => {}
+            Ok((pieces, Err(e))) => {
                 tracing::debug!(key = %self.path, error = %e, "append failed; kept until it can be stored");
-                self.unstored.push((at, bytes));
+                self.unstored.extend(pieces);
             }
             Err(e) => {
                 tracing::error!(key = %self.path, error = %e, "an append was lost: this file cannot be stored");
@@ -740,7 +770,7 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
     while at < len {
         let n = ((len - at) as usize).min(buf.len());
         file.read_exact_at(&mut buf[..n], at)?;
-        if let Err(e) = up.write(&buf[..n]).await {
+        if let Err(e) = up.write(&buf[..n], &mut Taken::default()).await {
             up.abort().await;
             return Err(e);
         }

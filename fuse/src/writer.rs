@@ -28,7 +28,7 @@ use crate::openfile::{Body, FileCell, OpenFile};
 use crate::recorded::Recorded;
 use crate::stamp;
 use crate::store::Bucket;
-use crate::upload::{Sink, Upload, Written, upload_file};
+use crate::upload::{Sink, Taken, Upload, Written, upload_file};
 
 /// Writes files and small objects to the bucket.
 #[derive(Clone)]
@@ -221,8 +221,16 @@ impl FileWriter {
     }
 
     /// Writes `data` at `offset` of file `rel`, locked as `of`: appended to its streaming upload
-    /// when it continues it, else written to a staging file.
-    pub async fn write(&self, of: &mut OpenFile, rel: &str, offset: u64, data: &[u8]) -> Result<()> {
+    /// when it continues it (answering `taken` once the bytes are taken), else written to a
+    /// staging file.
+    pub async fn write(
+        &self,
+        of: &mut OpenFile,
+        rel: &str,
+        offset: u64,
+        data: &[u8],
+        taken: &mut Taken<'_>,
+    ) -> Result<()> {
         if let Body::Clean = of.body
             && of.base.as_ref().is_none_or(|b| b.size() == 0)
             && offset == 0
@@ -236,11 +244,11 @@ impl FileWriter {
         }
         match &mut of.body {
             Body::Streaming(u) => {
-                u.write(data).await?;
+                u.write(data, taken).await?;
                 // Writes held for this one follow it; one that fails stays held (this write's
                 // bytes are in: its error is not this write's).
                 while let Some(next) = of.ahead.at(u.len()) {
-                    if u.write(&next).await.is_err() {
+                    if u.write(&next, &mut Taken::default()).await.is_err() {
                         break;
                     }
                     of.ahead.release(u.len() - next.len() as u64);

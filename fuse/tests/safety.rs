@@ -14,6 +14,7 @@ use shrinkfs_codec::EncodeConfig;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
 use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
+use shrinkfs_fuse::upload::Taken;
 use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
 
 fn config(frame_size: u32) -> FsConfig {
@@ -137,6 +138,43 @@ async fn a_rewrite_that_cannot_be_staged_keeps_the_streamed_bytes() {
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
     assert!(read_name(&remount(&store), "f").await == bytes, "the failed write changed nothing");
+}
+
+/// A write through `write_answering`: its result, and how often it answered early.
+async fn write_counting(fs: &Fs, fh: u64, offset: u64, data: &[u8]) -> (Result<u32, Error>, u32) {
+    let mut answers = 0;
+    let mut answer = || answers += 1;
+    let r = fs.write_answering(fh, offset, data, &mut Taken::to(&mut answer)).await;
+    (r, answers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_answered_early_only_once_nothing_can_fail_it() {
+    let store = Arc::new(InMemory::new());
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = config(1 << 20);
+    cfg.writer.staging_dir = staging.path().join("gone");
+    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default());
+    let bytes = data(16 << 20, 17);
+    let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    // Sequential writes into the streaming upload: answered once each, before they return.
+    for (i, chunk) in bytes.chunks(1 << 20).enumerate() {
+        let (r, answers) = write_counting(&fs, fh, (i << 20) as u64, chunk).await;
+        assert_eq!((r.unwrap() as usize, answers), (chunk.len(), 1), "write {i}");
+    }
+    // A write that fails is never answered early: one through a handle opened for reading...
+    let ro = fs.open(a.ino, false, false).await.unwrap();
+    let (r, answers) = write_counting(&fs, ro, bytes.len() as u64, b"more").await;
+    assert!(matches!(r, Err(Error::NotWritable)) && answers == 0, "{r:?}, answered {answers} times");
+    fs.release(ro).await.unwrap();
+    // ...and a rewrite that cannot be staged.
+    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
+    let (r, answers) = write_counting(&fs, fh, 0, &[0u8; 512]).await;
+    assert!(matches!(r, Err(Error::Local(_))) && answers == 0, "{r:?}, answered {answers} times");
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&remount(&store), "f").await == bytes, "every byte answered early is stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

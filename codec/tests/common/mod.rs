@@ -32,9 +32,9 @@ pub fn dispatch_and_check(d: &Dispatcher, data: &[Vec<u8>]) -> Vec<CodecId> {
     got.sort_by_key(|g| g.0);
     got.into_iter()
         .map(|(i, f)| {
-            let h = FrameHeader::parse(&f.bytes, i as u64, false).unwrap();
+            let h = FrameHeader::parse(&f.head(), i as u64, false).unwrap();
             let mut out = Vec::new();
-            decode_payload(&ctx, i as u64, &h, &f.bytes[24..], None, &mut out).unwrap();
+            decode_payload(&ctx, i as u64, &h, &f.payload, None, &mut out).unwrap();
             assert!(out == data[i], "frame {i} decodes to its input");
             h.codec
         })

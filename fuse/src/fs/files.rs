@@ -19,6 +19,7 @@ use crate::namespace::check_name;
 use crate::openfile::{Body, FileCell, OpenFile};
 use crate::readahead::max_frames;
 use crate::stamp;
+use crate::upload::Taken;
 
 impl Fs {
     /// Creates and opens a new, empty file.
@@ -170,6 +171,13 @@ impl Fs {
     /// An error leaves the file as it was, except a full staging disk while a sequential upload
     /// spills (see `Upload::write`).
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_answering(fh, offset, data, &mut Taken::default()).await
+    }
+
+    /// [`Self::write`], answering `taken` as soon as nothing can fail the write any more (a
+    /// sequential write into a streaming upload: before its bytes are copied), so the kernel can
+    /// be answered early. The file stays locked until this returns.
+    pub async fn write_answering(&self, fh: u64, offset: u64, data: &[u8], taken: &mut Taken<'_>) -> Result<u32> {
         let h = self.handles.handle(fh)?;
         if !h.write {
             return Err(Error::NotWritable);
@@ -178,7 +186,7 @@ impl Fs {
         // None: held until the writes before it arrive (see `Ahead`).
         if let Some(mut of) = self.writer.lock(&h.file, offset, data).await {
             let i = self.names.inode(h.ino)?;
-            self.writer.write(&mut of, &i.path, offset, data).await?;
+            self.writer.write(&mut of, &i.path, offset, data, taken).await?;
         }
         Ok(data.len() as u32)
     }
