@@ -123,6 +123,13 @@ impl FuseAdapter {
         res
     }
 
+    /// The open flags of writer `fh`: a write-only handle alone on its file goes around the page
+    /// cache, so each write is one copy from the writer's buffer into the request, with no page
+    /// cache to fill (measured: one writer 1.7x faster, BENCHMARKS §5 round 6).
+    fn direct_io(&self, fh: u64, write_only: bool) -> FopenFlags {
+        if self.fs.direct_io(fh, write_only) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
+    }
+
     fn entry(&self, reply: ReplyEntry, r: Result<FileAttrs>) {
         match r {
             Ok(a) => reply.entry(&self.ttl, &attr(&a), Generation(0)),
@@ -331,7 +338,11 @@ impl Filesystem for FuseAdapter {
             // round trip per read-only close), nor is its opener asked of /proc.
             Ok(fh) if write => {
                 self.fs.set_owner(fh, process_of(req.pid()));
-                reply.opened(FileHandle(fh), FopenFlags::empty())
+                reply.opened(FileHandle(fh), self.direct_io(fh, flags.acc_mode() == OpenAccMode::O_WRONLY))
+            }
+            // A reader beside a writer that goes around the page cache goes around it too.
+            Ok(fh) if self.fs.direct_io(fh, false) => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO)
             }
             // A reader of the version the kernel cached keeps its pages (`crate::pagecache`).
             Ok(fh) if self.fs.keeps_cache(fh) => {
@@ -342,16 +353,7 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let (uid, gid) = (req.uid(), req.gid());
         let r = self.run_at("create", parent.0, Some(n), async {
             self.fs.create(parent.0, name(n)?, mode & !umask, uid, gid).await
@@ -359,7 +361,8 @@ impl Filesystem for FuseAdapter {
         match r {
             Ok((a, fh)) => {
                 self.fs.set_owner(fh, process_of(req.pid()));
-                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty())
+                let direct = self.direct_io(fh, flags & libc::O_ACCMODE == libc::O_WRONLY);
+                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), direct)
             }
             Err(e) => reply.error(errno(&e)),
         }

@@ -3,6 +3,11 @@
 //!
 //! Every handle, reader or writer, is counted in the open-file table, so the last release is known
 //! exactly and a file being closed is never confused with one being reopened.
+//!
+//! Direct I/O (the kernel's page cache bypassed): a write-only handle gets it when it is the only
+//! handle of its file, and every handle opened beside one that has it gets it too. So no page the
+//! kernel caches of a file can be left behind by writes that went around the cache: readers that
+//! were open first keep the writer on the page cache, and readers that come later read around it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +32,8 @@ pub struct Handle {
     pub owner: Option<u32>,
     /// The kernel may keep the pages it cached of the file (see `crate::pagecache`).
     pub keep_cache: bool,
+    /// Its reads and writes go around the kernel's page cache (see the module's note).
+    pub direct: bool,
 }
 
 /// One inode in the open-file table: its state and the handles counted on it.
@@ -38,6 +45,8 @@ pub struct OpenEntry {
     pub handles: u32,
     /// Of those, handles open for writing.
     pub writers: u32,
+    /// Of those, handles with direct I/O.
+    pub direct: u32,
 }
 
 /// The handle and open-file tables.
@@ -108,7 +117,7 @@ impl OpenHandles {
         let entry = match (open.get_mut(&ino), fresh) {
             (Some(e), _) => e,
             (None, Some(of)) => {
-                open.entry(ino).or_insert(OpenEntry { file: FileCell::new(of), handles: 0, writers: 0 })
+                open.entry(ino).or_insert(OpenEntry { file: FileCell::new(of), handles: 0, writers: 0, direct: 0 })
             }
             (None, None) => return None,
         };
@@ -121,14 +130,18 @@ impl OpenHandles {
     /// unlinked file of the same name) is not this file's.
     pub fn attach_new(&self, ino: u64, of: OpenFile) -> SharedFile {
         let file = FileCell::new(of);
-        self.open.lock().expect("open lock").insert(ino, OpenEntry { file: file.clone(), handles: 1, writers: 1 });
+        self.open
+            .lock()
+            .expect("open lock")
+            .insert(ino, OpenEntry { file: file.clone(), handles: 1, writers: 1, direct: 0 });
         file
     }
 
     /// A new handle number for a handle on `ino` counted in `file`.
     pub fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let h = Handle { ino, write, file, readahead: Readahead::default(), owner: None, keep_cache: false };
+        let h =
+            Handle { ino, write, file, readahead: Readahead::default(), owner: None, keep_cache: false, direct: false };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
     }
@@ -152,6 +165,20 @@ impl OpenHandles {
         }
     }
 
+    /// Decides whether handle `fh`, just opened (`write_only`: for writing alone), bypasses the
+    /// kernel's page cache, as the module's note says; returns whether it does.
+    pub fn choose_direct(&self, fh: u64, write_only: bool) -> bool {
+        let mut handles = self.handles.lock().expect("handles lock");
+        let Some(h) = handles.get_mut(&fh) else { return false };
+        let mut open = self.open.lock().expect("open lock");
+        let Some(e) = open.get_mut(&h.ino).filter(|e| Arc::ptr_eq(&e.file, &h.file)) else { return false };
+        if !h.direct && (e.direct > 0 || (write_only && e.handles == 1)) {
+            h.direct = true;
+            e.direct += 1;
+        }
+        h.direct
+    }
+
     /// Records a read of `offset..end` through `fh`; returns the frames to fetch ahead.
     pub fn read_ahead(&self, fh: u64, offset: u64, end: u64, max: usize) -> usize {
         let mut handles = self.handles.lock().expect("handles lock");
@@ -166,6 +193,7 @@ impl OpenHandles {
             Some(e) if Arc::ptr_eq(&e.file, &h.file) => {
                 e.handles = e.handles.saturating_sub(1);
                 e.writers = e.writers.saturating_sub(u32::from(h.write));
+                e.direct = e.direct.saturating_sub(u32::from(h.direct));
                 e.handles == 0
             }
             _ => true,
@@ -204,5 +232,54 @@ impl OpenHandles {
             (open.len(), open.values().filter(|e| e.writers > 0).count())
         };
         (files, writers, self.handles.lock().expect("handles lock").len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openfile::Body;
+
+    fn clean() -> OpenFile {
+        OpenFile {
+            body: Body::Clean,
+            ahead: Default::default(),
+            meta: Default::default(),
+            dirty: false,
+            unlinked: false,
+            base: None,
+        }
+    }
+
+    /// Opens a handle on `ino` (`write`, `write_only`) and says whether it goes around the cache.
+    fn open(t: &OpenHandles, ino: u64, write: bool, write_only: bool) -> (u64, bool) {
+        let file = t.attach(ino, write, Some(clean())).expect("attached");
+        let fh = t.new_handle(ino, write, file);
+        (fh, t.choose_direct(fh, write_only))
+    }
+
+    #[test]
+    fn a_write_only_handle_alone_goes_around_the_cache_and_so_does_every_handle_beside_it() {
+        let t = OpenHandles::default();
+        let (w, direct) = open(&t, 7, true, true);
+        assert!(direct, "a write-only handle alone on its file");
+        let (r, direct) = open(&t, 7, false, false);
+        assert!(direct, "a reader opened beside it");
+        assert!(!open(&t, 8, false, false).1, "a reader of another file");
+        t.release(w).unwrap();
+        assert!(open(&t, 7, false, false).1, "a reader beside a reader that went around the cache");
+        t.release(r).unwrap();
+        assert!(!t.choose_direct(w, true), "a released handle has no say");
+    }
+
+    #[test]
+    fn a_writer_opened_beside_another_handle_or_for_reading_too_stays_on_the_cache() {
+        let t = OpenHandles::default();
+        let (r, direct) = open(&t, 7, false, false);
+        assert!(!direct, "a reader alone");
+        assert!(!open(&t, 7, true, true).1, "a write-only handle beside a reader open before it");
+        assert!(!open(&t, 9, true, false).1, "a read-write handle alone");
+        let (_, last) = t.release(r).unwrap();
+        assert!(!last, "the writer is still counted");
     }
 }

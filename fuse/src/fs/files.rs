@@ -228,6 +228,14 @@ impl Fs {
         self.handles.handle(fh).is_ok_and(|h| h.keep_cache)
     }
 
+    /// Whether handle `fh`, just opened (`write_only`: for writing alone), goes around the
+    /// kernel's page cache (`FOPEN_DIRECT_IO`): a write-only handle alone on its file, and any
+    /// handle opened beside one that does (see `crate::handles`). Never with the kernel's
+    /// write-back cache, which the user asked for.
+    pub fn direct_io(&self, fh: u64, write_only: bool) -> bool {
+        self.handles.choose_direct(fh, write_only && !self.writer.config().writeback_cache)
+    }
+
     /// Records the process that opened handle `fh`.
     pub fn set_owner(&self, fh: u64, process: u32) {
         self.handles.set_owner(fh, process);
