@@ -6,6 +6,7 @@ mod common;
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -654,6 +655,23 @@ fn readers_beside_a_writer_that_goes_around_the_page_cache_read_every_byte_writt
     assert_eq!(read_at(&r, 0, 4096), b"abc");
     w.write_all(b"def").unwrap();
     assert_eq!(read_at(&r, 0, 4096), b"abcdef", "a reader opened beside the writer");
+    // A shared mapping of that reader sees the writer's later writes (kernels from 6.6, which
+    // take `FUSE_DIRECT_IO_ALLOW_MMAP`; older ones refuse the mapping with ENODEV).
+    // SAFETY: a fresh read-only mapping of 6 bytes of an open file, unmapped below.
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), 6, libc::PROT_READ, libc::MAP_SHARED, r.as_raw_fd(), 0) };
+    if map == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
+        assert!(kernel_before(6, 6), "a shared mapping beside a direct writer refused: {e}");
+    } else {
+        w.write_all_at(b"ABC", 0).unwrap();
+        // SAFETY: the mapping is 6 bytes long and stays mapped until munmap.
+        let seen = unsafe { std::slice::from_raw_parts(map as *const u8, 6) }.to_vec();
+        // SAFETY: unmapping the mapping made above, once.
+        unsafe { libc::munmap(map, 6) };
+        assert_eq!(seen, b"ABCdef", "a shared mapping beside the writer");
+        w.write_all_at(b"abc", 0).unwrap();
+    }
     drop((w, r));
     // A reader open (and its page cached) before the writer opens, and again before it writes.
     fs::write(mnt.join("before"), b"abc").unwrap();
@@ -667,6 +685,13 @@ fn readers_beside_a_writer_that_goes_around_the_page_cache_read_every_byte_writt
     assert_eq!(fs::read(mnt.join("after")).unwrap(), b"abcdef");
     assert_eq!(fs::read(mnt.join("before")).unwrap(), b"abcdef");
     m.unmount();
+}
+
+/// Whether the running kernel is older than `major.minor`.
+fn kernel_before(major: u32, minor: u32) -> bool {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < (major, minor)
 }
 
 /// Two mounts, at `a` and `b` under `t`, of one local-directory bucket there, with the

@@ -164,6 +164,9 @@ impl Filesystem for FuseAdapter {
         // Listings carry every entry's attributes (READDIRPLUS, always rather than "auto": `ls -l`
         // reads the whole directory before its first stat).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Shared mappings of handles that go around the page cache (`Fs::direct_io`), which the
+        // kernel (from 6.6) then keeps coherent with their writes; older kernels refuse them.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // Readahead and write-back requests the kernel keeps in flight at once.
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
