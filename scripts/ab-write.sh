@@ -7,6 +7,8 @@
 #   e.g. scripts/ab-write.sh old/shrinkfs new/shrinkfs /dev/shm/real.1g 3 "none zstd" "1 8"
 # Needs root and /dev/fuse; AB_DIR (default /dev/shm/ab) holds bucket, staging and mount point.
 # AB_VARIANTS (default "old new") may add "old+wb" and "new+wb": that binary with --writeback-cache.
+# AB_GPU (default off) is the mounts' --gpu; AB_WARM=1 writes 256 MiB through each mount (and
+# removes it) before the timed writes.
 # AB_BUCKET=memory mounts memory:// instead (the floor: no bucket writes; reads then come from
 # the same mount after a drop of the kernel's caches, so they are not cold).
 set -euo pipefail
@@ -20,7 +22,7 @@ mount_fs() {  # BIN CODEC [FLAGS...]
   local bin=$1 codec=$2 src=$bucket; shift 2
   mkdir -p "$bucket" "$staging" "$mnt"
   [ "${AB_BUCKET:-}" = memory ] && src=memory://
-  "$bin" mount "$src" "$mnt" --gpu off --staging-dir "$staging" --codec "$codec" "$@" >"$work/mount.log" 2>&1 &
+  "$bin" mount "$src" "$mnt" --gpu "${AB_GPU:-off}" --staging-dir "$staging" --codec "$codec" "$@" >"$work/mount.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
     if grep -q " $mnt fuse" /proc/mounts; then
@@ -50,6 +52,9 @@ for codec in $codecs; do for w in $writers; do for r in $(seq "$runs"); do for w
     *) echo "unknown variant $which" >&2; exit 2 ;;
   esac
   rm -rf "$bucket"; mount_fs "$bin" "$codec" "${flags[@]}"
+  if [ -n "${AB_WARM:-}" ]; then  # a mount that has written before (its GPU, if any, started)
+    dd if="$data" of="$mnt/warm" bs=1M count=256 conv=fsync status=none; rm "$mnt/warm"
+  fi
   c0=$(cpu $pid); t0=$(now); many write; t1=$(now); c1=$(cpu $pid)
   if [ "${AB_BUCKET:-}" != memory ]; then
     umount "$mnt"; wait $pid || true
