@@ -358,15 +358,10 @@ pub struct GpuArgs {
 impl CodecArgs {
     /// Starts the dispatcher for these arguments, for `expected` bytes of input where known (with
     /// `--gpu auto`, too little for a GPU to pay for its start keeps it off, unless the codec
-    /// needs one) and for one long stream (`pack`) or not (a mount); warns when a GPU-only codec
-    /// will be written as zstd because no GPU is in use.
-    pub fn dispatcher(
-        &self,
-        expected: Option<u64>,
-        one_stream: bool,
-    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// needs one); warns when a GPU-only codec will be written as zstd because no GPU is in use.
+    pub fn dispatcher(&self, expected: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let id = self.codec;
-        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()), one_stream)?;
+        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()))?;
         if id.gpu_only() {
             // Its frames cannot start on the cores while the GPU starts: wait for it.
             d.wait_started();
@@ -382,13 +377,11 @@ impl CodecArgs {
 }
 
 impl GpuArgs {
-    /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known,
-    /// as one long stream or not (`DispatchConfig::one_stream`).
-    pub fn dispatcher(
-        &self,
-        expected_bytes: Option<u64>,
-        one_stream: bool,
-    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known.
+    /// Its GPU launches run as one stream (`DispatchConfig::one_stream`) for `pack` and mounts
+    /// alike: with `--gpu on`, mounts with 4 and 8 writers moved 1.25-1.3x more that way
+    /// (BENCHMARKS.md §5 round 6), and `auto` and `off` the same.
+    pub fn dispatcher(&self, expected_bytes: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
@@ -407,7 +400,7 @@ impl GpuArgs {
             batch_floor_bytes: self.gpu_batch_floor_bytes as usize,
             data_type,
             expected_bytes,
-            one_stream,
+            one_stream: true,
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {

@@ -48,13 +48,14 @@ pub struct DispatchConfig {
     /// Bytes the work will compress, where known (a `pack` of a file): with `GpuPolicy::Auto`, less
     /// than [`auto_min_bytes`] for this host's cores does not start the GPU.
     pub expected_bytes: Option<u64>,
-    /// The work is one long ordered stream that keeps [`Dispatcher::stream_window`] frames in
-    /// flight (a `pack`): launches run two at once, each gathering a full launch while frames
-    /// keep coming (a launch takes about as long whatever its size), and the cores go on with
-    /// the frames behind them meanwhile. Otherwise (a mount: many files of a few dozen frames in
-    /// flight each) one launch at a time takes what waits. Either way `auto` launches only when
-    /// a launch is measured to take half the cores' time for its frames (BENCHMARKS.md §9: on a
-    /// busy host, launching whenever a full launch waited made `pack` slower than the cores).
+    /// Launches run as one stream: two at once, each gathering a full launch while frames keep
+    /// coming (a launch takes about as long whatever its size), and the cores go on with the
+    /// frames behind them meanwhile. The command line sets it for `pack` (which then keeps
+    /// [`Dispatcher::stream_window`] frames in flight) and for mounts (whose writers keep
+    /// [`Dispatcher::frames_in_flight`] each). Otherwise one launch at a time takes what waits.
+    /// Either way `auto` launches only when a launch is measured to take half the cores' time
+    /// for its frames (BENCHMARKS.md §9: on a busy host, launching whenever a full launch waited
+    /// made `pack` slower than the cores).
     pub one_stream: bool,
 }
 
@@ -488,8 +489,8 @@ impl Dispatcher {
                 Ok(b) => {
                     // Started means warmed up too (until then the CPU workers take every frame),
                     // so a dispatcher dropped after `wait_started` leaves no GPU work running.
-                    // One launching thread per launch the back end runs at once (a mount's
-                    // launches stay one at a time: see `DispatchConfig::one_stream`).
+                    // One launching thread per launch the back end runs at once (one, unless
+                    // `DispatchConfig::one_stream`).
                     let threads = if cfg.one_stream { b.batches.concurrency().max(1) } else { 1 };
                     // (`auto` warms up small: the GPU may never take a frame, and a full-size
                     // warm-up costs the cores a copy of a few hundred MiB.)
