@@ -150,7 +150,8 @@ impl Writing<'_> {
     pub fn run<T>(sink: Sink<'_>, body: impl FnOnce(&mut Writing<'_>) -> anyhow::Result<T>) -> anyhow::Result<T> {
         let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
         let result = std::thread::scope(|s| {
-            let (tx, rx) = crossbeam_channel::bounded::<(u64, Vec<u8>)>(64);
+            // (A frame is two buffers, its header and its payload: 64 frames.)
+            let (tx, rx) = crossbeam_channel::bounded::<(u64, Vec<u8>)>(128);
             let fail = |e: std::io::Error| {
                 failed.lock().expect("error slot").get_or_insert(e);
             };

@@ -630,10 +630,11 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
 /// A write-only writer alone on its file goes around the kernel's page cache: readers that open
 /// beside it read around the cache too, and readers open before it keep it on the cache, so no
 /// reader is served a page cached before a write that went around it (the appended bytes of a
-/// partly cached last page read as they were written, not as zeros). The 6.18 kernel of the
-/// development machine dropped a cached page on a direct write itself (probed by hand), so there
-/// this checks the outcome, not the rule (`handles::tests` checks the rule), which is for kernels
-/// that do not.
+/// partly cached last page read as they were written, not as zeros), and a shared mapping sees
+/// the writer's writes. The kernels on which the mount goes around the cache (6.6 and later)
+/// also drop a cached page on a direct write themselves (seen on 6.18 by hand), so this checks
+/// the outcome; `handles::tests` checks the rule. Going around the cache where the kernel does
+/// not take `FUSE_DIRECT_IO_ALLOW_MMAP` fails it (the mapping is refused).
 #[test]
 fn readers_beside_a_writer_that_goes_around_the_page_cache_read_every_byte_written() {
     require_fuse!();
@@ -655,23 +656,18 @@ fn readers_beside_a_writer_that_goes_around_the_page_cache_read_every_byte_writt
     assert_eq!(read_at(&r, 0, 4096), b"abc");
     w.write_all(b"def").unwrap();
     assert_eq!(read_at(&r, 0, 4096), b"abcdef", "a reader opened beside the writer");
-    // A shared mapping of that reader sees the writer's later writes (kernels from 6.6, which
-    // take `FUSE_DIRECT_IO_ALLOW_MMAP`; older ones refuse the mapping with ENODEV).
+    // A shared mapping of that reader sees the writer's later writes (the mount goes around
+    // the page cache only where the kernel keeps such mappings coherent: 6.6 and later).
     // SAFETY: a fresh read-only mapping of 6 bytes of an open file, unmapped below.
     let map = unsafe { libc::mmap(std::ptr::null_mut(), 6, libc::PROT_READ, libc::MAP_SHARED, r.as_raw_fd(), 0) };
-    if map == libc::MAP_FAILED {
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
-        assert!(kernel_before(6, 6), "a shared mapping beside a direct writer refused: {e}");
-    } else {
-        w.write_all_at(b"ABC", 0).unwrap();
-        // SAFETY: the mapping is 6 bytes long and stays mapped until munmap.
-        let seen = unsafe { std::slice::from_raw_parts(map as *const u8, 6) }.to_vec();
-        // SAFETY: unmapping the mapping made above, once.
-        unsafe { libc::munmap(map, 6) };
-        assert_eq!(seen, b"ABCdef", "a shared mapping beside the writer");
-        w.write_all_at(b"abc", 0).unwrap();
-    }
+    assert!(map != libc::MAP_FAILED, "a shared mapping beside the writer: {}", std::io::Error::last_os_error());
+    w.write_all_at(b"ABC", 0).unwrap();
+    // SAFETY: the mapping is 6 bytes long and stays mapped until munmap.
+    let seen = unsafe { std::slice::from_raw_parts(map as *const u8, 6) }.to_vec();
+    // SAFETY: unmapping the mapping made above, once.
+    unsafe { libc::munmap(map, 6) };
+    assert_eq!(seen, b"ABCdef", "a shared mapping beside the writer");
+    w.write_all_at(b"abc", 0).unwrap();
     drop((w, r));
     // A reader open (and its page cached) before the writer opens, and again before it writes.
     fs::write(mnt.join("before"), b"abc").unwrap();
@@ -685,13 +681,6 @@ fn readers_beside_a_writer_that_goes_around_the_page_cache_read_every_byte_writt
     assert_eq!(fs::read(mnt.join("after")).unwrap(), b"abcdef");
     assert_eq!(fs::read(mnt.join("before")).unwrap(), b"abcdef");
     m.unmount();
-}
-
-/// Whether the running kernel is older than `major.minor`.
-fn kernel_before(major: u32, minor: u32) -> bool {
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < (major, minor)
 }
 
 /// Two mounts, at `a` and `b` under `t`, of one local-directory bucket there, with the

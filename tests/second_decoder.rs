@@ -384,7 +384,7 @@ fn both_decoders_read_version_2_objects() {
 fn wrap_payload(codec: CodecId, raw: &[u8], payload: &[u8]) -> Vec<u8> {
     let ctx = Arc::new(ObjectContext::for_writing(raw.len() as u32, None, None, Version::V1));
     let mut w = ObjectWriter::new(ctx.clone());
-    let frame = shrinkfs_codec::frame::finish_frame(&ctx, 0, raw, codec, payload.to_vec());
+    let frame = shrinkfs_codec::frame::finish_payload(&ctx, 0, raw, codec, payload.to_vec());
     w.push(&frame);
     let mut object = w.header_bytes().to_vec();
     frame.put_into(&mut object);

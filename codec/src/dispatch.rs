@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::codec::{Codec, CodecId, ZstdCodec};
-use crate::frame::{EncodedFrame, ObjectContext, encode_frame_owned, finish_frame};
+use crate::frame::{EncodedFrame, ObjectContext, encode_frame_owned, finish_payload};
 
 /// Whether to use the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -867,7 +867,7 @@ fn run_batch(
                     Some(payload) => {
                         c.gpu_frames.fetch_add(1, Ordering::Relaxed);
                         c.gpu_bytes_out.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                        crate::workers::spawn(move || (j.done)(finish_frame(&j.ctx, j.frame, &j.raw, id, payload)));
+                        crate::workers::spawn(move || (j.done)(finish_payload(&j.ctx, j.frame, &j.raw, id, payload)));
                     }
                     None => {
                         c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);

@@ -84,7 +84,7 @@ impl ObjectContext {
 
 /// One encoded frame as stored: its header, then its payload. The two are kept apart so a frame
 /// stored as it is keeps the buffer its raw bytes came in (no copy behind a header); writers put
-/// them down with one vectored write or as two chunks of a part.
+/// them down one after the other, or as two chunks of a part.
 #[derive(Debug, Clone)]
 pub struct EncodedFrame {
     /// The stored payload: compressed (or the raw bytes), then the GCM tag when sealed.
@@ -113,13 +113,9 @@ impl EncodedFrame {
     }
 
     /// Stored bytes: header and payload.
+    #[allow(clippy::len_without_is_empty)] // never empty: a frame always has its header
     pub fn len(&self) -> usize {
         FRAME_HEADER_LEN + self.payload.len()
-    }
-
-    /// Whether it stores nothing (never: a frame always has its header).
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Appends the frame as stored (header, then payload) to `out`.
@@ -133,7 +129,7 @@ impl EncodedFrame {
 /// already compressed or do not shrink (then stores them), seals when the object has a key.
 pub fn encode_frame(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: &[u8]) -> EncodedFrame {
     match compress(codec, raw) {
-        Some((id, payload)) => finish_frame(ctx, frame, raw, id, payload),
+        Some((id, payload)) => finish_payload(ctx, frame, raw, id, payload),
         None => stored_as_is(ctx, frame, raw.to_vec()),
     }
 }
@@ -141,7 +137,7 @@ pub fn encode_frame(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: &[u
 /// [`encode_frame`] of raw bytes it may keep: a frame stored as it is takes `raw` as its payload.
 pub fn encode_frame_owned(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: Vec<u8>) -> EncodedFrame {
     match compress(codec, &raw) {
-        Some((id, payload)) => finish_frame(ctx, frame, &raw, id, payload),
+        Some((id, payload)) => finish_payload(ctx, frame, &raw, id, payload),
         None => stored_as_is(ctx, frame, raw),
     }
 }
@@ -155,8 +151,8 @@ fn compress(codec: &dyn Codec, raw: &[u8]) -> Option<(CodecId, Vec<u8>)> {
     codec.compress(raw, &mut payload).then(|| (codec.id(), payload))
 }
 
-/// A frame storing `raw` as it is (sealed in place when the object has a key).
-/// (`FrameCutter` leaves room for the tag, so sealing does not move the bytes.)
+/// A frame storing `raw` as it is (sealed in place when the object has a key; a buffer from
+/// `FrameCutter` has room for the tag, so sealing it does not move the bytes).
 fn stored_as_is(ctx: &ObjectContext, frame: u64, raw: Vec<u8>) -> EncodedFrame {
     let sealed = ctx.key.is_some();
     let raw_crc = if sealed { 0 } else { checksum(&raw) };
@@ -164,10 +160,16 @@ fn stored_as_is(ctx: &ObjectContext, frame: u64, raw: Vec<u8>) -> EncodedFrame {
     seal_and_head(ctx, frame, raw_len, raw_crc, CodecId::None, raw)
 }
 
-/// Completes a frame whose payload is `payload`, compressed with `codec_id` from `raw`: seals it
-/// if the object is sealed, fills in the header. Other back ends (the GPU) produce payloads and
-/// finish them here.
-pub fn finish_frame(ctx: &ObjectContext, frame: u64, raw: &[u8], codec_id: CodecId, payload: Vec<u8>) -> EncodedFrame {
+/// Completes a frame whose payload is `payload` (nothing before it), compressed with `codec_id`
+/// from `raw`: seals it if the object is sealed, fills in the header. Other back ends (the GPU)
+/// produce payloads and finish them here.
+pub fn finish_payload(
+    ctx: &ObjectContext,
+    frame: u64,
+    raw: &[u8],
+    codec_id: CodecId,
+    payload: Vec<u8>,
+) -> EncodedFrame {
     let raw_crc = if ctx.key.is_some() { 0 } else { checksum(raw) };
     seal_and_head(ctx, frame, raw.len(), raw_crc, codec_id, payload)
 }

@@ -30,6 +30,10 @@ pub struct FuseAdapter {
     /// How long the kernel may keep a name as absent (the negative TTL, at most a year).
     negative_ttl: Duration,
     writeback_cache: bool,
+    /// The kernel took `FUSE_DIRECT_IO_ALLOW_MMAP` (6.6 and later): only then do handles go
+    /// around its page cache (`Fs::direct_io`), since on older kernels a shared mapping of such
+    /// a handle fails.
+    direct_io: bool,
 }
 
 /// The longest time the kernel is told to cache anything (an `indefinite` TTL): its timeouts
@@ -89,7 +93,7 @@ impl FuseAdapter {
     pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
         let ns = &fs.config().namespace;
         let (ttl, negative_ttl) = (ns.metadata_ttl.min(KERNEL_TTL_MAX), ns.negative_ttl.min(KERNEL_TTL_MAX));
-        FuseAdapter { fs, rt, ttl, negative_ttl, writeback_cache: false }
+        FuseAdapter { fs, rt, ttl, negative_ttl, writeback_cache: false, direct_io: false }
     }
 
     /// Asks the kernel for write-back caching (`--writeback-cache`): see docs/SEMANTICS.md.
@@ -123,11 +127,13 @@ impl FuseAdapter {
         res
     }
 
-    /// The open flags of writer `fh`: a write-only handle alone on its file goes around the page
-    /// cache, so each write is one copy from the writer's buffer into the request, with no page
-    /// cache to fill (measured: one writer 1.7x faster, BENCHMARKS §5 round 6).
-    fn direct_io(&self, fh: u64, write_only: bool) -> FopenFlags {
-        if self.fs.direct_io(fh, write_only) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
+    /// Whether handle `fh`, just opened (`write_only`: for writing alone), goes around the page
+    /// cache: a write-only handle alone on its file, and any handle opened beside one that does
+    /// (`Fs::direct_io`); never where the kernel would refuse shared mappings of it. A write
+    /// around the cache is one copy from the writer's buffer into the request, with no page
+    /// cache to fill (one writer about 2x faster, BENCHMARKS.md §5 round 6).
+    fn goes_direct(&self, fh: u64, write_only: bool) -> bool {
+        self.direct_io && self.fs.direct_io(fh, write_only)
     }
 
     fn entry(&self, reply: ReplyEntry, r: Result<FileAttrs>) {
@@ -166,7 +172,12 @@ impl Filesystem for FuseAdapter {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         // Shared mappings of handles that go around the page cache (`Fs::direct_io`), which the
         // kernel (from 6.6) then keeps coherent with their writes; older kernels refuse them.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        self.direct_io = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
+        if !self.direct_io {
+            tracing::info!(
+                "the kernel keeps no shared mappings of direct handles: every write goes through its page cache"
+            );
+        }
         // Readahead and write-back requests the kernel keeps in flight at once.
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
@@ -336,24 +347,24 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        match self.run("open", ino.0, self.fs.open_as(ino.0, write, truncate, req.uid() == 0)) {
+        let fh = match self.run("open", ino.0, self.fs.open_as(ino.0, write, truncate, req.uid() == 0)) {
+            Ok(fh) => fh,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let direct = self.goes_direct(fh, flags.acc_mode() == OpenAccMode::O_WRONLY);
+        let mut open = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+        if write {
+            self.fs.set_owner(fh, process_of(req.pid()));
+        } else {
             // Only a writer's close publishes: the kernel need not send a reader's (no FLUSH
             // round trip per read-only close), nor is its opener asked of /proc.
-            Ok(fh) if write => {
-                self.fs.set_owner(fh, process_of(req.pid()));
-                reply.opened(FileHandle(fh), self.direct_io(fh, flags.acc_mode() == OpenAccMode::O_WRONLY))
-            }
-            // A reader beside a writer that goes around the page cache goes around it too.
-            Ok(fh) if self.fs.direct_io(fh, false) => {
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO)
-            }
+            open |= FopenFlags::FOPEN_NOFLUSH;
             // A reader of the version the kernel cached keeps its pages (`crate::pagecache`).
-            Ok(fh) if self.fs.keeps_cache(fh) => {
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE)
+            if !direct && self.fs.keeps_cache(fh) {
+                open |= FopenFlags::FOPEN_KEEP_CACHE;
             }
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH),
-            Err(e) => reply.error(errno(&e)),
         }
+        reply.opened(FileHandle(fh), open)
     }
 
     fn create(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
@@ -364,8 +375,9 @@ impl Filesystem for FuseAdapter {
         match r {
             Ok((a, fh)) => {
                 self.fs.set_owner(fh, process_of(req.pid()));
-                let direct = self.direct_io(fh, flags & libc::O_ACCMODE == libc::O_WRONLY);
-                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), direct)
+                let direct = self.goes_direct(fh, flags & libc::O_ACCMODE == libc::O_WRONLY);
+                let open = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(fh), open)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -416,7 +428,9 @@ impl Filesystem for FuseAdapter {
             }
             self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
         });
-        // Already answered: nothing after that point fails a write (`run` logged any error).
+        // Already answered: nothing after that point fails a write (`Taken`; `run` logged any
+        // error, which would be a bug).
+        debug_assert!(reply.is_some() || r.is_ok(), "a write failed after it was answered: {r:?}");
         if let Some(reply) = reply {
             match r {
                 Ok(n) => reply.written(n),

@@ -267,9 +267,17 @@ mod tests {
         assert!(direct, "a reader opened beside it");
         assert!(!open(&t, 8, false, false).1, "a reader of another file");
         t.release(w).unwrap();
-        assert!(open(&t, 7, false, false).1, "a reader beside a reader that went around the cache");
-        t.release(r).unwrap();
+        let (r2, direct) = open(&t, 7, false, false);
+        assert!(direct, "a reader beside a reader that went around the cache");
         assert!(!t.choose_direct(w, true), "a released handle has no say");
+        t.release(r).unwrap();
+        t.release(r2).unwrap();
+        // The entry lingers until retired: with every direct handle gone, a new reader stays on
+        // the cache, and a new write-only handle alone goes around it again.
+        let (r3, direct) = open(&t, 7, false, false);
+        assert!(!direct, "a reader after every direct handle was released");
+        t.release(r3).unwrap();
+        assert!(open(&t, 7, true, true).1, "a write-only handle alone again");
     }
 
     #[test]
@@ -281,5 +289,16 @@ mod tests {
         assert!(!open(&t, 9, true, false).1, "a read-write handle alone");
         let (_, last) = t.release(r).unwrap();
         assert!(!last, "the writer is still counted");
+    }
+
+    #[test]
+    fn a_handle_counted_on_a_replaced_state_has_no_say_in_the_new_one() {
+        let t = OpenHandles::default();
+        let old = open(&t, 7, false, false).0;
+        // A new file takes the inode's place (`attach_new`): the old handle is not counted on it.
+        let file = t.attach_new(7, clean());
+        let w = t.new_handle(7, true, file);
+        assert!(t.choose_direct(w, true), "the new file's writer is alone on its state");
+        assert!(!t.choose_direct(old, false), "a handle on the replaced state");
     }
 }

@@ -158,20 +158,33 @@ async fn a_write_is_answered_early_only_once_nothing_can_fail_it() {
     let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default());
     let bytes = data(16 << 20, 17);
     let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
-    // Sequential writes into the streaming upload: answered once each, before they return.
-    for (i, chunk) in bytes.chunks(1 << 20).enumerate() {
+    // A write through a handle opened for reading fails before any upload: never answered.
+    let ro = fs.open(a.ino, false, false).await.unwrap();
+    let (r, answers) = write_counting(&fs, ro, 0, b"more").await;
+    assert!(matches!(r, Err(Error::NotWritable)) && answers == 0, "{r:?}, answered {answers} times");
+    fs.release(ro).await.unwrap();
+    // Sequential writes with no staging directory: the first frames go out and are answered
+    // early; once a frame needs the spill file (past the 128 KiB kept in memory), the upload
+    // itself fails the next write, which is never answered, and takes none of its bytes.
+    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
+    let chunks: Vec<&[u8]> = bytes.chunks(1 << 20).collect();
+    let mut at = 0;
+    let failed = loop {
+        assert!(at < chunks.len(), "no write failed without a staging directory");
+        let (r, answers) = write_counting(&fs, fh, (at << 20) as u64, chunks[at]).await;
+        match r {
+            Ok(n) => assert_eq!((n as usize, answers), (chunks[at].len(), 1), "write {at}"),
+            Err(e) => break (e, answers),
+        }
+        at += 1;
+    };
+    assert!(matches!(failed, (Error::Local(_), 0)), "write {at}: {failed:?}");
+    // The directory back, the same write again and the rest: every byte is stored.
+    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
+    for (i, chunk) in chunks.iter().enumerate().skip(at) {
         let (r, answers) = write_counting(&fs, fh, (i << 20) as u64, chunk).await;
         assert_eq!((r.unwrap() as usize, answers), (chunk.len(), 1), "write {i}");
     }
-    // A write that fails is never answered early: one through a handle opened for reading...
-    let ro = fs.open(a.ino, false, false).await.unwrap();
-    let (r, answers) = write_counting(&fs, ro, bytes.len() as u64, b"more").await;
-    assert!(matches!(r, Err(Error::NotWritable)) && answers == 0, "{r:?}, answered {answers} times");
-    fs.release(ro).await.unwrap();
-    // ...and a rewrite that cannot be staged.
-    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
-    let (r, answers) = write_counting(&fs, fh, 0, &[0u8; 512]).await;
-    assert!(matches!(r, Err(Error::Local(_))) && answers == 0, "{r:?}, answered {answers} times");
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
     assert!(read_name(&remount(&store), "f").await == bytes, "every byte answered early is stored");

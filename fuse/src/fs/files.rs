@@ -272,7 +272,7 @@ impl Fs {
     pub async fn release(&self, fh: u64) -> Result<()> {
         let (h, last) = self.handles.release(fh)?;
         if h.write {
-            // What it wrote went through the kernel's pages, stored or not.
+            // What it wrote made a version the kernel has not read, stored or not.
             self.pages.changed(h.ino);
         }
         if !last {
