@@ -37,6 +37,17 @@ fn remount(store: &Arc<InMemory>) -> Fs {
     Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(1 << 20), Services::default())
 }
 
+/// A filesystem over `store` whose staging directory (returned, in a temporary directory kept
+/// alive by the returned guard) a test can take away and give back.
+fn with_staging(store: &Arc<InMemory>) -> (Fs, tempfile::TempDir, std::path::PathBuf) {
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = config(1 << 20);
+    cfg.writer.staging_dir = staging.path().join("gone");
+    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
+    let dir = cfg.writer.staging_dir.clone();
+    (Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg, Services::default()), staging, dir)
+}
+
 /// Bytes that compress a little, different for each seed.
 fn data(n: usize, seed: u64) -> Vec<u8> {
     common::data(n, seed, 4, b"abcdefgh")
@@ -122,16 +133,12 @@ async fn a_part_that_failed_while_writing_is_shipped_again_and_the_object_has_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_that_cannot_be_staged_keeps_the_streamed_bytes() {
     let store = Arc::new(InMemory::new());
-    let staging = tempfile::tempdir().unwrap();
-    let mut cfg = config(1 << 20);
-    cfg.writer.staging_dir = staging.path().join("gone");
-    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
-    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default());
+    let (fs, _staging, dir) = with_staging(&store);
     let bytes = data(16 << 20, 16);
     let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
     write_all(&fs, fh, 0, &bytes).await;
     // The staging directory disappears (as a full disk would refuse): patching the header fails.
-    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
     let e = fs.write(fh, 0, &[0u8; 512]).await.unwrap_err();
     assert!(matches!(e, Error::Local(_)), "{e}");
     assert_eq!(fs.getattr(a.ino).await.unwrap().size, bytes.len() as u64);
@@ -151,11 +158,7 @@ async fn write_counting(fs: &Fs, fh: u64, offset: u64, data: &[u8]) -> (Result<u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_is_answered_early_only_once_nothing_can_fail_it() {
     let store = Arc::new(InMemory::new());
-    let staging = tempfile::tempdir().unwrap();
-    let mut cfg = config(1 << 20);
-    cfg.writer.staging_dir = staging.path().join("gone");
-    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
-    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default());
+    let (fs, _staging, dir) = with_staging(&store);
     let bytes = data(16 << 20, 17);
     let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
     // A write through a handle opened for reading fails before any upload: never answered.
@@ -166,7 +169,7 @@ async fn a_write_is_answered_early_only_once_nothing_can_fail_it() {
     // Sequential writes with no staging directory: the first frames go out and are answered
     // early; once a frame needs the spill file (past the 128 KiB kept in memory), the upload
     // itself fails the next write, which is never answered, and takes none of its bytes.
-    std::fs::remove_dir(&cfg.writer.staging_dir).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
     let chunks: Vec<&[u8]> = bytes.chunks(1 << 20).collect();
     let mut at = 0;
     let failed = loop {
@@ -180,7 +183,7 @@ async fn a_write_is_answered_early_only_once_nothing_can_fail_it() {
     };
     assert!(matches!(failed, (Error::Local(_), 0)), "write {at}: {failed:?}");
     // The directory back, the same write again and the rest: every byte is stored.
-    std::fs::create_dir(&cfg.writer.staging_dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
     for (i, chunk) in chunks.iter().enumerate().skip(at) {
         let (r, answers) = write_counting(&fs, fh, (i << 20) as u64, chunk).await;
         assert_eq!((r.unwrap() as usize, answers), (chunk.len(), 1), "write {i}");
