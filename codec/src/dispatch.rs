@@ -492,10 +492,11 @@ impl Dispatcher {
                     // One launching thread per launch the back end runs at once (one, unless
                     // `DispatchConfig::one_stream`).
                     let threads = if cfg.one_stream { b.batches.concurrency().max(1) } else { 1 };
-                    // (`auto` warms up small: the GPU may never take a frame, and a full-size
-                    // warm-up costs the cores a copy of a few hundred MiB.)
+                    // (`auto` warms up to the size of its first launches, the ones that measure
+                    // the GPU: the GPU may never take a frame, and a full-size warm-up costs the
+                    // cores a copy of a few hundred MiB.)
                     let full = cfg.one_stream && cfg.policy == GpuPolicy::On;
-                    let frames = if full { launch_frames(&cfg, threads) } else { 1 };
+                    let frames = if full { launch_frames(&cfg, threads) } else { cfg.min_items.max(1) };
                     b.batches.warm_up(threads, frames);
                     outcome.finish(Outcome {
                         codecs: b.codecs,
@@ -672,6 +673,14 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// Launches that may still be cold: the first of each launching thread grows its buffers (device
+/// memory, pinned staging) to the launch's size, which no later launch pays. Measured on the
+/// H100 host: a mount's first launch took 350 ms where the next ones took 60-70, and that one
+/// figure kept `auto` off the GPU for good. Until this many are seen the fastest counts, and
+/// the next is tried after [`PROBE_SOON`].
+const COLD_LAUNCHES: u32 = 4;
+const PROBE_SOON: Duration = Duration::from_millis(50);
+
 /// Frames the CPU workers keep busy with: two each, and one more.
 fn cores_window() -> usize {
     2 * crate::workers::threads() + 1
@@ -691,10 +700,13 @@ const LAUNCH_MARGIN: f64 = 2.0;
 /// What the batch thread has measured of the back end: the wall time of its launches.
 #[derive(Default)]
 struct Measured {
-    /// Exponentially weighted mean of a launch's wall time, in nanoseconds.
+    /// A launch's wall time, in nanoseconds: the fastest of the first [`COLD_LAUNCHES`], then
+    /// an exponentially weighted mean.
     launch_ns: Option<f64>,
     /// When the back end last launched.
     last_launch: Option<Instant>,
+    /// Launches measured.
+    launches: u32,
 }
 
 impl Measured {
@@ -708,9 +720,10 @@ impl Measured {
             return Decision::Try;
         };
         let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
+        let probe = if self.launches < COLD_LAUNCHES { PROBE_SOON } else { PROBE_EVERY };
         if launch * LAUNCH_MARGIN < cpu {
             Decision::Launch
-        } else if last.elapsed() >= PROBE_EVERY {
+        } else if last.elapsed() >= probe {
             Decision::Try
         } else {
             Decision::Leave
@@ -719,7 +732,12 @@ impl Measured {
 
     fn launched(&mut self, took: Duration) {
         let ns = took.as_nanos() as f64;
-        self.launch_ns = Some(self.launch_ns.map_or(ns, |m| 0.7 * m + 0.3 * ns));
+        self.launches += 1;
+        self.launch_ns = Some(match self.launch_ns {
+            None => ns,
+            Some(m) if self.launches <= COLD_LAUNCHES => m.min(ns),
+            Some(m) => 0.7 * m + 0.3 * ns,
+        });
         self.last_launch = Some(Instant::now());
     }
 }
@@ -783,7 +801,19 @@ fn batch_loop(
         let decision = match cfg.policy {
             GpuPolicy::On => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
-            _ => measured.lock().expect("measurements").decide(waiting.min(cfg.batch_max_items), c),
+            _ => {
+                let m = measured.lock().expect("measurements");
+                let d = m.decide(waiting.min(cfg.batch_max_items), c);
+                if matches!(d, Decision::Leave) {
+                    tracing::debug!(
+                        waiting,
+                        launch_ms = m.launch_ns.unwrap_or(0.0) / 1e6,
+                        cpu_frame_ms = c.cpu_ns_per_frame().unwrap_or(0.0) / 1e6,
+                        "GPU launch declined: the cores are expected to finish these first"
+                    );
+                }
+                d
+            }
         };
         let most = match decision {
             Decision::Launch if cfg.one_stream => target,
@@ -883,5 +913,37 @@ fn run_batch(
                 cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_first_launch_is_set_aside_and_the_gpu_tried_again_soon() {
+        let mut m = Measured::default();
+        let ms = |n: u64| Duration::from_millis(n);
+        // The first launch grew its buffers; the next ones are what launches cost.
+        m.launched(ms(350));
+        assert!(m.launches < COLD_LAUNCHES, "still cold after one launch");
+        m.launched(ms(60));
+        m.launched(ms(70));
+        assert_eq!(m.launch_ns, Some(60e6), "the fastest of the cold launches counts");
+        m.launched(ms(65));
+        // Past the cold launches, a mean that moves with each launch.
+        m.launched(ms(160));
+        let mean = m.launch_ns.unwrap();
+        assert!(mean > 60e6 && mean < 160e6, "{mean}");
+        // A back end judged slower is tried again after PROBE_SOON while cold, PROBE_EVERY after.
+        let c = Counters::default();
+        c.cpu_nanos.store(1_000_000, Ordering::Relaxed);
+        c.cpu_timed_frames.store(1, Ordering::Relaxed);
+        let mut cold = Measured::default();
+        cold.launched(ms(350));
+        cold.last_launch = Some(Instant::now() - PROBE_SOON);
+        assert!(matches!(cold.decide(1, &c), Decision::Try), "tried again soon while cold");
+        m.last_launch = Some(Instant::now() - PROBE_SOON);
+        assert!(matches!(m.decide(1, &c), Decision::Leave), "left alone once measured");
     }
 }
