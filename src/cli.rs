@@ -344,10 +344,12 @@ pub struct GpuArgs {
     #[arg(long, default_value_t = 1024, value_parser = values::int_in::<usize>(1, 1_000_000))]
     pub gpu_batch_max_items: usize,
     /// How long the GPU lets frames pile up in the shared queue before it leaves them to the CPU
-    /// workers (milliseconds).
+    /// workers (milliseconds); while frames keep coming a launch gathers them for up to ten
+    /// times this.
     #[arg(long, default_value_t = 5.0, value_parser = values::number_in(0.0, 10_000.0))]
     pub gpu_batch_window_ms: f64,
-    /// A batch launches as soon as this many bytes wait.
+    /// Bytes the GPU's launches gather, shared by the launches that run at once (two on the
+    /// H100: each launches half); a launch goes as soon as its share waits.
     #[arg(long, default_value = "256M", value_parser = values::size_in(1, MAX_DATA))]
     pub gpu_batch_floor_bytes: u64,
     /// nVCOMP data type of the data, for cascaded and bitcomp: char, short, int, longlong (and u* forms).

@@ -34,9 +34,12 @@ pub struct DispatchConfig {
     pub policy: GpuPolicy,
     /// Most frames in one launch.
     pub batch_max_items: usize,
-    /// How long the GPU lets frames pile up in the shared queue before it leaves them to the CPU.
+    /// How long the GPU lets frames pile up in the shared queue before it leaves them to the CPU;
+    /// with `one_stream`, a launch gathers for up to `GATHER_WINDOWS` of these while frames keep
+    /// coming.
     pub batch_window: Duration,
-    /// A batch launches as soon as this many bytes wait.
+    /// Bytes the launches gather, shared by the launches that run at once (with `one_stream`);
+    /// a launch goes as soon as its share waits.
     pub batch_floor_bytes: usize,
     /// Frames waiting for the GPU beyond which new ones go to the CPU.
     pub queue_max: usize,
@@ -496,7 +499,8 @@ impl Dispatcher {
                     // the GPU: the GPU may never take a frame, and a full-size warm-up costs the
                     // cores a copy of a few hundred MiB.)
                     let full = cfg.one_stream && cfg.policy == GpuPolicy::On;
-                    let frames = if full { launch_frames(&cfg, threads) } else { cfg.min_items.max(1) };
+                    let probe = cfg.min_items.max(1).min(launch_frames(&cfg, threads));
+                    let frames = if full { launch_frames(&cfg, threads) } else { probe };
                     b.batches.warm_up(threads, frames);
                     outcome.finish(Outcome {
                         codecs: b.codecs,
@@ -547,9 +551,9 @@ impl Dispatcher {
     }
 
     /// Frames a producer should keep in flight: two per CPU worker; with the GPU taking every
-    /// frame (`--gpu on`), two launches' worth of 1 MiB frames, so the next batch gathers while
-    /// one runs; shared with the CPU (`auto`), enough that a backlog worth a launch can form —
-    /// more would only hold memory while the cores keep up.
+    /// frame (`--gpu on`), 512 (four launches of 128 1 MiB frames: two running, two gathering);
+    /// shared with the CPU (`auto`), twice `min_items`, enough for the backlog of several
+    /// producers to make a launch — more would only hold memory while the cores keep up.
     pub fn frames_in_flight(&self) -> usize {
         let cpu = cores_window();
         match &self.gpu_tx {
@@ -673,11 +677,16 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
-/// Launches that may still be cold: the first of each launching thread grows its buffers (device
-/// memory, pinned staging) to the launch's size, which no later launch pays. Measured on the
-/// H100 host: a mount's first launch took 350 ms where the next ones took 60-70, and that one
-/// figure kept `auto` off the GPU for good. Until this many are seen the fastest counts, and
-/// the next is tried after [`PROBE_SOON`].
+/// Most batch windows one stream spends gathering a launch while frames keep coming (50 ms by
+/// default: at 3 GB/s, about 150 frames arrive in that time).
+const GATHER_WINDOWS: u32 = 10;
+
+/// Launches that may still be cold: a launch larger than any before it from its launching thread
+/// grows that thread's buffers (device memory, pinned staging), which no launch of that size
+/// pays again. Measured on the H100 host: a mount's first launch took 350 ms where the next ones
+/// took 60-70, and that one figure kept `auto` off the GPU for good. Such a launch, and each of
+/// the first this many, counts only if it is the fastest yet; until this many are seen the next
+/// is tried after [`PROBE_SOON`].
 const COLD_LAUNCHES: u32 = 4;
 const PROBE_SOON: Duration = Duration::from_millis(50);
 
@@ -707,6 +716,8 @@ struct Measured {
     last_launch: Option<Instant>,
     /// Launches measured.
     launches: u32,
+    /// The most frames each launching thread has launched at once (its buffers' size).
+    largest: Vec<usize>,
 }
 
 impl Measured {
@@ -730,12 +741,18 @@ impl Measured {
         }
     }
 
-    fn launched(&mut self, took: Duration) {
+    /// Records a launch of `frames` frames by launching thread `slot` that took `took`.
+    fn launched(&mut self, slot: usize, frames: usize, took: Duration) {
         let ns = took.as_nanos() as f64;
-        self.launches += 1;
+        self.launches = self.launches.saturating_add(1);
+        if self.largest.len() <= slot {
+            self.largest.resize(slot + 1, 0);
+        }
+        let grew = frames > self.largest[slot];
+        self.largest[slot] = self.largest[slot].max(frames);
         self.launch_ns = Some(match self.launch_ns {
             None => ns,
-            Some(m) if self.launches <= COLD_LAUNCHES => m.min(ns),
+            Some(m) if grew || self.launches <= COLD_LAUNCHES => m.min(ns),
             Some(m) => 0.7 * m + 0.3 * ns,
         });
         self.last_launch = Some(Instant::now());
@@ -784,12 +801,15 @@ fn batch_loop(
             continue;
         }
         // A window for a backlog to form, or for the CPU workers to take what waits; one stream
-        // waits on while the backlog still grows.
-        let (mut seen, mut deadline) = (rx.len(), Instant::now() + cfg.batch_window);
+        // waits on while the backlog still grows, but no longer than GATHER_WINDOWS windows in
+        // all (with `--gpu on` the waiting frames have no CPU turn: a small file's close waits).
+        let first = Instant::now();
+        let (mut seen, mut deadline) = (rx.len(), first + cfg.batch_window);
+        let last_call = first + cfg.batch_window * GATHER_WINDOWS;
         while rx.len() < target && !rx.is_empty() && Instant::now() < deadline {
             std::thread::sleep(cfg.batch_window / 8);
             if cfg.one_stream && rx.len() > seen {
-                (seen, deadline) = (rx.len(), Instant::now() + cfg.batch_window);
+                (seen, deadline) = (rx.len(), (Instant::now() + cfg.batch_window).min(last_call));
             }
         }
         // Another launching thread took the launch this one gathered for: gather again while
@@ -802,12 +822,14 @@ fn batch_loop(
             GpuPolicy::On => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
             _ => {
-                let m = measured.lock().expect("measurements");
-                let d = m.decide(waiting.min(cfg.batch_max_items), c);
+                let (d, launch_ns) = {
+                    let m = measured.lock().expect("measurements");
+                    (m.decide(waiting.min(cfg.batch_max_items), c), m.launch_ns)
+                };
                 if matches!(d, Decision::Leave) {
                     tracing::debug!(
                         waiting,
-                        launch_ms = m.launch_ns.unwrap_or(0.0) / 1e6,
+                        launch_ms = launch_ns.unwrap_or(0.0) / 1e6,
                         cpu_frame_ms = c.cpu_ns_per_frame().unwrap_or(0.0) / 1e6,
                         "GPU launch declined: the cores are expected to finish these first"
                     );
@@ -836,7 +858,6 @@ fn batch_loop(
         if batch.is_empty() {
             continue;
         }
-        let started = Instant::now();
         if matches!(decision, Decision::Try) {
             // A try measures the back end on copies: the frames themselves go to the CPU at once,
             // so a back end slower than hoped holds up no stream.
@@ -848,10 +869,13 @@ fn batch_loop(
             let id = copies[0].0;
             let chunks: Vec<&[u8]> = copies.iter().filter(|(c, _)| *c == id).map(|(_, raw)| raw.as_slice()).collect();
             c.gpu_tries.fetch_add(1, Ordering::Relaxed);
+            // (Timed from here: the copies, and frames small enough to be compressed inline by
+            // `cpu` above, are not the back end's time.)
+            let started = Instant::now();
             let ok = backend.compress_batch_in(slot, id, &chunks, cfg.data_type).is_ok();
             let took = if ok { started.elapsed() } else { Duration::from_secs(3600) };
             // (A failing back end is tried again later, like a slow one.)
-            measured.lock().expect("measurements").launched(took);
+            measured.lock().expect("measurements").launched(slot.0, chunks.len(), took);
             continue;
         }
         // Frames that look already compressed are stored as they are, without a launch; one
@@ -868,13 +892,24 @@ fn batch_loop(
                 None => by_codec.push((j.gpu_codec, vec![j])),
             }
         }
+        // Only launches that ran and succeeded say what a launch costs (a failed one counts as
+        // a very slow one, as a failed try does; none ran when every frame looked compressed).
+        let started = Instant::now();
+        let mut ran = (0, true);
         for (id, jobs) in by_codec {
-            run_batch(backend, slot, id, jobs, cfg.data_type, c);
+            let n = jobs.len();
+            let ok = run_batch(backend, slot, id, jobs, cfg.data_type, c);
+            ran = (ran.0 + n, ran.1 && ok);
         }
-        measured.lock().expect("measurements").launched(started.elapsed());
+        if ran.0 > 0 {
+            let took = if ran.1 { started.elapsed() } else { Duration::from_secs(3600) };
+            measured.lock().expect("measurements").launched(slot.0, ran.0, took);
+        }
     }
 }
 
+/// Launches `jobs` of codec `id` and hands each frame on (a failure sends them to the CPU);
+/// returns whether the launch succeeded.
 fn run_batch(
     backend: &dyn BatchBackend,
     slot: (usize, usize),
@@ -882,12 +917,13 @@ fn run_batch(
     jobs: Vec<Job>,
     data_type: i32,
     c: &Counters,
-) {
+) -> bool {
     let start = Instant::now();
     tracing::debug!(frames = jobs.len(), codec = %id, "GPU batch launching");
     let chunks: Vec<&[u8]> = jobs.iter().map(|j| j.raw.as_slice()).collect();
     let result = backend.compress_batch_in(slot, id, &chunks, data_type);
     c.gpu_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let ok = result.is_ok();
     match result {
         Ok(outs) => {
             c.gpu_batches.fetch_add(1, Ordering::Relaxed);
@@ -914,6 +950,7 @@ fn run_batch(
             }
         }
     }
+    ok
 }
 
 #[cfg(test)]
@@ -925,25 +962,35 @@ mod tests {
         let mut m = Measured::default();
         let ms = |n: u64| Duration::from_millis(n);
         // The first launch grew its buffers; the next ones are what launches cost.
-        m.launched(ms(350));
+        m.launched(0, 32, ms(350));
         assert!(m.launches < COLD_LAUNCHES, "still cold after one launch");
-        m.launched(ms(60));
-        m.launched(ms(70));
+        m.launched(0, 32, ms(60));
+        m.launched(1, 32, ms(70));
         assert_eq!(m.launch_ns, Some(60e6), "the fastest of the cold launches counts");
-        m.launched(ms(65));
-        // Past the cold launches, a mean that moves with each launch.
-        m.launched(ms(160));
+        m.launched(1, 32, ms(55));
+        assert_eq!(m.launch_ns, Some(55e6), "the fourth launch is still cold");
+        // Past the cold launches, a launch larger than its thread's before grows its buffers:
+        // it counts only if it is the fastest yet.
+        m.launched(0, 128, ms(400));
+        assert_eq!(m.launch_ns, Some(55e6), "a launch that grew the buffers");
+        // Launches of sizes seen before: a mean that moves with each.
+        m.launched(0, 128, ms(160));
         let mean = m.launch_ns.unwrap();
-        assert!(mean > 60e6 && mean < 160e6, "{mean}");
+        assert!(mean > 55e6 && mean < 160e6, "{mean}");
         // A back end judged slower is tried again after PROBE_SOON while cold, PROBE_EVERY after.
         let c = Counters::default();
         c.cpu_nanos.store(1_000_000, Ordering::Relaxed);
         c.cpu_timed_frames.store(1, Ordering::Relaxed);
         let mut cold = Measured::default();
-        cold.launched(ms(350));
-        cold.last_launch = Some(Instant::now() - PROBE_SOON);
-        assert!(matches!(cold.decide(1, &c), Decision::Try), "tried again soon while cold");
-        m.last_launch = Some(Instant::now() - PROBE_SOON);
-        assert!(matches!(m.decide(1, &c), Decision::Leave), "left alone once measured");
+        for n in 1..=COLD_LAUNCHES {
+            cold.launched(0, 32, ms(350));
+            cold.last_launch = Some(Instant::now() - PROBE_SOON);
+            let d = cold.decide(1, &c);
+            if n < COLD_LAUNCHES {
+                assert!(matches!(d, Decision::Try), "tried again soon after {n} launches");
+            } else {
+                assert!(matches!(d, Decision::Leave), "left alone once {n} launches are measured");
+            }
+        }
     }
 }

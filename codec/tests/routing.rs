@@ -279,7 +279,7 @@ impl BatchBackend for Overlapping {
 }
 
 #[test]
-fn one_long_stream_runs_launches_at_once_and_a_mount_one_at_a_time() {
+fn one_long_stream_runs_launches_at_once_and_otherwise_one_at_a_time() {
     for one_stream in [true, false] {
         let fake = Arc::new(Overlapping {
             delay: Duration::from_millis(30),
@@ -305,7 +305,7 @@ fn one_long_stream_runs_launches_at_once_and_a_mount_one_at_a_time() {
             assert_eq!(most, 2, "two launches ran at once");
             assert!(slots.contains(&(0, 2)) && slots.contains(&(1, 2)), "each thread has its own slot: {slots:?}");
         } else {
-            assert_eq!(most, 1, "a mount's launches run one at a time");
+            assert_eq!(most, 1, "without one stream, launches run one at a time");
             assert!(slots.iter().all(|s| *s == (0, 1)), "{slots:?}");
         }
     }
@@ -321,7 +321,7 @@ fn one_long_stream_keeps_room_for_launches_beside_the_cores() {
     assert_eq!(d.stream_window(1 << 20), cores + 4 * 128);
     // Counted in bytes: larger frames, fewer of them.
     assert_eq!(d.stream_window(64 << 20), cores + 8);
-    assert_eq!(d.frames_in_flight(), cores.max(2 * 4), "a mount's window is unchanged");
+    assert_eq!(d.frames_in_flight(), cores.max(2 * 4), "a producer's window is not the stream's");
     let cpu = Dispatcher::cpu_only("no GPU");
     assert_eq!(cpu.stream_window(1 << 20), cpu.frames_in_flight(), "without a GPU, just the cores' share");
 }
