@@ -158,17 +158,16 @@ type Done = Box<dyn FnOnce(EncodedFrame) + Send>;
 /// Why a batch back end failed a launch (its frames then go to the CPU).
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a batch back end returns for a launch: each chunk's compressed bytes, or `None` where
+/// they did not shrink.
+pub type BatchResult = Result<Vec<Option<Vec<u8>>>, BackendError>;
+
 /// A compressor of many frames at once beside the CPU workers: the GPU, or a test's stand-in
 /// with chosen speeds and failures.
 pub trait BatchBackend: Send + Sync + 'static {
     /// Compresses each chunk with `codec` as a standard payload of that codec; `None` for a chunk
     /// whose output would not be smaller.
-    fn compress_batch(
-        &self,
-        codec: CodecId,
-        chunks: &[&[u8]],
-        data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError>;
+    fn compress_batch(&self, codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult;
 
     /// Does once, before any frame, what a first launch would otherwise pay for (buffers,
     /// kernels), for launches of up to `frames` 1 MiB frames from each of `slots` launching
@@ -185,13 +184,7 @@ pub trait BatchBackend: Send + Sync + 'static {
 
     /// [`Self::compress_batch`] from launching thread `slot.0` of `slot.1` running at once, so a
     /// back end can give each its own share of its resources.
-    fn compress_batch_in(
-        &self,
-        slot: (usize, usize),
-        codec: CodecId,
-        chunks: &[&[u8]],
-        data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch_in(&self, slot: (usize, usize), codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         let _ = slot;
         self.compress_batch(codec, chunks, data_type)
     }
@@ -199,12 +192,7 @@ pub trait BatchBackend: Send + Sync + 'static {
 
 #[cfg(feature = "gpu")]
 impl BatchBackend for crate::gpu::Gpu {
-    fn compress_batch(
-        &self,
-        codec: CodecId,
-        chunks: &[&[u8]],
-        data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch(&self, codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         crate::gpu::Gpu::compress_batch(self, codec, chunks, data_type).map_err(|e| Box::new(e) as BackendError)
     }
 
@@ -212,13 +200,7 @@ impl BatchBackend for crate::gpu::Gpu {
         crate::gpu::Gpu::CONCURRENT_BATCHES
     }
 
-    fn compress_batch_in(
-        &self,
-        slot: (usize, usize),
-        codec: CodecId,
-        chunks: &[&[u8]],
-        data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch_in(&self, slot: (usize, usize), codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         crate::gpu::Gpu::compress_batch_in(self, slot, codec, chunks, data_type)
             .map_err(|e| Box::new(e) as BackendError)
     }

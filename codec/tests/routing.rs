@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use shrinkfs_codec::codec::{Codec, ZstdCodec};
 use shrinkfs_codec::dispatch::{
-    Backend, BackendError, BatchBackend, DispatchConfig, Dispatcher, GpuPolicy, Start, cpu_equivalent,
+    Backend, BatchBackend, BatchResult, DispatchConfig, Dispatcher, GpuPolicy, Start, cpu_equivalent,
 };
 use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, workers};
 
@@ -39,12 +39,7 @@ impl Fake {
 }
 
 impl BatchBackend for Fake {
-    fn compress_batch(
-        &self,
-        codec: CodecId,
-        chunks: &[&[u8]],
-        _data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch(&self, codec: CodecId, chunks: &[&[u8]], _data_type: i32) -> BatchResult {
         assert_eq!(codec, CodecId::Zstd);
         std::thread::sleep(self.delay);
         self.launches.fetch_add(1, Ordering::Relaxed);
@@ -191,7 +186,7 @@ struct SlowWarmUp {
 }
 
 impl BatchBackend for SlowWarmUp {
-    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
         Ok(vec![None; chunks.len()])
     }
 
@@ -254,7 +249,7 @@ struct Overlapping {
 }
 
 impl BatchBackend for Overlapping {
-    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(self.delay);
@@ -266,13 +261,7 @@ impl BatchBackend for Overlapping {
         2
     }
 
-    fn compress_batch_in(
-        &self,
-        slot: (usize, usize),
-        codec: CodecId,
-        chunks: &[&[u8]],
-        data_type: i32,
-    ) -> Result<Vec<Option<Vec<u8>>>, BackendError> {
+    fn compress_batch_in(&self, slot: (usize, usize), codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         self.slots.lock().unwrap().push(slot);
         self.compress_batch(codec, chunks, data_type)
     }
