@@ -270,14 +270,54 @@ pub fn open_payload<'a>(
     }
 }
 
-/// The check after decompressing: the decoded bytes match their checksum (unsealed frames; a
-/// sealed frame's tag already authenticated them).
+/// The check after decompressing what `open_payload` returned for the same frame: the decoded
+/// bytes match their checksum (unsealed frames; a sealed frame's tag already authenticated them).
+/// A frame stored as it is decodes to the payload `open_payload` checked, so its two checksums
+/// cover the same bytes: they must agree, and the bytes are not summed a second time.
 pub fn check_raw(frame: u64, header: &FrameHeader, raw: &[u8]) -> Result<()> {
     if raw.len() != header.raw_len as usize {
         return Err(Error::Corrupt { frame, codec: header.codec, detail: format!("decoded {} bytes", raw.len()) });
     }
-    if !header.sealed() && checksum(raw) != header.raw_crc {
+    let sum = || match header.codec {
+        CodecId::None => header.stored_crc,
+        _ => checksum(raw),
+    };
+    if !header.sealed() && sum() != header.raw_crc {
         return Err(Error::RawChecksum { frame });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::CodecParams;
+
+    /// `frame` with its raw checksum replaced, and its header checksum made to agree.
+    fn with_raw_crc(frame: &[u8], raw_crc: u32) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f[12..16].copy_from_slice(&raw_crc.to_le_bytes());
+        let sum = checksum(&f[..20]);
+        f[20..24].copy_from_slice(&sum.to_le_bytes());
+        f
+    }
+
+    #[test]
+    fn a_raw_checksum_that_disagrees_is_refused_for_frames_stored_as_they_are_too() {
+        let ctx = ObjectContext::for_writing(1 << 16, None, None, Version::NEWEST);
+        let text = b"frames stored as they are decode to their payload. ".repeat(400);
+        let noise: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for (codec, raw) in [(CodecId::None, &text), (CodecId::Zstd, &text), (CodecId::Zstd, &noise)] {
+            let c = CodecParams { codec, level: 1, dict: None }.cpu_codec().unwrap();
+            let mut frame = Vec::new();
+            encode_frame(&ctx, c.as_ref(), 3, raw).put_into(&mut frame);
+            let header = FrameHeader::parse(&frame, 3, false).unwrap();
+            let mut out = Vec::new();
+            decode_frame(&ctx, 3, &frame, None, &mut out).unwrap();
+            assert_eq!(&out, raw, "{codec:?} decodes");
+            let bad = with_raw_crc(&frame, header.raw_crc ^ 1);
+            let e = decode_frame(&ctx, 3, &bad, None, &mut out).unwrap_err();
+            assert!(matches!(e, Error::RawChecksum { frame: 3 }), "{codec:?} ({:?} stored): {e}", header.codec);
+        }
+    }
 }

@@ -18,7 +18,6 @@ mod xattr;
 use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -403,8 +402,19 @@ fn read_range(root: &Root, rel: &str, file: &File, len: u64, range: Range<u64>) 
         let reason = format!("wanted {range:?}, but the object is {len} bytes long");
         return Err(range_error(root, rel, reason));
     }
-    let mut buf = vec![0; (range.end.min(len) - range.start) as usize];
-    file.read_exact_at(&mut buf, range.start).map_err(|e| io_error("read", &root.display(rel), e))?;
+    let want = (range.end.min(len) - range.start) as usize;
+    // Read into the buffer's spare room: nothing is zeroed first only to be overwritten.
+    let mut buf = Vec::with_capacity(want);
+    while buf.len() < want {
+        let at = range.start + buf.len() as u64;
+        let n = rustix::io::retry_on_intr(|| rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at))
+            .map_err(|e| io_error("read", &root.display(rel), e.into()))?;
+        if n == 0 {
+            let short = std::io::Error::new(ErrorKind::UnexpectedEof, "the file ended before the range");
+            return Err(io_error("read", &root.display(rel), short));
+        }
+    }
+    buf.truncate(want);
     Ok(buf.into())
 }
 
@@ -494,6 +504,7 @@ mod tests {
     use futures::TryStreamExt;
     use object_store::GetRange;
     use object_store::local::LocalFileSystem;
+    use std::os::unix::fs::FileExt;
     use std::time::SystemTime;
 
     pub(super) fn store() -> (tempfile::TempDir, LocalStore) {
