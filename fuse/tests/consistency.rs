@@ -293,6 +293,42 @@ async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl
     assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
 }
 
+/// The same in a burst of stats, which one listing of the directory answers instead of a HEAD
+/// each: a file another mount changed shows its new size, one it removed is gone, one it made
+/// is found, and the unchanged ones keep theirs, for a lookup and a getattr alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_stats_after_the_metadata_ttl_sees_every_change_another_mount_made() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for k in 0..12 {
+        write(&a, d, &format!("f{k:02}"), "x".repeat(k + 1).as_bytes()).await;
+    }
+    let bd = b.lookup(ROOT, "d").await.unwrap().ino;
+    let mut inos = Vec::new();
+    for k in 0..12 {
+        inos.push(b.lookup(bd, &format!("f{k:02}")).await.unwrap().ino);
+    }
+    write(&a, d, "f03", b"changed by the other mount").await;
+    a.unlink(d, "f07").await.unwrap();
+    write(&a, d, "f09", b"").await;
+    write(&a, d, "new", b"made by the other mount").await;
+    past_ttl().await;
+    for (k, &ino) in inos.iter().enumerate() {
+        let name = format!("f{k:02}");
+        // Every other file by lookup, the rest by getattr (a stat of a name the kernel still has).
+        let got = if k % 2 == 0 { b.lookup(bd, &name).await } else { b.getattr(ino).await };
+        match k {
+            3 => assert_eq!(got.unwrap().size, 26, "{name}: the other mount's new version"),
+            7 => assert!(matches!(got, Err(Error::NotFound)), "{name}: removed by the other mount"),
+            9 => assert_eq!(got.unwrap().size, 0, "{name}: emptied by the other mount"),
+            _ => assert_eq!(got.unwrap().size, k as u64 + 1, "{name}: unchanged"),
+        }
+    }
+    assert_eq!(b.lookup(bd, "new").await.unwrap().size, 23);
+    assert!(matches!(b.lookup(bd, "f07").await, Err(Error::NotFound)));
+}
+
 /// Two mounts: a handle open on one version never reads another: after the other mount replaces
 /// the file, reads give the old bytes or ESTALE, never the new bytes or a mix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,6 +147,19 @@ async fn requests_per_operation_are_at_their_minimum() {
     assert_eq!(ls_l(&again, d4, true).await.len(), 1001);
     assert_eq!(since(&again, &before), "list_delimiter=1", "ls -l of unchanged files after the TTL");
 
+    // A burst of stats once the TTL has passed again (after a cache drop: lookups of names the
+    // mount still knows): a HEAD for each of the first few (4 per page of the directory's
+    // listing, less one: 1,001 names are two pages), then one listing confirms the rest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let before = requests(&again);
+    for k in 0..200 {
+        assert_eq!(
+            again.lookup(d4, &format!("f{k:04}")).await.unwrap().size,
+            format!("file {k}\n").len() as u64 * (k % 7 + 1)
+        );
+    }
+    assert_eq!(since(&again, &before), "head=7 list_delimiter=1", "a burst of stats after the TTL");
+
     // Removing a file just looked up (as `rm` does): the DELETE alone.
     let rm = mount(&store, Duration::from_secs(60));
     let d5 = rm.lookup(ROOT, "d").await.unwrap().ino;

@@ -218,7 +218,7 @@ impl Fs {
         if open {
             return Ok(self.live_attrs(&i).await);
         }
-        self.names.getattr(&i).await
+        self.names.getattr(&i, &self.is_open()).await
     }
 
     /// The kernel dropped `n` lookups of `ino`.

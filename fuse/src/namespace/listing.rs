@@ -14,7 +14,7 @@ use object_store::{ListResult, ObjectMeta};
 use super::{DIR_MARKER, IsOpen, Namespace};
 use crate::attrs::{DirEntry, attr_from_object};
 use crate::error::{Error, Result};
-use crate::inode::{Attr, Inode, Kind, ROOT, join};
+use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
 
 /// Where the store listing stands.
 #[derive(Debug)]
@@ -59,6 +59,52 @@ fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
 }
 
 impl Namespace {
+    /// Records entry `name` of directory `dir` as a listing that started at `started` showed it
+    /// (`object` for a file), `since` being the table's change count then; returns its inode.
+    /// An object version this mount wrote or read before gets its known attributes; a version a
+    /// lookup described is confirmed by the listing's ETag (its attributes trusted as of the
+    /// listing's start) or, with another ETag, left to be asked again. An entry open here is
+    /// its opener's and only named.
+    #[allow(clippy::too_many_arguments)]
+    fn observe_listed(
+        &self,
+        t: &mut InodeTable,
+        dir: u64,
+        name: &str,
+        kind: Kind,
+        object: Option<&ObjectMeta>,
+        open_here: bool,
+        started: Instant,
+        since: u64,
+    ) -> Inode {
+        let known = object.and_then(|o| self.reader.known(o)).filter(|_| !open_here);
+        match (known, t.child(dir, name)) {
+            (Some(info), _) => {
+                let (kind, attr) = attr_from_object(&info);
+                t.observe(dir, name, kind, attr, false, since)
+            }
+            (None, Some(i))
+                if kind == Kind::File
+                    && i.kind != Kind::Dir
+                    && !open_here
+                    && i.attr.etag.is_some()
+                    && object.is_some_and(|o| o.e_tag.is_some()) =>
+            {
+                let same = object.and_then(|o| o.e_tag.as_ref()) == i.attr.etag.as_ref();
+                let fetched = same.then(|| i.fetched.map_or(started, |f| f.max(started)));
+                let (kind, attr) = (i.kind, i.attr.clone());
+                t.upsert(dir, name, kind, attr, fetched, false)
+            }
+            // Symlinks list as files until looked up; keep what a lookup learned.
+            (None, Some(i))
+                if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
+            {
+                i.clone()
+            }
+            _ => t.upsert(dir, name, kind, Attr::empty(), None, false),
+        }
+    }
+
     /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
     /// fails here.
     pub async fn opendir(&self, ino: u64, is_open: IsOpen<'_>) -> Result<u64> {
@@ -201,11 +247,13 @@ impl Namespace {
 
     /// Lists directory `dir` (at `rel`) once, if at most [`WHOLE_PAGES`] requests cover it, and
     /// records what it holds as a complete listing (names missing from it are then absent for the
-    /// negative TTL). Returns the names of its subdirectories, `None` when those pages did not
-    /// cover it.
-    pub(crate) async fn list_whole(&self, dir: u64, rel: &str) -> Result<Option<HashSet<String>>> {
+    /// negative TTL), confirming the attributes of the files it lists that are known here (see
+    /// [`Self::observe_listed`]). Returns the names of its subdirectories, `None` when those pages
+    /// did not cover it.
+    pub(crate) async fn list_whole(&self, dir: u64, rel: &str, is_open: IsOpen<'_>) -> Result<Option<HashSet<String>>> {
         let prefix = self.key(rel);
         let started = Instant::now();
+        let since = self.table().changes();
         let page = match &self.bucket.pages {
             Some(pages) => {
                 let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
@@ -234,6 +282,21 @@ impl Namespace {
             None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
         };
         let listed = names(page);
+        {
+            let mut t = self.table();
+            let mut seen = HashSet::new();
+            for (name, kind, object) in &listed {
+                // As an open directory shows it: the first of a name (a directory before a file).
+                if !seen.insert(name) {
+                    continue;
+                }
+                // Only what is known is confirmed: the rest is named when a lookup asks for it.
+                if let Some(c) = t.child(dir, name).filter(|c| c.kind != Kind::Dir) {
+                    let open_here = is_open(c.ino);
+                    self.observe_listed(&mut t, dir, name, *kind, object.as_ref(), open_here, started, since);
+                }
+            }
+        }
         let dirs: HashSet<String> =
             listed.iter().filter(|(_, k, _)| *k == Kind::Dir).map(|(n, _, _)| n.clone()).collect();
         self.subdirs_counted(dir, dirs.len());
@@ -293,35 +356,8 @@ impl Namespace {
             if !l.seen.insert(name.clone()) {
                 continue;
             }
-            // An object version this mount wrote or read before: its attributes are known.
-            let open_here = |t: &crate::inode::InodeTable| t.child(l.ino, &name).is_some_and(|c| is_open(c.ino));
-            let known = object.as_ref().and_then(|o| self.reader.known(o)).filter(|_| !open_here(&t));
-            let i = match (known, t.child(l.ino, &name)) {
-                (Some(info), _) => {
-                    let (kind, attr) = attr_from_object(&info);
-                    t.observe(l.ino, &name, kind, attr, false, since)
-                }
-                // A version a lookup described: the listing's ETag confirms its attributes, or
-                // says they belong to another version and are to be asked again.
-                (None, Some(i))
-                    if kind == Kind::File
-                        && i.kind != Kind::Dir
-                        && !open_here(&t)
-                        && i.attr.etag.is_some()
-                        && object.as_ref().is_some_and(|o| o.e_tag.is_some()) =>
-                {
-                    let same = object.as_ref().and_then(|o| o.e_tag.as_ref()) == i.attr.etag.as_ref();
-                    let (kind, attr) = (i.kind, i.attr.clone());
-                    t.upsert(l.ino, &name, kind, attr, same.then(Instant::now), false)
-                }
-                // Symlinks list as files until looked up; keep what a lookup learned.
-                (None, Some(i))
-                    if i.kind == kind || matches!(i.kind, Kind::Symlink | Kind::Special(_)) && kind == Kind::File =>
-                {
-                    i.clone()
-                }
-                _ => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
-            };
+            let open_here = t.child(l.ino, &name).is_some_and(|c| is_open(c.ino));
+            let i = self.observe_listed(&mut t, l.ino, &name, kind, object.as_ref(), open_here, l.started, since);
             if i.kind != Kind::Dir && i.fetched.is_none() {
                 files.push(name.clone());
             }

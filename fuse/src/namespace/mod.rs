@@ -59,7 +59,28 @@ pub struct Namespace {
     /// Directories whose times changed with their entries, by path: the attributes their markers
     /// are to carry, until written (see [`Namespace::take_dir_times`]).
     dir_times: Mutex<HashMap<String, Attr>>,
+    /// Per directory: the stale revalidations asked for lately, and its relistings.
+    relists: Mutex<HashMap<u64, Relist>>,
 }
+
+/// A directory's demand for revalidations (see [`Namespace::confirmed_by_listing`]).
+#[derive(Debug, Default)]
+struct Relist {
+    /// When the current window (one metadata TTL long) began, and the stale revalidations asked
+    /// for in it.
+    window: Option<(Instant, u32)>,
+    /// Held while the directory is relisted; holds when the latest relisting started.
+    gate: Arc<tokio::sync::Mutex<Option<Instant>>>,
+}
+
+/// The stale revalidation in one directory, within one metadata TTL, that lists it instead of
+/// asking for one more HEAD, per page its listing takes (a page costs a few HEADs' time): a
+/// burst (`ls -l` after a while, `find`, `rm *`, a build's stats), not a program polling a file
+/// or two.
+const RELIST_AFTER: u32 = 4;
+
+/// Directories whose relisting state is kept; past that, the idle ones are dropped.
+const MAX_RELISTS: usize = 4096;
 
 /// Names known to be absent from the store, each for the negative TTL from when it was learned.
 #[derive(Debug, Default)]
@@ -89,6 +110,7 @@ impl Namespace {
             listed: Mutex::default(),
             absent: Mutex::default(),
             dir_times: Mutex::default(),
+            relists: Mutex::default(),
         }
     }
 
@@ -353,16 +375,25 @@ impl Namespace {
         if self.known_absent(parent, name, known.as_ref()) {
             return Err(Error::NotFound);
         }
+        // A stored version already described: a listing of its directory confirms it, in a
+        // burst of such lookups; else its HEAD alone does.
+        let had = known.as_ref().filter(|k| k.fetched.is_some() && k.kind != Kind::Dir).map(|k| (k.kind, &k.attr));
+        if had.is_some()
+            && let Some(i) = self.confirmed_by_listing(parent, &dir.path, name, is_open).await?
+        {
+            let mut t = self.table();
+            if t.child(parent, name).is_some_and(|now| now.ino == i.ino) {
+                return Ok(t.looked_up(i.ino).expect("named above"));
+            }
+        }
         self.prefetch_listed(parent, &dir.path);
         let since = self.table().changes();
-        // A stored version already described: its HEAD alone revalidates it.
-        let had = known.as_ref().filter(|k| k.fetched.is_some() && k.kind != Kind::Dir).map(|k| (k.kind, &k.attr));
         if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel), had).await? {
             return Ok(self.table().observe(parent, name, kind, attr, true, since));
         }
         // A fresh complete listing said this is a directory: no need to list it again.
         let listed_dir = known.as_ref().is_some_and(|k| k.kind == Kind::Dir) && self.listing_fresh(parent);
-        if listed_dir || self.is_dir(parent, &dir.path, name, &rel).await? {
+        if listed_dir || self.is_dir(parent, &dir.path, name, &rel, is_open).await? {
             let attr = match known.filter(|k| k.kind == Kind::Dir && k.fetched.is_some()) {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
@@ -378,9 +409,9 @@ impl Namespace {
     /// directory in the store, no object being named so. A small directory is listed whole in
     /// the same one request, so the names a burst of creates asks for next are known absent;
     /// a large one is asked only for one key under `rel`.
-    async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str) -> Result<bool> {
+    async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str, is_open: IsOpen<'_>) -> Result<bool> {
         if !self.cfg.negative_ttl.is_zero() && !self.absent().large.contains(&parent) {
-            match self.list_whole(parent, dir_path).await? {
+            match self.list_whole(parent, dir_path, is_open).await? {
                 Some(dirs) => return Ok(dirs.contains(name)),
                 None => {
                     self.absent().large.insert(parent);
@@ -404,10 +435,19 @@ impl Namespace {
         }
     }
 
-    /// Attributes of inode `i`, refreshed from the store when older than the metadata TTL.
-    pub async fn getattr(&self, i: &Inode) -> Result<FileAttrs> {
+    /// Attributes of inode `i`, refreshed from the store when older than the metadata TTL: by a
+    /// listing of its directory in a burst of such requests there, else by a HEAD.
+    pub async fn getattr(&self, i: &Inode, is_open: IsOpen<'_>) -> Result<FileAttrs> {
         if i.kind == Kind::Dir || self.fresh(i) || i.parent == 0 {
             return Ok(self.attrs_of(i));
+        }
+        if i.fetched.is_some() {
+            let dir_path = self.path_of(i.parent);
+            if let Some(now) = self.confirmed_by_listing(i.parent, &dir_path, &i.name, is_open).await?
+                && now.ino == i.ino
+            {
+                return Ok(self.attrs_of(&now));
+            }
         }
         let since = self.table().changes();
         let had = i.fetched.map(|_| (i.kind, &i.attr));
@@ -429,6 +469,69 @@ impl Namespace {
             }
             None => Err(Error::NotFound),
         }
+    }
+
+    /// A file of directory `parent` (at `dir_path`) whose attributes are no longer trusted, asked
+    /// for by a lookup or a stat. Once such requests come in a burst there (the
+    /// [`RELIST_AFTER`]th per page of its listing within one metadata TTL), one listing of the
+    /// directory confirms every known file whose version it still shows, instead of a HEAD each
+    /// (concurrent requests wait for that one listing). Returns the inode of `name` if a listing
+    /// confirmed it; `None` leaves it to a HEAD. Not for local-directory buckets (a listing there
+    /// reads every entry's metadata, as many HEADs would), nor for directories one listing
+    /// request does not cover.
+    async fn confirmed_by_listing(
+        &self,
+        parent: u64,
+        dir_path: &str,
+        name: &str,
+        is_open: IsOpen<'_>,
+    ) -> Result<Option<Inode>> {
+        let ttl = self.cfg.metadata_ttl;
+        if ttl.is_zero()
+            || self.cfg.negative_ttl.is_zero()
+            || self.bucket.records_cost_extra()
+            || self.absent().large.contains(&parent)
+        {
+            return Ok(None);
+        }
+        // Pages its latest listing took (one if it was not listed yet).
+        let pages = {
+            let a = self.absent();
+            let names = a.listings.get(&parent).map_or(0, |(_, names)| names.len());
+            names.div_ceil(self.cfg.page_keys.max(1)).max(1) as u32
+        };
+        let gate = {
+            let mut r = self.relists.lock().expect("relists lock");
+            if r.len() >= MAX_RELISTS {
+                r.retain(|_, e| e.window.is_some_and(|(at, _)| at.elapsed() < ttl) || Arc::strong_count(&e.gate) > 1);
+            }
+            let e = r.entry(parent).or_default();
+            let (began, asked) = match e.window {
+                Some((at, n)) if at.elapsed() < ttl => (at, n + 1),
+                _ => (Instant::now(), 1),
+            };
+            e.window = Some((began, asked));
+            if asked < RELIST_AFTER * pages {
+                return Ok(None);
+            }
+            e.gate.clone()
+        };
+        let mut latest = gate.lock().await;
+        let confirmed = || self.table().child(parent, name).filter(|i| self.fresh(i)).cloned();
+        if let Some(i) = confirmed() {
+            // By the listing this request waited for.
+            return Ok(Some(i));
+        }
+        if latest.is_some_and(|at| at.elapsed() < ttl) {
+            // Listed lately without confirming it: another version, or gone.
+            return Ok(None);
+        }
+        *latest = Some(Instant::now());
+        if self.list_whole(parent, dir_path, is_open).await?.is_none() {
+            self.absent().large.insert(parent);
+            return Ok(None);
+        }
+        Ok(confirmed())
     }
 
     /// The first lookup in a freshly listed directory (`ls -l`, `find`, a file manager) starts
