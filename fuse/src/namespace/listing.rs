@@ -247,10 +247,15 @@ impl Namespace {
 
     /// Lists directory `dir` (at `rel`) once, if at most [`WHOLE_PAGES`] requests cover it, and
     /// records what it holds as a complete listing (names missing from it are then absent for the
-    /// negative TTL), confirming the attributes of the files it lists that are known here (see
-    /// [`Self::observe_listed`]). Returns the names of its subdirectories, `None` when those pages
-    /// did not cover it.
-    pub(crate) async fn list_whole(&self, dir: u64, rel: &str, is_open: IsOpen<'_>) -> Result<Option<HashSet<String>>> {
+    /// negative TTL). With `confirm` (what is open here), the attributes of the files it lists
+    /// that are known here are confirmed or dropped by it too (see [`Self::observe_listed`]).
+    /// Returns the names of its subdirectories, `None` when those pages did not cover it.
+    pub(crate) async fn list_whole(
+        &self,
+        dir: u64,
+        rel: &str,
+        confirm: Option<IsOpen<'_>>,
+    ) -> Result<Option<HashSet<String>>> {
         let prefix = self.key(rel);
         let started = Instant::now();
         let since = self.table().changes();
@@ -282,7 +287,7 @@ impl Namespace {
             None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
         };
         let listed = names(page);
-        {
+        if let Some(is_open) = confirm {
             let mut t = self.table();
             let mut seen = HashSet::new();
             for (name, kind, object) in &listed {

@@ -393,7 +393,7 @@ impl Namespace {
         }
         // A fresh complete listing said this is a directory: no need to list it again.
         let listed_dir = known.as_ref().is_some_and(|k| k.kind == Kind::Dir) && self.listing_fresh(parent);
-        if listed_dir || self.is_dir(parent, &dir.path, name, &rel, is_open).await? {
+        if listed_dir || self.is_dir(parent, &dir.path, name, &rel).await? {
             let attr = match known.filter(|k| k.kind == Kind::Dir && k.fetched.is_some()) {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
@@ -409,9 +409,9 @@ impl Namespace {
     /// directory in the store, no object being named so. A small directory is listed whole in
     /// the same one request, so the names a burst of creates asks for next are known absent;
     /// a large one is asked only for one key under `rel`.
-    async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str, is_open: IsOpen<'_>) -> Result<bool> {
+    async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str) -> Result<bool> {
         if !self.cfg.negative_ttl.is_zero() && !self.absent().large.contains(&parent) {
-            match self.list_whole(parent, dir_path, is_open).await? {
+            match self.list_whole(parent, dir_path, None).await? {
                 Some(dirs) => return Ok(dirs.contains(name)),
                 None => {
                     self.absent().large.insert(parent);
@@ -527,7 +527,7 @@ impl Namespace {
             return Ok(None);
         }
         *latest = Some(Instant::now());
-        if self.list_whole(parent, dir_path, is_open).await?.is_none() {
+        if self.list_whole(parent, dir_path, Some(is_open)).await?.is_none() {
             self.absent().large.insert(parent);
             return Ok(None);
         }
