@@ -314,3 +314,44 @@ fn one_long_stream_keeps_room_for_launches_beside_the_cores() {
     let cpu = Dispatcher::cpu_only("no GPU");
     assert_eq!(cpu.stream_window(1 << 20), cpu.frames_in_flight(), "without a GPU, just the cores' share");
 }
+
+/// A stand-in that records the nice value of the thread each launch runs on.
+struct Niceness(std::sync::Mutex<Vec<i32>>);
+
+impl BatchBackend for Niceness {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
+        self.0.lock().unwrap().push(rustix::process::getpriority_process(None).unwrap());
+        Ok(zstd_on_the_cpu(chunks))
+    }
+
+    fn concurrency(&self) -> usize {
+        2
+    }
+}
+
+#[test]
+fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
+    let before = rustix::process::getpriority_process(None).unwrap();
+    for one_stream in [false, true] {
+        let fake = Arc::new(Niceness(Default::default()));
+        let cfg = DispatchConfig {
+            policy: GpuPolicy::On,
+            min_items: 4,
+            batch_window: Duration::from_millis(2),
+            batch_floor_bytes: 2_560_000,
+            one_stream,
+            ..DispatchConfig::default()
+        };
+        assert_eq!(cfg.launch_nice, -10, "the default");
+        let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+        run(&d, 40);
+        drop(d);
+        let seen = fake.0.lock().unwrap().clone();
+        assert!(!seen.is_empty(), "the stand-in launched");
+        // Only root (or CAP_SYS_NICE) may raise a priority: CI runs as root; elsewhere the
+        // launching threads keep the priority they were started with.
+        let want = if rustix::process::geteuid().is_root() { -10 } else { before };
+        assert!(seen.iter().all(|&n| n == want), "launches ran at {seen:?}, not {want}");
+    }
+    assert_eq!(rustix::process::getpriority_process(None).unwrap(), before, "the caller's own is untouched");
+}
