@@ -149,6 +149,10 @@ struct RecordsSeen {
 /// HEADs without a record, none having had one, after which a lookup reads the footer directly.
 const RECORDLESS_HEADS: u32 = 32;
 
+/// Most frames an object may have for [`Reader::kept`] to look for all of them in the cache:
+/// small files, whose reads would otherwise cost a request for a few frames.
+const KEPT_FRAMES: usize = 4;
+
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
     Error::Codec { key: path.to_string(), source }
 }
@@ -215,6 +219,22 @@ impl Reader {
     /// version whose ETag is `etag`.
     pub fn recent_whole(&self, path: &Path, etag: &str, age: Duration) -> Option<ObjectInfo> {
         self.small.get(path.as_ref(), age).filter(|i| *i.id.etag == *etag)
+    }
+
+    /// Version `etag` of the object at `path` (last modified at `mtime`) from what is kept here
+    /// alone: its layout, and every one of its frames decoded. `None` when reading it would need
+    /// a request.
+    pub fn kept(&self, path: &Path, etag: &str, mtime: SystemTime) -> Option<ObjectInfo> {
+        let id = ObjectId { key: path.as_ref().into(), etag: etag.into() };
+        let parsed = self.layouts.get(&id)?;
+        let Parsed::Framed { layout, .. } = &parsed else { return None };
+        let frames = layout.entries.len();
+        if frames > KEPT_FRAMES || !(0..frames).all(|f| self.chunks.get(&id, f as u32).is_some()) {
+            return None;
+        }
+        let f = &layout.footer;
+        let stored = f.index_offset + u64::from(f.index_len) + shrinkfs_codec::format::FOOTER_LEN as u64;
+        Some(ObjectInfo { id, path: path.clone(), stored, last_modified: mtime, parsed, whole: None })
     }
 
     /// Reads an object's identity and layout: one suffix GET (plus one more for objects whose

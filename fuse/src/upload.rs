@@ -176,6 +176,9 @@ pub struct Written {
     pub stored: u64,
     /// Layout of the object just written (no need to read it back to serve reads).
     pub layout: Layout,
+    /// The file's bytes, when they fit in one frame (a small file): what reads of the version
+    /// just written decode, kept so they need not fetch it.
+    pub raw: Option<Bytes>,
 }
 
 /// Where an upload's bytes go and what bounds its memory.
@@ -250,6 +253,8 @@ pub struct Upload {
     appends: JoinSet<Appended>,
     /// Appends that failed (a full disk), with their offsets: written again before anything else.
     unstored: Vec<(u64, Bytes)>,
+    /// The whole file, when `finish` cut it as its one frame (see [`Written::raw`]).
+    whole_raw: Option<Bytes>,
 }
 
 /// What a part upload reports: the spill range it carried, and how it went.
@@ -311,6 +316,7 @@ impl Upload {
             recent: VecDeque::new(),
             appends: JoinSet::new(),
             unstored: Vec::new(),
+            whole_raw: None,
         })
     }
 
@@ -655,6 +661,10 @@ impl Upload {
         if !self.sealed {
             let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
             if let Some(rest) = cutter.finish() {
+                if self.next_frame == 0 {
+                    // The whole file is this one short frame.
+                    self.whole_raw = Some(Bytes::copy_from_slice(&rest));
+                }
                 self.submit(rest).await;
             }
             self.sealed = true;
@@ -712,7 +722,7 @@ impl Upload {
             put
         };
         self.sink.metrics.object_written(raw);
-        Ok(Written { put, stored: total, layout })
+        Ok(Written { put, stored: total, layout, raw: self.whole_raw.clone() })
     }
 
     async fn abort_parts(&mut self) {

@@ -95,16 +95,24 @@ impl FileWriter {
 
     /// The state of file `rel` not yet open: the object as stored now. A damaged object can still
     /// be opened to be `replace`d (truncated); it then records `fallback`'s mode and owner.
+    /// `known` is the version the inode describes, read whole by a lookup less than the `Duration`
+    /// ago or `confirmed` current within the metadata TTL: neither then asks the store again if
+    /// what is kept here serves every read of it.
     pub async fn load(
         &self,
         rel: &str,
         replace: bool,
         fallback: &FileAttrs,
-        recent: Option<(&str, Duration)>,
+        known: Option<(&str, Duration)>,
+        confirmed: bool,
     ) -> Result<OpenFile> {
         let key = self.bucket.key(rel);
-        // The version a lookup just confirmed, read whole by it: no request.
-        let recent = recent.and_then(|(etag, age)| self.reader.recent_whole(&key, etag, age));
+        // The version a lookup just confirmed, read whole by it; or one confirmed lately whose
+        // layout and every frame are kept here (a small file written or read here before).
+        let recent = known.and_then(|(etag, age)| {
+            let whole = self.reader.recent_whole(&key, etag, if confirmed { Duration::MAX } else { age });
+            whole.or_else(|| confirmed.then(|| self.reader.kept(&key, etag, fallback.mtime)).flatten())
+        });
         let stat = async {
             match recent {
                 Some(info) => Ok(Some(info)),
@@ -329,9 +337,15 @@ impl FileWriter {
             .layout
             .open(self.encode.key.as_ref(), &self.dicts)
             .map_err(|e| Error::Codec { key: path.to_string(), source: e })?;
+        // A small file's one frame is kept decoded too: reading back the version just written
+        // (a build's outputs, `cp` then `cat`) needs no request while it is confirmed current.
+        let one_frame = matches!(&written.layout.entries[..], [e] if written.raw.as_ref().is_some_and(|r| r.len() == e.raw_len as usize));
         let parsed = Parsed::Framed { layout: Arc::new(written.layout), ctx: Arc::new(ctx) };
         if written.put.e_tag.is_some() {
             self.reader.layouts.insert(id.clone(), parsed.clone());
+            if let Some(raw) = written.raw.filter(|_| one_frame) {
+                self.reader.chunks.insert(&id, 0, raw);
+            }
         }
         let info =
             ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed, whole: None };

@@ -293,6 +293,27 @@ async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl
     assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
 }
 
+/// A small file read back by the mount that wrote it is served from what the write kept while
+/// that version is confirmed current; once the TTL has passed, another mount's new version is
+/// what it reads, never the kept bytes of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_here_and_replaced_elsewhere_reads_the_new_version_after_the_metadata_ttl() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"written by a").await;
+    let f = a.lookup(ROOT, "f").await.unwrap().ino;
+    assert_eq!(read(&a, f).await.unwrap(), b"written by a");
+    write(&b, ROOT, "f", b"written by b, longer").await;
+    past_ttl().await;
+    assert_eq!(read(&a, f).await.unwrap(), b"written by b, longer");
+    assert_eq!(a.getattr(f).await.unwrap().size, 20);
+    // And the same the other way round, b's kept frame being the stale one now.
+    write(&a, ROOT, "f", b"by a again").await;
+    past_ttl().await;
+    let fb = b.lookup(ROOT, "f").await.unwrap().ino;
+    assert_eq!(read(&b, fb).await.unwrap(), b"by a again");
+}
+
 /// The same in a burst of stats, which one listing of the directory answers instead of a HEAD
 /// each: a file another mount changed shows its new size, one it removed is gone, one it made
 /// is found, and the unchanged ones keep theirs, for a lookup and a getattr alike.

@@ -88,6 +88,16 @@ async fn requests_per_operation_are_at_their_minimum() {
     let e = writer.mkdir(ROOT, "e", 0o755, 0, 0).await.unwrap().ino;
     write(&writer, e, "x", b"x").await;
 
+    // Reading back a small file this mount wrote, while its version is confirmed current: the
+    // layout and the one frame kept from the write serve it, with no request.
+    let f3 = writer.lookup(d, "f0003").await.unwrap().ino;
+    let before = requests(&writer);
+    let fh = writer.open(f3, false, false).await.unwrap();
+    let got = writer.read(fh, 0, 4096).await.unwrap();
+    writer.release(fh).await.unwrap();
+    assert_eq!(&got[..], "file 3\n".repeat(4).as_bytes());
+    assert_eq!(since(&writer, &before), "", "read back of a small file written here");
+
     // `ls -l` of 1,000 objects another mount wrote: one listing, one HEAD per file (a listing
     // carries no user metadata), no footer.
     let reader = mount(&store, Duration::from_secs(60));

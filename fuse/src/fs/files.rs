@@ -67,7 +67,11 @@ impl Fs {
         let now = self.names.inode(i.ino).ok();
         let etag = now.as_ref().and_then(|n| n.attr.etag.as_deref());
         let recent = etag.map(|e| (e, self.cfg.namespace.metadata_ttl));
-        self.writer.load(&i.path, replace, &self.names.attrs_of(i), recent).await
+        // The version the store was last seen to hold within the metadata TTL (line 5 of
+        // SEMANTICS "Consistency": an open after the TTL reads the newest).
+        let confirmed = now.as_ref().is_some_and(|n| self.names.trusted(n));
+        let fallback = self.names.attrs_of(now.as_ref().unwrap_or(i));
+        self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
 
     /// Opens a file; `truncate` (O_TRUNC) empties it.
