@@ -60,11 +60,11 @@ pub struct DispatchConfig {
     /// for its frames (BENCHMARKS.md §9: on a busy host, launching whenever a full launch waited
     /// made `pack` slower than the cores).
     pub one_stream: bool,
-    /// Nice value asked for the thread that starts the GPU and launches on it, and for the
-    /// threads it starts (which inherit it): a launch's host side (staging copies, waits) needs a
-    /// core at each step, and on a busy host it waited behind every CPU-bound process (issue 15:
-    /// `--gpu on` with 16 busy loops beside moved 1.6x more at -10). Only root or CAP_SYS_NICE may
-    /// raise a priority; elsewhere the threads keep theirs. 0 asks nothing.
+    /// Added to the process's nice value for the thread that starts the GPU and launches on it,
+    /// and for the threads it starts (which inherit it): a launch's host side (staging copies,
+    /// waits) needs a core at each step, and on a busy host it waited behind every CPU-bound
+    /// process (issue 15: `--gpu on` with 16 busy loops beside moved 1.5x more at -10). Only root
+    /// or CAP_SYS_NICE may raise a priority; elsewhere the threads keep theirs. 0 asks nothing.
     pub launch_nice: i32,
 }
 
@@ -363,15 +363,18 @@ impl std::fmt::Debug for Dispatcher {
     }
 }
 
-/// Asks for nice value `nice` for the calling thread and the threads it starts later (they
-/// inherit it); where the process may not raise its priority, the thread keeps its own.
-fn ask_priority(nice: i32) {
-    if nice == 0 {
+/// Adds `by` to the calling thread's nice value (within -20..=19), for it and the threads it
+/// starts later (they inherit it); where the process may not raise its priority, the thread
+/// keeps its own.
+fn ask_priority(by: i32) {
+    if by == 0 {
         return;
     }
-    // (On Linux a "process" priority set with no pid is the calling thread's.)
-    if let Err(e) = rustix::process::setpriority_process(None, nice) {
-        tracing::debug!(nice, error = %e, "the GPU's threads keep their priority");
+    // (On Linux a "process" priority with no pid is the calling thread's.)
+    let Ok(now) = rustix::process::getpriority_process(None) else { return };
+    let want = (now + by).clamp(-20, 19);
+    if let Err(e) = rustix::process::setpriority_process(None, want) {
+        tracing::debug!(nice = want, error = %e, "the GPU's threads keep their priority");
     }
 }
 
@@ -477,6 +480,9 @@ impl Dispatcher {
         let started: Arc<Started> = Arc::default();
         let (c, batches, outcome) = (counters.clone(), rx.clone(), started.clone());
         let nice = cfg.launch_nice;
+        // The CPU workers start now if they have not: threads the GPU's thread started would
+        // inherit its priority.
+        let _ = crate::workers::threads();
         let start = move || {
             ask_priority(nice);
             start()

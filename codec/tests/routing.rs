@@ -329,6 +329,16 @@ impl BatchBackend for Niceness {
     }
 }
 
+/// Whether this process may raise a thread's priority: tried on a thread of its own.
+fn may_raise_priority() -> bool {
+    std::thread::spawn(|| {
+        let now = rustix::process::getpriority_process(None).unwrap();
+        now > -20 && rustix::process::setpriority_process(None, now - 1).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
 #[test]
 fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
     let before = rustix::process::getpriority_process(None).unwrap();
@@ -348,10 +358,18 @@ fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
         drop(d);
         let seen = fake.0.lock().unwrap().clone();
         assert!(!seen.is_empty(), "the stand-in launched");
-        // Only root (or CAP_SYS_NICE) may raise a priority: CI runs as root; elsewhere the
-        // launching threads keep the priority they were started with.
-        let want = if rustix::process::geteuid().is_root() { -10 } else { before };
+        // Only root (or CAP_SYS_NICE) may raise a priority (CI runs as root): where this process
+        // may not, the launching threads keep the priority they were started with.
+        let want = if may_raise_priority() { (before - 10).max(-20) } else { before };
         assert!(seen.iter().all(|&n| n == want), "launches ran at {seen:?}, not {want}");
     }
     assert_eq!(rustix::process::getpriority_process(None).unwrap(), before, "the caller's own is untouched");
+    // The CPU workers (started by the first dispatcher, not by its GPU thread) keep theirs.
+    let (tx, rx) = channel();
+    for _ in 0..workers::threads() * 2 {
+        let tx = tx.clone();
+        workers::spawn(move || tx.send(rustix::process::getpriority_process(None).unwrap()).unwrap());
+    }
+    drop(tx);
+    assert!(rx.iter().all(|n| n == before), "a CPU worker runs at a raised priority");
 }

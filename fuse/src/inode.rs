@@ -277,6 +277,22 @@ impl InodeTable {
     /// attributes (the answer may predate the change: a size from before an append would make
     /// the kernel write the next append over it); the lookup is still counted.
     pub fn observe(&mut self, parent: u64, name: &str, kind: Kind, attr: Attr, lookup: bool, since: u64) -> Inode {
+        self.observe_at(parent, name, kind, attr, lookup, since, Instant::now())
+    }
+
+    /// [`Self::observe`] of an answer that holds as of `at` (a listing's start): the attributes
+    /// are trusted from then, not from when the answer came.
+    #[allow(clippy::too_many_arguments)]
+    pub fn observe_at(
+        &mut self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        attr: Attr,
+        lookup: bool,
+        since: u64,
+        at: Instant,
+    ) -> Inode {
         if let Some(i) = self.named(parent, name).and_then(|ino| self.by_ino.get_mut(&ino))
             && i.kind == kind
             && i.changed > since
@@ -284,7 +300,7 @@ impl InodeTable {
             i.lookups += u64::from(lookup);
             return i.clone();
         }
-        self.upsert(parent, name, kind, attr, Some(Instant::now()), lookup)
+        self.upsert(parent, name, kind, attr, Some(at), lookup)
     }
 
     /// Forgets `name` in `parent` because the store said, in answer to a request made when the

@@ -232,8 +232,7 @@ impl Reader {
         if frames > KEPT_FRAMES || !(0..frames).all(|f| self.chunks.get(&id, f as u32).is_some()) {
             return None;
         }
-        let f = &layout.footer;
-        let stored = f.index_offset + u64::from(f.index_len) + shrinkfs_codec::format::FOOTER_LEN as u64;
+        let stored = layout.stored_size();
         Some(ObjectInfo { id, path: path.clone(), stored, last_modified: mtime, parsed, whole: None })
     }
 

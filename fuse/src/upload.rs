@@ -176,8 +176,8 @@ pub struct Written {
     pub stored: u64,
     /// Layout of the object just written (no need to read it back to serve reads).
     pub layout: Layout,
-    /// The file's bytes, when they fit in one frame (a small file): what reads of the version
-    /// just written decode, kept so they need not fetch it.
+    /// The file's bytes, when they are one frame of at most 64 KiB (a small file): what reads of
+    /// the version just written decode, kept so they need not fetch it.
     pub raw: Option<Bytes>,
 }
 
@@ -211,6 +211,11 @@ enum Pending {
     Encoding(oneshot::Receiver<EncodedFrame>),
     Ready(EncodedFrame),
 }
+
+/// Largest file whose bytes an upload keeps for reads of the version it writes ([`Written::raw`]):
+/// small files, so a copy of a tree of them does not push the frames readers use out of the
+/// frame cache.
+const KEPT_RAW_MAX: usize = 64 << 10;
 
 /// One object being written.
 pub struct Upload {
@@ -661,8 +666,8 @@ impl Upload {
         if !self.sealed {
             let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
             if let Some(rest) = cutter.finish() {
-                if self.next_frame == 0 {
-                    // The whole file is this one short frame.
+                if self.next_frame == 0 && rest.len() <= KEPT_RAW_MAX {
+                    // The whole (small) file is this one short frame.
                     self.whole_raw = Some(Bytes::copy_from_slice(&rest));
                 }
                 self.submit(rest).await;

@@ -60,7 +60,7 @@ impl Fs {
 
     /// The state of file `i` not yet open: the object as stored now (`replace`: a damaged object
     /// may still be opened, to be replaced).
-    async fn load(&self, i: &Inode, replace: bool) -> Result<OpenFile> {
+    async fn load(&self, i: &Inode, write: bool, replace: bool) -> Result<OpenFile> {
         // A small object the lookup read whole within the metadata TTL, if it is the version the
         // inode describes now, is not asked for again. Read now: the caller holds the inode's
         // opening lock, so every commit made here before is in it (`i` may predate one).
@@ -68,8 +68,9 @@ impl Fs {
         let etag = now.as_ref().and_then(|n| n.attr.etag.as_deref());
         let recent = etag.map(|e| (e, self.cfg.namespace.metadata_ttl));
         // The version the store was last seen to hold within the metadata TTL (line 5 of
-        // SEMANTICS "Consistency": an open after the TTL reads the newest).
-        let confirmed = now.as_ref().is_some_and(|n| self.names.trusted(n));
+        // SEMANTICS "Consistency": an open after the TTL reads the newest). A writer starts from
+        // the newest the store holds, as it always did.
+        let confirmed = !write && now.as_ref().is_some_and(|n| self.names.trusted(n));
         let fallback = self.names.attrs_of(now.as_ref().unwrap_or(i));
         self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
@@ -92,7 +93,7 @@ impl Fs {
                 match self.handles.attach(ino, write, None) {
                     Some(f) => f,
                     None => {
-                        let fresh = self.load(&i, write && truncate).await?;
+                        let fresh = self.load(&i, write, write && truncate).await?;
                         loaded = fresh.base.as_ref().map(|b| b.id.etag.clone());
                         self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
                     }
@@ -381,7 +382,7 @@ impl Fs {
                 opening = Some(self.handles.opening(ino).await);
                 match self.handles.file(ino) {
                     Some(of) => (of, false),
-                    None => (FileCell::new(self.load(&i, size == Some(0)).await?), true),
+                    None => (FileCell::new(self.load(&i, true, size == Some(0)).await?), true),
                 }
             }
         };

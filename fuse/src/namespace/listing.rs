@@ -81,7 +81,7 @@ impl Namespace {
         match (known, t.child(dir, name)) {
             (Some(info), _) => {
                 let (kind, attr) = attr_from_object(&info);
-                t.observe(dir, name, kind, attr, false, since)
+                t.observe_at(dir, name, kind, attr, false, since, started)
             }
             (None, Some(i))
                 if kind == Kind::File

@@ -441,13 +441,14 @@ impl Namespace {
         if i.kind == Kind::Dir || self.fresh(i) || i.parent == 0 {
             return Ok(self.attrs_of(i));
         }
-        if i.fetched.is_some() {
-            let dir_path = self.path_of(i.parent);
-            if let Some(now) = self.confirmed_by_listing(i.parent, &dir_path, &i.name, is_open).await?
-                && now.ino == i.ino
-            {
-                return Ok(self.attrs_of(&now));
-            }
+        let dir_path = self.path_of(i.parent);
+        // (A parent not known, whose path would read as the root's, is not listed.)
+        if i.fetched.is_some()
+            && (i.parent == ROOT || !dir_path.is_empty())
+            && let Some(now) = self.confirmed_by_listing(i.parent, &dir_path, &i.name, is_open).await?
+            && now.ino == i.ino
+        {
+            return Ok(self.attrs_of(&now));
         }
         let since = self.table().changes();
         let had = i.fetched.map(|_| (i.kind, &i.attr));
@@ -503,7 +504,12 @@ impl Namespace {
         let gate = {
             let mut r = self.relists.lock().expect("relists lock");
             if r.len() >= MAX_RELISTS {
+                // Idle directories go: those of past windows first, then, if that was not enough,
+                // every one not being relisted (only a heuristic's count is lost).
                 r.retain(|_, e| e.window.is_some_and(|(at, _)| at.elapsed() < ttl) || Arc::strong_count(&e.gate) > 1);
+                if r.len() >= MAX_RELISTS / 2 {
+                    r.retain(|_, e| Arc::strong_count(&e.gate) > 1);
+                }
             }
             let e = r.entry(parent).or_default();
             let (began, asked) = match e.window {
@@ -527,11 +533,18 @@ impl Namespace {
             return Ok(None);
         }
         *latest = Some(Instant::now());
-        if self.list_whole(parent, dir_path, Some(is_open)).await?.is_none() {
-            self.absent().large.insert(parent);
-            return Ok(None);
+        match self.list_whole(parent, dir_path, Some(is_open)).await {
+            Ok(Some(_)) => Ok(confirmed()),
+            Ok(None) => {
+                self.absent().large.insert(parent);
+                Ok(None)
+            }
+            // The HEAD this would have spared answers instead.
+            Err(e) => {
+                tracing::debug!(dir = dir_path, error = %e, "relisting for stale stats failed");
+                Ok(None)
+            }
         }
-        Ok(confirmed())
     }
 
     /// The first lookup in a freshly listed directory (`ls -l`, `find`, a file manager) starts
