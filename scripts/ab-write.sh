@@ -8,7 +8,8 @@
 # Needs root and /dev/fuse; AB_DIR (default /dev/shm/ab) holds bucket, staging and mount point.
 # AB_VARIANTS (default "old new") may add "old+wb" and "new+wb": that binary with --writeback-cache.
 # AB_GPU (default off) is the mounts' --gpu; AB_WARM=1 writes 256 MiB through each mount (and
-# removes it) before the timed writes.
+# removes it) before the timed writes. AB_AFTER_WARM is a command run then (after the warm-up, if
+# any), with the mount's process id in $pid: for experiments such as renicing its threads.
 # AB_BUCKET=memory mounts memory:// instead (the floor: no bucket writes; reads then come from
 # the same mount after a drop of the kernel's caches, so they are not cold).
 set -euo pipefail
@@ -55,6 +56,7 @@ for codec in $codecs; do for w in $writers; do for r in $(seq "$runs"); do for w
   if [ -n "${AB_WARM:-}" ]; then  # a mount that has written before (its GPU, if any, started)
     dd if="$data" of="$mnt/warm" bs=1M count=256 conv=fsync status=none; rm "$mnt/warm"
   fi
+  [ -n "${AB_AFTER_WARM:-}" ] && eval "$AB_AFTER_WARM"
   c0=$(cpu $pid); t0=$(now); many write; t1=$(now); c1=$(cpu $pid)
   if [ "${AB_BUCKET:-}" != memory ]; then
     umount "$mnt"; wait $pid || true
