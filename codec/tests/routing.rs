@@ -267,6 +267,19 @@ impl BatchBackend for Overlapping {
     }
 }
 
+/// `GpuPolicy::On` with short batch windows and launches of at most 1.25 MiB each (two
+/// launching threads share 2.5 MiB with `one_stream`): a few frames of 240 KB.
+fn on(one_stream: bool) -> DispatchConfig {
+    DispatchConfig {
+        policy: GpuPolicy::On,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        batch_floor_bytes: 2_560_000,
+        one_stream,
+        ..DispatchConfig::default()
+    }
+}
+
 #[test]
 fn one_long_stream_runs_launches_at_once_and_otherwise_one_at_a_time() {
     for one_stream in [true, false] {
@@ -276,17 +289,8 @@ fn one_long_stream_runs_launches_at_once_and_otherwise_one_at_a_time() {
             most_at_once: AtomicU64::new(0),
             slots: Default::default(),
         });
-        let cfg = DispatchConfig {
-            policy: GpuPolicy::On,
-            min_items: 4,
-            batch_window: Duration::from_millis(2),
-            // Launches of at most 1.25 MiB each (two launching threads share 2.5 MiB): a few frames
-            // of 240 KB.
-            batch_floor_bytes: 2_560_000,
-            one_stream,
-            ..DispatchConfig::default()
-        };
-        let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+        let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), on(one_stream))
+            .unwrap();
         let codecs = run(&d, 200);
         assert!(codecs.iter().all(|c| *c == CodecId::Zstd), "every frame came back compressed, in its place");
         let (most, slots) = (fake.most_at_once.load(Ordering::SeqCst), fake.slots.lock().unwrap().clone());
@@ -344,14 +348,7 @@ fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
     let before = rustix::process::getpriority_process(None).unwrap();
     for one_stream in [false, true] {
         let fake = Arc::new(Niceness(Default::default()));
-        let cfg = DispatchConfig {
-            policy: GpuPolicy::On,
-            min_items: 4,
-            batch_window: Duration::from_millis(2),
-            batch_floor_bytes: 2_560_000,
-            one_stream,
-            ..DispatchConfig::default()
-        };
+        let cfg = on(one_stream);
         assert_eq!(cfg.launch_nice, -10, "the default");
         let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
         run(&d, 40);
