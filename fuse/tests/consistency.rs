@@ -293,6 +293,37 @@ async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl
     assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
 }
 
+/// A burst of stale stats whose listing fails is answered by HEADs, as it was before listings
+/// answered bursts: the listing is an optimisation, never a new way to fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_stats_whose_listing_fails_is_answered_by_heads() {
+    use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
+    use shrinkfs_fuse::store::{Backend, RetryPolicy, StoreConfig};
+    let store = Arc::new(InMemory::new());
+    let ctl = Arc::new(FaultControl::default());
+    let retry = RetryPolicy::NONE;
+    let backend =
+        FaultStore::layer(Backend { store: store.clone(), pages: None, multipart: Some(store.clone()) }, ctl.clone());
+    let bucket = Bucket::stack(backend, &Path::from("pre"), "faulty", &StoreConfig { retry, ..Default::default() });
+    let cfg = FsConfig {
+        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    let fs = Fs::new(bucket, cfg, Services::default());
+    let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for k in 0..12 {
+        write(&fs, d, &format!("f{k:02}"), "y".repeat(k + 1).as_bytes()).await;
+    }
+    past_ttl().await;
+    ctl.fail_next(Op::List, 1000);
+    let lists = ctl.calls(Op::List);
+    for k in 0..12 {
+        let got = fs.lookup(d, &format!("f{k:02}")).await;
+        assert_eq!(got.map(|a| a.size).map_err(|e| e.to_string()), Ok(k as u64 + 1), "f{k:02}");
+    }
+    assert!(ctl.calls(Op::List) > lists, "the burst tried a listing");
+}
+
 /// A small file read back by the mount that wrote it is served from what the write kept while
 /// that version is confirmed current; once the TTL has passed, another mount's new version is
 /// what it reads, never the kept bytes of the old one.
