@@ -13,6 +13,11 @@
 # s3rver lists by walking its whole bucket directory, so every listing (and each filesystem lists
 # when a name is looked up and not found) costs time in proportion to the files already there:
 # keep --files to a few thousand.
+# Everything (s3rver's objects, the local baseline, JuiceFS's cache) lives under $TMPDIR. On an
+# ext4 without a journal, files made soon after others were deleted are slow to create (it scans
+# past the freed inodes), so each target then creates more slowly than the one before it: use a
+# tmpfs there (TMPDIR=/dev/shm), as BENCHMARKS.md §8's later runs do. Even so, the last target
+# creates faster than the first (s3rver warms up): compare builds in both orders.
 # Output: target/bench-fs/compare.{json,html}. Needs root (FUSE mounts, dropping caches).
 # Environment: SHRINKFS_BIN=PATH measures that shrinkfs executable and skips the build; otherwise
 # `cargo build --release` builds one into $CARGO_TARGET_DIR (default: target/).
