@@ -333,14 +333,18 @@ impl BatchBackend for Niceness {
     }
 }
 
-/// Whether this process may raise a thread's priority: tried on a thread of its own.
+/// Whether this process may raise a thread's priority by 10, as the dispatcher asks: tried on a
+/// thread of its own (CAP_SYS_NICE, or a high enough RLIMIT_NICE; root in a container may lack
+/// both).
 fn may_raise_priority() -> bool {
-    std::thread::spawn(|| {
+    let may = std::thread::spawn(|| {
         let now = rustix::process::getpriority_process(None).unwrap();
-        now > -20 && rustix::process::setpriority_process(None, now - 1).is_ok()
+        now > -20 && rustix::process::setpriority_process(None, (now - 10).max(-20)).is_ok()
     })
     .join()
-    .unwrap()
+    .unwrap();
+    println!("this process {} raise a thread's priority", if may { "may" } else { "may not" });
+    may
 }
 
 #[test]

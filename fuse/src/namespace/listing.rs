@@ -36,13 +36,16 @@ pub struct Listing {
     started: Instant,
 }
 
-/// A listed page as (name, kind, object) triples, marker objects left out.
 /// Most pages a lookup miss lists to learn a whole directory (4,000 keys at S3's page size): a
 /// burst of creates there then asks nothing more until the negative TTL runs out, where each
 /// miss of a larger directory costs a HEAD and a one-key LIST.
 pub const WHOLE_PAGES: usize = 4;
 
-fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
+/// A listed entry: its name, its kind, and its object (a file's).
+type Listed = (String, Kind, Option<ObjectMeta>);
+
+/// A listed page's entries, marker objects left out.
+fn names(page: ListResult) -> Vec<Listed> {
     let dirs = page
         .common_prefixes
         .iter()
@@ -59,8 +62,8 @@ fn names(page: ListResult) -> Vec<(String, Kind, Option<ObjectMeta>)> {
 }
 
 impl Namespace {
-    /// Records entry `name` of directory `dir` as a listing that started at `started` showed it
-    /// (`object` for a file), `since` being the table's change count then; returns its inode.
+    /// Records entry `name` of directory `dir` as a listing page requested at `started` showed
+    /// it (`object` for a file), `since` being the table's change count then; returns its inode.
     /// An object version this mount wrote or read before gets its known attributes; a version a
     /// lookup described is confirmed by the listing's ETag (its attributes trusted as of the
     /// listing's start) or, with another ETag, left to be asked again. An entry open here is
@@ -79,9 +82,12 @@ impl Namespace {
     ) -> Inode {
         let known = object.and_then(|o| self.reader.known(o)).filter(|_| !open_here);
         match (known, t.child(dir, name)) {
-            (Some(info), _) => {
+            (Some(info), known) => {
                 let (kind, attr) = attr_from_object(&info);
-                t.observe_at(dir, name, kind, attr, false, since, started)
+                // A later answer about the same version keeps its time.
+                let same = known.filter(|i| i.kind == kind && i.attr.etag == attr.etag);
+                let at = same.and_then(|i| i.fetched).map_or(started, |f| f.max(started));
+                t.observe_at(dir, name, kind, attr, false, since, at)
             }
             (None, Some(i))
                 if kind == Kind::File
@@ -259,10 +265,11 @@ impl Namespace {
         let prefix = self.key(rel);
         let started = Instant::now();
         let since = self.table().changes();
-        let page = match &self.bucket.pages {
+        // Each page with when its request was sent: what it shows holds from then.
+        let pages_got = match &self.bucket.pages {
             Some(pages) => {
                 let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
-                let mut all = ListResult { common_prefixes: Vec::new(), objects: Vec::new() };
+                let mut all = Vec::new();
                 let mut token = None;
                 for _ in 0..WHOLE_PAGES {
                     let opts = PaginatedListOptions {
@@ -271,9 +278,9 @@ impl Namespace {
                         page_token: token.take(),
                         ..Default::default()
                     };
+                    let sent = Instant::now();
                     let got = pages.list_paginated(under.as_deref(), opts).await?;
-                    all.common_prefixes.extend(got.result.common_prefixes);
-                    all.objects.extend(got.result.objects);
+                    all.push((sent, got.result));
                     token = got.page_token;
                     if token.is_none() {
                         break;
@@ -284,13 +291,14 @@ impl Namespace {
                 }
                 all
             }
-            None => self.bucket.store.list_with_delimiter(Some(&prefix)).await?,
+            None => vec![(started, self.bucket.store.list_with_delimiter(Some(&prefix)).await?)],
         };
-        let listed = names(page);
+        let listed: Vec<(Instant, Listed)> =
+            pages_got.into_iter().flat_map(|(at, page)| names(page).into_iter().map(move |e| (at, e))).collect();
         if let Some(is_open) = confirm {
             let mut t = self.table();
             let mut seen = HashSet::new();
-            for (name, kind, object) in &listed {
+            for (at, (name, kind, object)) in &listed {
                 // As an open directory shows it: the first of a name (a directory before a file).
                 if !seen.insert(name) {
                     continue;
@@ -298,14 +306,14 @@ impl Namespace {
                 // Only what is known is confirmed: the rest is named when a lookup asks for it.
                 if let Some(c) = t.child(dir, name).filter(|c| c.kind != Kind::Dir) {
                     let open_here = is_open(c.ino);
-                    self.observe_listed(&mut t, dir, name, *kind, object.as_ref(), open_here, started, since);
+                    self.observe_listed(&mut t, dir, name, *kind, object.as_ref(), open_here, *at, since);
                 }
             }
         }
         let dirs: HashSet<String> =
-            listed.iter().filter(|(_, k, _)| *k == Kind::Dir).map(|(n, _, _)| n.clone()).collect();
+            listed.iter().filter(|(_, (_, k, _))| *k == Kind::Dir).map(|(_, (n, _, _))| n.clone()).collect();
         self.subdirs_counted(dir, dirs.len());
-        self.listed_completely(dir, started, listed.into_iter().map(|(n, _, _)| n).collect());
+        self.listed_completely(dir, started, listed.into_iter().map(|(_, (n, _, _))| n).collect());
         Ok(Some(dirs))
     }
 
@@ -319,6 +327,8 @@ impl Namespace {
         let prefix = self.key(&l.path);
         let first = matches!(l.next, Next::Start);
         let since = self.table().changes();
+        // What this page shows holds from when its request was sent.
+        let sent = Instant::now();
         let mut page = match (&self.bucket.pages, &l.next) {
             (_, Next::Done) => return Ok(()),
             (Some(pages), next) => {
@@ -362,7 +372,7 @@ impl Namespace {
                 continue;
             }
             let open_here = t.child(l.ino, &name).is_some_and(|c| is_open(c.ino));
-            let i = self.observe_listed(&mut t, l.ino, &name, kind, object.as_ref(), open_here, l.started, since);
+            let i = self.observe_listed(&mut t, l.ino, &name, kind, object.as_ref(), open_here, sent, since);
             if i.kind != Kind::Dir && i.fetched.is_none() {
                 files.push(name.clone());
             }
