@@ -5,12 +5,7 @@
 # writers of 512 MiB through warmed mounts (`off`, `on` and both `auto`s), and `pack` of 4 GiB of
 # real files (`off`, both `auto`s), idle and with 16 CPU-bound loops beside.
 set -u
-export SHRINKFS_NVCOMP_LIB=$PWD/.device/lib/libnvcomp.so.6
-umount -l /dev/shm/ab/mnt 2>/dev/null; pkill -f "/tmp/b/.* mount" 2>/dev/null; sleep 0.5
-mkdir -p /tmp/b; for v in old new; do gunzip -c .devab/$v.gz > /tmp/b/$v; chmod +x /tmp/b/$v; done
-{ uname -a; nproc; date -u; nvidia-smi -L; } > $OUT/machine.txt 2>&1
-[ -f /dev/shm/real.2g ] || tar cf - /usr 2>/dev/null | head -c $((2 << 30)) > /dev/shm/real.2g
-head -c $((512 << 20)) /dev/shm/real.2g > /dev/shm/real.512m
+. scripts/device-setup.sh old new
 cat /dev/shm/real.2g /dev/shm/real.2g > /dev/shm/usr4g
 T="/usr/bin/time -f wall=%e,user=%U,sys=%S"
 p() { rm -f /dev/shm/out.skf; echo "pack $1 --gpu $2: $( { $T /tmp/b/$1 pack --gpu $2 /dev/shm/usr4g /dev/shm/out.skf; } 2>&1 | tail -1) stored=$(stat -c %s /dev/shm/out.skf)"; }

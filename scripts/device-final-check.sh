@@ -4,10 +4,7 @@
 # on the CPU and compared, and 4 writers of 512 MiB through a `--gpu on` mount read back (GPU
 # decode, then a `--gpu off` mount) and compared (.devab/new.gz).
 set -u
-export SHRINKFS_NVCOMP_LIB=$PWD/.device/lib/libnvcomp.so.6
-mkdir -p /tmp/b; for v in new gputest; do gunzip -c .devab/$v.gz > /tmp/b/$v; chmod +x /tmp/b/$v; done
-[ -f /dev/shm/real.2g ] || tar cf - /usr 2>/dev/null | head -c $((2 << 30)) > /dev/shm/real.2g
-head -c $((512 << 20)) /dev/shm/real.2g > /dev/shm/real.512m
+. scripts/device-setup.sh new gputest
 { echo "== GPU tests"; /tmp/b/gputest --include-ignored 2>&1 | tail -8; } > $OUT/final-check.txt
 {
   /tmp/b/new pack --gpu on /dev/shm/real.2g /dev/shm/p.skf && /tmp/b/new unpack /dev/shm/p.skf /dev/shm/p.out \

@@ -6,12 +6,7 @@
 # started later, inherit that), to see how much of `on`'s loss on a busy host is its host side
 # waiting for a core.
 set -u
-export SHRINKFS_NVCOMP_LIB=$PWD/.device/lib/libnvcomp.so.6
-umount -l /dev/shm/ab/mnt 2>/dev/null; pkill -f "/tmp/b/.* mount" 2>/dev/null; sleep 0.5
-mkdir -p /tmp/b; for v in old new; do gunzip -c .devab/$v.gz > /tmp/b/$v; chmod +x /tmp/b/$v; done
-{ uname -a; nproc; date -u; nvidia-smi -L; } > $OUT/machine.txt 2>&1
-[ -f /dev/shm/real.2g ] || tar cf - /usr 2>/dev/null | head -c $((2 << 30)) > /dev/shm/real.2g
-head -c $((512 << 20)) /dev/shm/real.2g > /dev/shm/real.512m
+. scripts/device-setup.sh old new
 if [ -z "${ROUND7_BUSY_ONLY:-}" ]; then
   scripts/ab-write.sh /tmp/b/old /tmp/b/new /dev/shm/real.2g 3 "none zstd" 1 > $OUT/ab-1.txt 2>&1
   scripts/ab-write.sh /tmp/b/old /tmp/b/new /dev/shm/real.512m 3 "none zstd" 8 > $OUT/ab-8.txt 2>&1

@@ -4,12 +4,7 @@
 # has written 256 MiB first, `--gpu on` and `auto` (and `off`, which starts no GPU thread, once
 # per round), idle and with 16 CPU-bound loops beside.
 set -u
-export SHRINKFS_NVCOMP_LIB=$PWD/.device/lib/libnvcomp.so.6
-umount -l /dev/shm/ab/mnt 2>/dev/null; pkill -f "/tmp/b/.* mount" 2>/dev/null; sleep 0.5
-mkdir -p /tmp/b; for v in old new ${ROUND7_MORE:-}; do gunzip -c .devab/$v.gz > /tmp/b/$v; chmod +x /tmp/b/$v; done
-{ uname -a; nproc; date -u; nvidia-smi -L; } > $OUT/machine.txt 2>&1
-[ -f /dev/shm/real.2g ] || tar cf - /usr 2>/dev/null | head -c $((2 << 30)) > /dev/shm/real.2g
-head -c $((512 << 20)) /dev/shm/real.2g > /dev/shm/real.512m
+. scripts/device-setup.sh old new ${ROUND7_MORE:-}
 export AB_WARM=1
 # The nice value of each of the mount's threads by name, after the warm-up (to stderr).
 export AB_AFTER_WARM='ps -L -o ni=,comm= -p $pid | sort | uniq -c | sed "s/^/  threads: /" >&2; true'
