@@ -689,6 +689,10 @@ fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>,
 /// How often a back end judged slower than the CPU is tried again (the host's load changes).
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// What a failed launch or try counts as: a very slow one, so a failing back end is tried again
+/// later, as a slow one is.
+const FAILED_LAUNCH: Duration = Duration::from_secs(3600);
+
 /// Most batch windows one stream spends gathering a launch while frames keep coming (50 ms by
 /// default: at 3 GB/s, about 150 frames arrive in that time).
 const GATHER_WINDOWS: u32 = 10;
@@ -885,7 +889,7 @@ fn batch_loop(
             // `cpu` above, are not the back end's time.)
             let started = Instant::now();
             let ok = backend.compress_batch_in(slot, id, &chunks, cfg.data_type).is_ok();
-            let took = if ok { started.elapsed() } else { Duration::from_secs(3600) };
+            let took = if ok { started.elapsed() } else { FAILED_LAUNCH };
             // (A failing back end is tried again later, like a slow one.)
             measured.lock().expect("measurements").launched(slot.0, chunks.len(), took);
             continue;
@@ -914,7 +918,7 @@ fn batch_loop(
             ran = (ran.0 + n, ran.1 && ok);
         }
         if ran.0 > 0 {
-            let took = if ran.1 { started.elapsed() } else { Duration::from_secs(3600) };
+            let took = if ran.1 { started.elapsed() } else { FAILED_LAUNCH };
             measured.lock().expect("measurements").launched(slot.0, ran.0, took);
         }
     }

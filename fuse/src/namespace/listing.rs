@@ -255,7 +255,8 @@ impl Namespace {
     /// records what it holds as a complete listing (names missing from it are then absent for the
     /// negative TTL). With `confirm` (what is open here), the attributes of the files it lists
     /// that are known here are confirmed or dropped by it too (see [`Self::observe_listed`]).
-    /// Returns the names of its subdirectories, `None` when those pages did not cover it.
+    /// Returns the names of its subdirectories, `None` when those pages did not cover it (the
+    /// directory is then marked large, and not listed whole again).
     pub(crate) async fn list_whole(
         &self,
         dir: u64,
@@ -287,6 +288,8 @@ impl Namespace {
                     }
                 }
                 if token.is_some() {
+                    // Larger than a whole listing is worth: not tried again.
+                    self.absent().large.insert(dir);
                     return Ok(None);
                 }
                 all

@@ -410,13 +410,11 @@ impl Namespace {
     /// the same one request, so the names a burst of creates asks for next are known absent;
     /// a large one is asked only for one key under `rel`.
     async fn is_dir(&self, parent: u64, dir_path: &str, name: &str, rel: &str) -> Result<bool> {
-        if !self.cfg.negative_ttl.is_zero() && !self.absent().large.contains(&parent) {
-            match self.list_whole(parent, dir_path, None).await? {
-                Some(dirs) => return Ok(dirs.contains(name)),
-                None => {
-                    self.absent().large.insert(parent);
-                }
-            }
+        if !self.cfg.negative_ttl.is_zero()
+            && !self.absent().large.contains(&parent)
+            && let Some(dirs) = self.list_whole(parent, dir_path, None).await?
+        {
+            return Ok(dirs.contains(name));
         }
         self.dir_exists(rel).await
     }
@@ -442,9 +440,7 @@ impl Namespace {
             return Ok(self.attrs_of(i));
         }
         let dir_path = self.path_of(i.parent);
-        // (A parent not known, whose path would read as the root's, is not listed.)
         if i.fetched.is_some()
-            && (i.parent == ROOT || !dir_path.is_empty())
             && let Some(now) = self.confirmed_by_listing(i.parent, &dir_path, &i.name, is_open).await?
             && now.ino == i.ino
         {
@@ -488,7 +484,9 @@ impl Namespace {
         is_open: IsOpen<'_>,
     ) -> Result<Option<Inode>> {
         let ttl = self.cfg.metadata_ttl;
+        // (A parent not known, whose path would read as the root's, is not listed.)
         if ttl.is_zero()
+            || (parent != ROOT && dir_path.is_empty())
             || self.cfg.negative_ttl.is_zero()
             || self.bucket.records_cost_extra()
             || self.absent().large.contains(&parent)
@@ -535,10 +533,7 @@ impl Namespace {
         *latest = Some(Instant::now());
         match self.list_whole(parent, dir_path, Some(is_open)).await {
             Ok(Some(_)) => Ok(confirmed()),
-            Ok(None) => {
-                self.absent().large.insert(parent);
-                Ok(None)
-            }
+            Ok(None) => Ok(None),
             // The HEAD this would have spared answers instead.
             Err(e) => {
                 tracing::debug!(dir = dir_path, error = %e, "relisting for stale stats failed");
