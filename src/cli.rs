@@ -271,6 +271,13 @@ pub struct MountArgs {
     /// --metadata-ttl). A file another mount creates shows here at most this long after.
     #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
     pub negative_metadata_ttl: Option<Duration>,
+    /// Deletes an unlink may leave running behind it on an S3 bucket (0 to 1000000; 0: each
+    /// unlink waits for its DELETE). The name is gone from this mount at once; other mounts see it
+    /// go when the DELETE is done, milliseconds later. fsync of a directory and unmounting wait
+    /// for them; a crash before then leaves those files in the bucket (docs/SEMANTICS.md).
+    #[arg(long, value_name = "N", default_value_t = shrinkfs_fuse::store::behind::DEFAULT_DELETES_BEHIND,
+          value_parser = values::int_in::<usize>(0, 1_000_000))]
+    pub deletes_behind: usize,
     /// Directory for files being rewritten at random offsets (default: $TMPDIR).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,

@@ -66,6 +66,7 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
     cfg.reader.allow_unsealed = a.allow_unsealed;
     cfg.writer.writeback_cache = a.writeback_cache;
+    cfg.deletes_behind = a.deletes_behind;
     let ns = &mut cfg.namespace;
     ns.uid = a.uid.unwrap_or(ns.uid);
     ns.gid = a.gid.unwrap_or(ns.gid);

@@ -25,6 +25,9 @@ pub struct FsConfig {
     pub reader: ReaderConfig,
     /// Writing files.
     pub writer: WriterConfig,
+    /// Deletes an unlink may leave running behind it on an S3 or memory bucket (0: each unlink
+    /// waits for its DELETE); a local-directory bucket deletes in place at once.
+    pub deletes_behind: usize,
 }
 
 impl Default for FsConfig {
@@ -37,6 +40,7 @@ impl Default for FsConfig {
             namespace: NamespaceConfig::default(),
             reader: ReaderConfig::default(),
             writer: WriterConfig::default(),
+            deletes_behind: crate::store::behind::DEFAULT_DELETES_BEHIND,
         }
     }
 }

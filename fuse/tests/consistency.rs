@@ -71,6 +71,39 @@ async fn names(fs: &Fs, dir: u64) -> Vec<String> {
     out
 }
 
+/// Line 8: a file removed here is gone for another mount once this mount's fsync of its
+/// directory has returned (the DELETE may run behind the unlink until then), at most the TTL later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_removed_here_is_gone_elsewhere_once_the_directory_is_synced_here() {
+    use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
+    use shrinkfs_fuse::store::{Backend, StoreConfig};
+    let store = Arc::new(InMemory::new());
+    let ctl = Arc::new(FaultControl::default());
+    let backend = FaultStore::layer(Backend::plain(store.clone()), ctl.clone());
+    let bucket = Bucket::stack(backend, &Path::from("pre"), "slow deletes", &StoreConfig::unretried());
+    let cfg = FsConfig {
+        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    let (a, b) = (Fs::new(bucket, cfg, Services::default()), mount(&store));
+    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for n in ["f", "g"] {
+        write(&a, d, n, n.as_bytes()).await;
+    }
+    let bd = b.lookup(ROOT, "d").await.unwrap().ino;
+    let g = b.lookup(bd, "g").await.unwrap().ino;
+    ctl.delay(Op::Delete, Duration::from_millis(800));
+    a.unlink(d, "f").await.unwrap();
+    a.unlink(d, "g").await.unwrap();
+    past_ttl().await;
+    assert!(b.lookup(bd, "g").await.is_ok(), "its DELETE is still running behind the unlink");
+    a.fsyncdir(ROOT).await.unwrap();
+    past_ttl().await;
+    assert!(matches!(b.getattr(g).await, Err(Error::NotFound)));
+    assert!(matches!(b.lookup(bd, "g").await, Err(Error::NotFound)));
+    assert!(names(&b, bd).await.is_empty());
+}
+
 /// One mount: every change is seen by the same mount at once — lookups, attributes, contents
 /// and listings — whatever the TTLs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,6 +194,13 @@ async fn the_filesystem_core_moves_every_documented_metric() {
     assert!(read_all(&fs2, "f2", 1 << 20).await == bytes);
     look(&mut seen);
 
+    // Deletes behind unlinks: the first runs in its unlink, the next is queued while a look runs.
+    ctl.delay(Op::Delete, Duration::from_millis(300));
+    fs.unlink(ROOT, "f3").await.unwrap();
+    fs.unlink(ROOT, "f2").await.unwrap();
+    look(&mut seen);
+    fs.fsyncdir(ROOT).await.unwrap();
+
     let missing: Vec<_> =
         documented().into_keys().filter(|n| !seen.contains(n) && !NOT_MOVED_HERE.contains(&n.as_str())).collect();
     assert!(missing.is_empty(), "never moved: {missing:?}\n{}", m.render(Format::Prometheus));

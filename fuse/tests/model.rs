@@ -86,6 +86,8 @@ struct Model {
     open: HashMap<u64, OpenModel>,
     /// (fh, ino, opened for writing)
     handles: Vec<(u64, u64, bool)>,
+    /// Names unlinked whose deletes may still run behind the unlink, with what they held.
+    behind: HashMap<String, Vec<u8>>,
 }
 
 impl Model {
@@ -131,6 +133,26 @@ async fn stored(store: &Arc<InMemory>, n: &str) -> Option<Vec<u8>> {
     let key = Path::from(format!("pre/{n}"));
     let obj = object_store::ObjectStore::get(store.as_ref(), &key).await.ok()?.bytes().await.ok()?;
     Some(shrinkfs_codec::decode_all(&obj, None, &[]).expect("every stored object decodes"))
+}
+
+/// Waits for the deletes unlinks left running behind them (fsync of the directory): each such
+/// name is then absent from the store, or, where the fsync reports a delete that failed, still
+/// holds what it held (the file is back). A name written again since holds its new bytes.
+async fn settle(fs: &Fs, store: &Arc<InMemory>, m: &mut Model) -> Result<(), TestCaseError> {
+    let settled = fs.fsyncdir(ROOT).await;
+    for (n, old) in std::mem::take(&mut m.behind) {
+        if m.exists(&n) {
+            continue;
+        }
+        match stored(store, &n).await {
+            None => {}
+            Some(v) if settled.is_err() && v == old => {
+                m.durable.insert(n, v);
+            }
+            Some(_) => return Err(fail(format!("{n}: unlinked, yet in the store after fsync ({settled:?})"))),
+        }
+    }
+    Ok(())
 }
 
 fn fail(msg: String) -> TestCaseError {
@@ -180,6 +202,16 @@ async fn steps_on(
             },
             s => s,
         };
+        // A step on a name whose delete may still be running waits for it first: until then
+        // the name's fate (gone, or back after a failed delete) is not known.
+        let named = match s {
+            Step::Open { file, .. } | Step::Unlink { file } => vec![file],
+            Step::Rename { from, to } => vec![from, to],
+            _ => vec![],
+        };
+        if named.iter().any(|&f| m.behind.contains_key(&name(f))) {
+            settle(fs, store, m).await?;
+        }
         let ctx = |what: &str| format!("step {k} {s:?}: {what}");
         if std::env::var_os("SHRINKFS_MODEL_TRACE").is_some() {
             eprintln!("step {k} {s:?} failures so far {} durable {:?}", ctl.failures(), m.durable);
@@ -292,7 +324,9 @@ async fn steps_on(
                         if !m.exists(&n) {
                             return Err(fail(ctx("unlinked a file the model does not have")));
                         }
-                        m.durable.remove(&n);
+                        if let Some(old) = m.durable.remove(&n) {
+                            m.behind.insert(n.clone(), old);
+                        }
                         for o in m.open.values_mut().filter(|o| o.name.as_deref() == Some(n.as_str())) {
                             o.name = None;
                         }
@@ -356,7 +390,10 @@ async fn steps_on(
                 }
             }
             Step::Faults { percent } => ctl.fail_rate(f64::from(percent) / 100.0, k as u64),
-            Step::Check => check_durable(store, m).await?,
+            Step::Check => {
+                settle(fs, store, m).await?;
+                check_durable(store, m).await?;
+            }
             _ => {}
         }
     }
@@ -366,6 +403,7 @@ async fn steps_on(
 /// Checks the store, then closes every handle with faults off: every named file's live bytes must
 /// then be durable.
 async fn finish(fs: &Fs, ctl: &FaultControl, store: &Arc<InMemory>, mut m: Model) -> Result<(), TestCaseError> {
+    settle(fs, store, &mut m).await?;
     check_durable(store, &m).await?;
     ctl.fail_rate(0.0, 0);
     ctl.set_down(false);

@@ -470,6 +470,9 @@ impl Fs {
                 first_err.get_or_insert(e);
             }
         }
+        if let Err(e) = self.settle_deletes("").await {
+            first_err.get_or_insert(e);
+        }
         first_err.map_or(Ok(()), Err)
     }
 

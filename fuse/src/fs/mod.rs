@@ -60,6 +60,8 @@ pub struct Fs {
     budget: Budget,
     /// Where the mount serves its metrics, once it does (for `shrinkfs stats`).
     metrics_addr: OnceLock<String>,
+    /// Deletes running behind their unlinks (S3 and memory buckets).
+    deletes: Option<Arc<crate::store::behind::Deletes>>,
     /// Held while directory markers are written for their times, and by rmdir and rename, so a
     /// late marker never brings back a directory removed or moved meanwhile.
     dir_writes: tokio::sync::Mutex<()>,
@@ -75,6 +77,7 @@ impl Fs {
     /// A filesystem over `bucket`, set up as `cfg` says, using `services`.
     pub fn new(bucket: Bucket, cfg: FsConfig, services: Services) -> Self {
         let Services { dispatcher, disk_cache } = services;
+        let (bucket, deletes) = bucket.with_deletes_behind(cfg.deletes_behind);
         let metrics = bucket.metrics.clone();
         metrics.watch_codec(dispatcher.counters().clone());
         let budget = Budget::new(cfg.io_budget, metrics.clone());
@@ -109,6 +112,7 @@ impl Fs {
             metrics,
             budget,
             metrics_addr: OnceLock::new(),
+            deletes,
             dir_writes: tokio::sync::Mutex::default(),
         }
     }
@@ -176,6 +180,23 @@ impl Fs {
     pub fn dirty_bytes(&self) -> u64 {
         let files = self.handles.open_files();
         files.iter().filter_map(|(_, f, _)| Some(f.try_lock().ok()?.dirty_bytes())).sum()
+    }
+
+    /// Waits for the deletes queued behind unlinks in directory `ino` and under it (all of
+    /// them for the root), and reports those that failed: what fsync of a directory asks.
+    pub async fn fsyncdir(&self, ino: u64) -> Result<()> {
+        let path = self.names.path_of(ino);
+        let prefix = if path.is_empty() { String::new() } else { format!("{}/", self.names.key(&path)) };
+        self.settle_deletes(&prefix).await
+    }
+
+    /// [`Self::fsyncdir`] for the keys starting with `prefix`.
+    async fn settle_deletes(&self, prefix: &str) -> Result<()> {
+        let Some(deletes) = &self.deletes else { return Ok(()) };
+        deletes
+            .settle(prefix)
+            .await
+            .map_err(|e| Error::from(object_store::Error::Generic { store: "deletes-behind", source: Box::new(e) }))
     }
 
     /// Whether inode `ino` is open: what the namespace asks of open files.

@@ -107,6 +107,8 @@ impl Fs {
         // A name looked up within the metadata TTL exists as far as this mount may tell (the
         // kernel's `rm` looks it up first); else a HEAD says, since a DELETE of nothing succeeds.
         let known_fresh = known.as_ref().is_some_and(|k| self.names.trusted(k));
+        // An open file keeps its bytes for its handles (POSIX: unlinked, not gone).
+        let had_local = known.as_ref().is_some_and(|k| self.handles.is_open(k.ino));
         let remove = async {
             if !known_fresh {
                 match self.bucket.store.head(&key).await {
@@ -115,13 +117,16 @@ impl Fs {
                     Err(e) => return Err(Error::from(e)),
                 }
             }
-            match self.bucket.store.delete(&key).await {
+            // A file open here is detached from its handles first: its delete runs now.
+            let deleted = match (&self.deletes, had_local) {
+                (Some(behind), false) => behind.delete(&key).await,
+                _ => self.bucket.store.delete(&key).await,
+            };
+            match deleted {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
                 Err(e) => Err(e.into()),
             }
         };
-        // An open file keeps its bytes for its handles (POSIX: unlinked, not gone).
-        let had_local = known.as_ref().is_some_and(|k| self.handles.is_open(k.ino));
         let existed = match &known {
             Some(k) => self.detach_open(k.ino, remove).await?,
             None => remove.await?,

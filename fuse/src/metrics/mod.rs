@@ -94,6 +94,7 @@ pub struct StoreMetrics {
     errors: Family<KindLabel, Counter>,
     retries: Family<KindLabel, Counter>,
     in_flight: Gauge,
+    deletes_behind: Gauge,
     read_bytes: Counter,
     written_bytes: Counter,
 }
@@ -117,6 +118,11 @@ impl StoreMetrics {
     /// Moves the in-flight gauge.
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
+    }
+
+    /// Moves the gauge of deletes queued behind their unlinks.
+    pub fn deletes_behind(&self, delta: i64) {
+        self.deletes_behind.inc_by(delta);
     }
 
     /// Counts body bytes read.
@@ -175,6 +181,7 @@ impl Metrics {
             errors: Family::default(),
             retries: Family::default(),
             in_flight: Gauge::default(),
+            deletes_behind: Gauge::default(),
             read_bytes: Counter::default(),
             written_bytes: Counter::default(),
         };
@@ -216,6 +223,7 @@ impl Metrics {
         r.register(STORE_ERRORS, "Store request tries that failed, by kind", s.errors.clone());
         r.register(STORE_RETRIES, "Store requests tried again after a passing failure, by kind", s.retries.clone());
         r.register(STORE_IN_FLIGHT, "Store requests in flight", s.in_flight.clone());
+        r.register(DELETES_BEHIND, "Deletes queued behind their unlinks, not yet done", s.deletes_behind.clone());
         r.register(STORE_READ_BYTES, "Bytes read from the object store", s.read_bytes.clone());
         r.register(STORE_WRITTEN_BYTES, "Bytes written to the object store", s.written_bytes.clone());
         r.register(LOGICAL_WRITTEN_BYTES, "Logical (uncompressed) bytes of objects written", m.logical_written.clone());

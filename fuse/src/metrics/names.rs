@@ -29,6 +29,8 @@ pub const STORE_ERRORS: &str = "shrinkfs_store_errors";
 pub const STORE_RETRIES: &str = "shrinkfs_store_retries";
 /// Store requests in flight (bounded by the concurrency limit).
 pub const STORE_IN_FLIGHT: &str = "shrinkfs_store_requests_in_flight";
+/// Deletes an unlink queued and returned before (S3 buckets), not done yet.
+pub const DELETES_BEHIND: &str = "shrinkfs_store_deletes_behind";
 /// Bytes of object bodies read from the store.
 pub const STORE_READ_BYTES: &str = "shrinkfs_store_read_bytes";
 /// Bytes of objects and parts written to the store.

@@ -234,10 +234,19 @@ impl Namespace {
     pub async fn first_keys(&self, rel: &str, n: usize) -> Result<Vec<object_store::path::Path>> {
         let prefix = self.key(rel);
         if let Some(pages) = &self.bucket.pages {
-            let opts = PaginatedListOptions { max_keys: Some(n), ..Default::default() };
             let under = (!prefix.as_ref().is_empty()).then(|| format!("{prefix}/"));
-            let got = pages.list_paginated(under.as_deref(), opts).await?;
-            return Ok(got.result.objects.into_iter().map(|o| o.location).take(n).collect());
+            // A page may hold fewer keys than asked for (a store layer may leave some out).
+            let (mut keys, mut token) = (Vec::new(), None);
+            loop {
+                let opts =
+                    PaginatedListOptions { max_keys: Some(n - keys.len()), page_token: token, ..Default::default() };
+                let got = pages.list_paginated(under.as_deref(), opts).await?;
+                keys.extend(got.result.objects.into_iter().map(|o| o.location));
+                token = got.page_token;
+                if keys.len() >= n || token.is_none() {
+                    return Ok(keys.into_iter().take(n).collect());
+                }
+            }
         }
         use futures::TryStreamExt;
         let mut keys = Vec::new();

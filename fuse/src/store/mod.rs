@@ -3,11 +3,12 @@
 //! `ObjectStore` that forwards the paged-listing and multipart extensions where the backend has
 //! them (see [`Backend`]). From the caller down:
 //!
-//! `instrument` (requests, outcomes, bytes, latency) → `retry` (passing failures, per
-//! [`StoreConfig`]) → `limit` (requests in flight) → `compat` (S3 servers' quirks) → `prefix`
-//! (the key prefix) → the backend (S3 with `s3`'s options, a local directory, memory; `fault`
-//! in tests).
+//! `behind` (a mount's deletes done behind its unlinks, where it asks for them) → `instrument`
+//! (requests, outcomes, bytes, latency) → `retry` (passing failures, per [`StoreConfig`]) →
+//! `limit` (requests in flight) → `compat` (S3 servers' quirks) → `prefix` (the key prefix) → the
+//! backend (S3 with `s3`'s options, a local directory, memory; `fault` in tests).
 
+pub mod behind;
 pub mod class;
 pub mod compat;
 pub mod config;
@@ -392,6 +393,20 @@ impl Bucket {
     /// Where this bucket's upload markers live.
     pub fn upload_markers(&self) -> Path {
         crate::uploads::marker_dir(&Path::default())
+    }
+
+    /// The bucket with the [`behind::Behind`] layer on top, at most `max` deletes queued behind
+    /// their callers, and that queue; `None` for a local-directory bucket, which deletes in place
+    /// at once.
+    pub fn with_deletes_behind(mut self, max: usize) -> (Bucket, Option<Arc<behind::Deletes>>) {
+        if self.local.is_some() || max == 0 {
+            return (self, None);
+        }
+        let below = Backend { store: self.store.clone(), pages: self.pages.clone(), multipart: self.multipart.clone() };
+        let (layer, deletes) = behind::Behind::new(below.clone(), max, self.metrics.store().clone());
+        let top = below.wrap(layer);
+        (self.store, self.pages, self.multipart) = (top.store, top.pages, top.multipart);
+        (self, Some(deletes))
     }
 
     /// The key of a path of the filesystem (relative to the prefix, like every key of `store`).
