@@ -272,12 +272,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
     pub negative_metadata_ttl: Option<Duration>,
     /// Deletes an unlink may leave running behind it on an S3 bucket (0 to 1000000; 0: each
-    /// unlink waits for its DELETE). The name is gone from this mount at once; other mounts see it
-    /// go when the DELETE is done, milliseconds later. fsync of a directory and unmounting wait
-    /// for them; a crash before then leaves those files in the bucket (docs/SEMANTICS.md).
-    #[arg(long, value_name = "N", default_value_t = shrinkfs_fuse::store::behind::DEFAULT_DELETES_BEHIND,
-          value_parser = values::int_in::<usize>(0, 1_000_000))]
-    pub deletes_behind: usize,
+    /// unlink waits for its DELETE). Only for a bucket no one else writes: a file another writer
+    /// stores under a removed name before the queued DELETE runs is deleted by it. The name is
+    /// gone from this mount at once; fsync of a directory and unmounting wait for the queue.
+    /// Default: 4096 with `--metadata-ttl indefinite` (a bucket only this mount writes), else 0.
+    #[arg(long, value_name = "N", value_parser = values::int_in::<usize>(0, 1_000_000))]
+    pub deletes_behind: Option<usize>,
     /// Directory for files being rewritten at random offsets (default: $TMPDIR).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,

@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use shrinkfs_fuse::connection::{self, Atime, KernelOptions};
 use shrinkfs_fuse::diskcache::DiskCache;
 use shrinkfs_fuse::session;
+use shrinkfs_fuse::store::behind::DEFAULT_DELETES_BEHIND;
 use shrinkfs_fuse::store::{self, Source};
 use shrinkfs_fuse::{Fs, FsConfig, Services};
 
@@ -66,7 +67,9 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
     let mut cfg = FsConfig { encode, dicts, read_only: a.read_only, ..FsConfig::default() };
     cfg.reader.allow_unsealed = a.allow_unsealed;
     cfg.writer.writeback_cache = a.writeback_cache;
-    cfg.deletes_behind = a.deletes_behind;
+    // Deletes run behind unlinks by default only where no one else writes the bucket.
+    let own_bucket = a.metadata_ttl == std::time::Duration::MAX;
+    cfg.deletes_behind = a.deletes_behind.unwrap_or(if own_bucket { DEFAULT_DELETES_BEHIND } else { 0 });
     let ns = &mut cfg.namespace;
     ns.uid = a.uid.unwrap_or(ns.uid);
     ns.gid = a.gid.unwrap_or(ns.gid);
@@ -334,7 +337,7 @@ fn serve(
     if abandoned > 0 {
         tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
     }
-    flushed.context("uploading pending files at unmount")?;
+    flushed.context("uploading pending files, or deleting removed ones, at unmount")?;
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     Ok(())
 }

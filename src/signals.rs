@@ -105,6 +105,10 @@ pub async fn watch(fs: Arc<Fs>, conn: Connection, log_file: Option<PathBuf>, han
         second = stops.next() => {
             tracing::warn!(mountpoint = %mp, "{second} again: forcing: the mount is detached; files still open for writing are not stored (their previous versions stay)");
             let _ = conn.detach();
+            let queued = fs.deletes_queued();
+            if queued > 0 {
+                tracing::warn!(deletes = queued, "forced stop: deletes still queued behind their unlinks are dropped; those files stay in the bucket");
+            }
             match tokio::time::timeout(ABANDON_WAIT, fs.abandon_open()).await {
                 Ok(n) => tracing::warn!(files = n, "forced stop: exiting"),
                 Err(_) => tracing::error!("forced stop: files open for writing did not let go in time; exiting"),
@@ -126,7 +130,7 @@ async fn unmount_when_free(fs: &Fs, conn: &Connection) {
     };
     loop {
         if let Err(e) = fs.flush_all().await {
-            tracing::error!(error = %e, "some closed files could not be stored yet");
+            tracing::error!(error = %e, "storing closed files or deleting removed ones failed");
         }
         match conn.unmount() {
             Ok(()) => return,

@@ -229,7 +229,7 @@ fn every_operation_on_an_s3_compatible_server() {
     m.unmount();
 }
 
-/// Deletes behind unlinks on an S3 server (paged listings): rmdir of a directory that deletes
+/// Deletes behind unlinks (`--deletes-behind`) on an S3 server (paged listings): rmdir of a directory that deletes
 /// still running emptied, a name written again right after its unlink, and what the bucket holds
 /// once the mount is gone.
 #[test]
@@ -244,8 +244,11 @@ fn removed_files_stay_removed_on_an_s3_compatible_server() {
     };
     let mnt = t.path().join("mnt");
     let env = server.env();
-    let args = ["--endpoint-url", server.endpoint.as_str()];
+    let args = ["--endpoint-url", server.endpoint.as_str(), "--deletes-behind", "64"];
     let m = mount("s3://bkt", &mnt, &args, &env);
+    // The mount's first delete runs inside its unlink; the ones below are queued.
+    fs::write(mnt.join("first"), "x").unwrap();
+    fs::remove_file(mnt.join("first")).unwrap();
     let d = mnt.join("d");
     fs::create_dir(&d).unwrap();
     let name = |k: usize| d.join(format!("f{k:02}"));

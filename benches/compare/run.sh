@@ -22,8 +22,9 @@
 # Environment: SHRINKFS_BIN=PATH measures that shrinkfs executable and skips the build; otherwise
 # `cargo build --release` builds one into $CARGO_TARGET_DIR (default: target/).
 # SHRINKFS_MOUNT_OPTIONS adds options to the shrinkfs mount (default: none, its defaults).
-# SHRINKFS_BASE_BIN=PATH also mounts that shrinkfs executable (an earlier build, same options) as
-# target `shrinkfs-base` on its own bucket, for a before/after in the same run.
+# SHRINKFS_BASE_BIN=PATH also mounts that shrinkfs executable (an earlier build, same options,
+# or SHRINKFS_BASE_MOUNT_OPTIONS where set) as target `shrinkfs-base` on its own bucket, for a
+# before/after in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -77,11 +78,12 @@ for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
 
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
 read -ra shrinkfs_options <<<"${SHRINKFS_MOUNT_OPTIONS:-}"
+read -ra base_options <<<"${SHRINKFS_BASE_MOUNT_OPTIONS-${SHRINKFS_MOUNT_OPTIONS:-}}"
 "$shrinkfs" mount s3://shrinkfs "$work/mnt/shrinkfs" --endpoint-url "$endpoint" --daemon "${shrinkfs_options[@]}"
 base_args=()
 if [ -n "${SHRINKFS_BASE_BIN:-}" ]; then
   "$(realpath "$SHRINKFS_BASE_BIN")" mount s3://shrinkfsbase "$work/mnt/shrinkfsbase" --endpoint-url "$endpoint" \
-    --daemon "${shrinkfs_options[@]}"
+    --daemon "${base_options[@]}"
   base_args=(--target "shrinkfs-base=$work/mnt/shrinkfsbase" --backend "shrinkfs-base=$work/s3/shrinkfsbase")
 fi
 printf 'S3RVER:S3RVER\n' > "$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"

@@ -26,7 +26,9 @@ pub struct FsConfig {
     /// Writing files.
     pub writer: WriterConfig,
     /// Deletes an unlink may leave running behind it on an S3 or memory bucket (0: each unlink
-    /// waits for its DELETE); a local-directory bucket deletes in place at once.
+    /// waits for its DELETE); a local-directory bucket deletes in place at once. Only for a bucket
+    /// no one else writes: a file another writer stores under a removed name before its queued
+    /// DELETE runs is deleted by it.
     pub deletes_behind: usize,
 }
 
@@ -40,7 +42,7 @@ impl Default for FsConfig {
             namespace: NamespaceConfig::default(),
             reader: ReaderConfig::default(),
             writer: WriterConfig::default(),
-            deletes_behind: crate::store::behind::DEFAULT_DELETES_BEHIND,
+            deletes_behind: 0,
         }
     }
 }

@@ -71,8 +71,9 @@ async fn names(fs: &Fs, dir: u64) -> Vec<String> {
     out
 }
 
-/// Line 8: a file removed here is gone for another mount once this mount's fsync of its
-/// directory has returned (the DELETE may run behind the unlink until then), at most the TTL later.
+/// Line 8: with deletes behind unlinks, a file removed here is gone for another mount once this
+/// mount's fsync of its directory has returned (the DELETE may run behind the unlink until then),
+/// at most the TTL later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_removed_here_is_gone_elsewhere_once_the_directory_is_synced_here() {
     use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
@@ -83,6 +84,7 @@ async fn a_file_removed_here_is_gone_elsewhere_once_the_directory_is_synced_here
     let bucket = Bucket::stack(backend, &Path::from("pre"), "slow deletes", &StoreConfig::unretried());
     let cfg = FsConfig {
         namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        deletes_behind: 64,
         ..FsConfig::default()
     };
     let (a, b) = (Fs::new(bucket, cfg, Services::default()), mount(&store));

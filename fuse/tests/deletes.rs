@@ -1,5 +1,5 @@
-//! Deletes done behind their unlinks (docs/SEMANTICS.md, "unlink"): an unlink on an S3 or memory
-//! bucket returns once the DELETE is queued, and nothing after it — a lookup, a listing, a new
+//! Deletes done behind their unlinks (`--deletes-behind`, docs/SEMANTICS.md, "unlink"): an unlink
+//! on an S3 or memory bucket returns once the DELETE is queued, and nothing after it — a lookup, a listing, a new
 //! file or a rename onto the name, rmdir, another mount after fsync of the directory — sees the
 //! file; a delete that fails is reported by the next fsync of the directory, and the unlinks after
 //! it wait for their deletes again.
@@ -163,7 +163,7 @@ async fn a_delete_that_fails_behind_its_unlink_is_reported_and_the_next_unlinks_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unmounting_waits_for_the_deletes_behind_and_no_more_than_the_limit_are_queued() {
+async fn flushing_at_unmount_waits_for_the_deletes_behind_and_no_more_than_the_limit_are_queued() {
     let store = Arc::new(InMemory::new());
     let (fs, ctl) = faulty(&store, 4);
     let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
@@ -178,7 +178,7 @@ async fn unmounting_waits_for_the_deletes_behind_and_no_more_than_the_limit_are_
         most = most.max(fs.metrics().value(DELETES_BEHIND));
     }
     assert_eq!(most, 4, "at most --deletes-behind queued");
-    // Another mount sees them gone once this one's fsync of the directory has returned.
+    // What unmounting and a stop signal call first: another mount then sees them gone.
     let (other, _) = faulty(&store, 64);
     fs.flush_all().await.unwrap();
     assert_eq!(fs.metrics().value(DELETES_BEHIND), 0);

@@ -121,6 +121,7 @@ async fn the_filesystem_core_moves_every_documented_metric() {
         namespace: NamespaceConfig { metadata_ttl: Duration::ZERO, ..NamespaceConfig::default() },
         // A budget of a few frames: read-ahead finds it full, writers wait for it.
         io_budget: 1 << 20,
+        deletes_behind: 64,
         ..FsConfig::default()
     };
     let services = Services { disk_cache: Some(disk), ..Services::default() };

@@ -124,6 +124,7 @@ fn config() -> FsConfig {
         namespace: NamespaceConfig { metadata_ttl: std::time::Duration::ZERO, ..NamespaceConfig::default() },
         reader: ReaderConfig { cache_bytes: 1 << 20, ..ReaderConfig::default() },
         io_budget: 16 << 20,
+        deletes_behind: 64,
         ..FsConfig::default()
     }
 }
@@ -202,10 +203,11 @@ async fn steps_on(
             },
             s => s,
         };
-        // A step on a name whose delete may still be running waits for it first: until then
-        // the name's fate (gone, or back after a failed delete) is not known.
+        // An unlink or rename of a name whose delete may still be running waits for it first:
+        // until then the name's fate (gone, or back after a failed delete) is not known. An open
+        // does not: its lookup waits for the delete, and tells.
         let named = match s {
-            Step::Open { file, .. } | Step::Unlink { file } => vec![file],
+            Step::Unlink { file } => vec![file],
             Step::Rename { from, to } => vec![from, to],
             _ => vec![],
         };
@@ -220,6 +222,20 @@ async fn steps_on(
             Step::Open { file, write, trunc } => {
                 let n = name(file);
                 let found = fs.lookup(ROOT, &n).await;
+                // A name unlinked with its delete queued: found, the delete failed and the file is
+                // back as it was; not found, it is gone.
+                if let Some(old) = m.behind.get(&n).cloned() {
+                    match &found {
+                        Ok(_) => {
+                            m.durable.insert(n.clone(), old);
+                            m.behind.remove(&n);
+                        }
+                        Err(Error::NotFound) => {
+                            m.behind.remove(&n);
+                        }
+                        Err(_) => {}
+                    }
+                }
                 match found {
                     Ok(a) => {
                         if !m.exists(&n) {

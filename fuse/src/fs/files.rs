@@ -451,7 +451,8 @@ impl Fs {
 
     /// At unmount or on a signal: uploads files with pending changes that no writer holds open
     /// any more (a close whose upload failed, retried once more). A file still open for writing is
-    /// never published half-written: its upload is left to its writer's close.
+    /// never published half-written: its upload is left to its writer's close. Waits for the
+    /// deletes queued behind unlinks too.
     pub async fn flush_all(&self) -> Result<()> {
         let mut first_err = self.write_dir_times().await.err();
         for (ino, file, writers) in self.handles.open_files() {
@@ -470,7 +471,8 @@ impl Fs {
                 first_err.get_or_insert(e);
             }
         }
-        if let Err(e) = self.settle_deletes("").await {
+        // Failed deletes stay reported until the mount ends, so its exit says so too.
+        if let Err(e) = self.settle_deletes(false).await {
             first_err.get_or_insert(e);
         }
         first_err.map_or(Ok(()), Err)

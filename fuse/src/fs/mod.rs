@@ -182,19 +182,23 @@ impl Fs {
         files.iter().filter_map(|(_, f, _)| Some(f.try_lock().ok()?.dirty_bytes())).sum()
     }
 
-    /// Waits for the deletes queued behind unlinks in directory `ino` and under it (all of
-    /// them for the root), and reports those that failed: what fsync of a directory asks.
-    pub async fn fsyncdir(&self, ino: u64) -> Result<()> {
-        let path = self.names.path_of(ino);
-        let prefix = if path.is_empty() { String::new() } else { format!("{}/", self.names.key(&path)) };
-        self.settle_deletes(&prefix).await
+    /// Waits for every delete queued behind an unlink (in any directory: a directory renamed
+    /// since holds its files' deletes under its old name), and reports those that failed since
+    /// the last report: what fsync of a directory asks.
+    pub async fn fsyncdir(&self, _ino: u64) -> Result<()> {
+        self.settle_deletes(true).await
     }
 
-    /// [`Self::fsyncdir`] for the keys starting with `prefix`.
-    async fn settle_deletes(&self, prefix: &str) -> Result<()> {
+    /// Deletes queued behind their unlinks and not done yet.
+    pub fn deletes_queued(&self) -> usize {
+        self.deletes.as_ref().map_or(0, |d| d.queued())
+    }
+
+    /// [`Self::fsyncdir`]; failures reported stay for the next call unless `take`.
+    async fn settle_deletes(&self, take: bool) -> Result<()> {
         let Some(deletes) = &self.deletes else { return Ok(()) };
         deletes
-            .settle(prefix)
+            .settle(take)
             .await
             .map_err(|e| Error::from(object_store::Error::Generic { store: "deletes-behind", source: Box::new(e) }))
     }

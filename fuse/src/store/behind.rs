@@ -4,7 +4,9 @@
 //! keys whose deletes were queued when it started, so nothing this mount deleted comes back.
 //! [`Deletes::settle`] waits for the queue (fsync of a directory, unmount) and reports the deletes
 //! that failed. The first delete, and every one after a failure, runs in the caller, so a bucket
-//! that refuses deletes says so to the unlink.
+//! that refuses deletes says so to the unlink. Only this mount's requests are kept in order: a
+//! file another writer stores under the name before the queued DELETE runs is deleted by it, so
+//! a mount queues deletes only when told the bucket is its own (see `FsConfig::deletes_behind`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +27,7 @@ use tokio::sync::{Semaphore, watch};
 use super::Backend;
 use crate::metrics::StoreMetrics;
 
-/// Deletes that may run behind their unlinks at once, by default.
+/// Deletes that may run behind their unlinks at once on a bucket only the mount writes.
 pub const DEFAULT_DELETES_BEHIND: usize = 4096;
 
 /// Queued deletes sent to the store at once: a quarter of the mount's default request limit, so
@@ -102,37 +104,35 @@ impl Deletes {
         }
         self.count.fetch_add(1, Ordering::AcqRel);
         self.metrics.deletes_behind(1);
-        let this = self.clone();
-        let key = key.clone();
+        let queued = Queued { deletes: self.clone(), key: key.clone(), done, _room: permit };
         tokio::spawn(async move {
+            let this = &queued.deletes;
             let sending = this.sending.acquire().await;
-            let r = this.below.delete(&key).await;
+            let r = this.below.delete(&queued.key).await;
             drop(sending);
             if let (false, Err(e)) = (deleted(&r), &r) {
-                tracing::error!(key = %key, error = %e, "a delete queued behind its unlink failed: the object is still in the bucket");
+                let key = queued.key.as_ref();
+                tracing::error!(key, error = %e, "a delete queued behind its unlink failed: the object is still in the bucket");
                 this.proven.store(false, Ordering::Release);
-                this.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_string(), e.to_string()));
+                this.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_owned(), e.to_string()));
             }
-            this.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(key.as_ref());
-            this.count.fetch_sub(1, Ordering::AcqRel);
-            this.metrics.deletes_behind(-1);
-            done.send_replace(true);
-            drop(permit);
         });
         Ok(())
     }
 
-    /// Waits for every queued delete of a key starting with `prefix` (`""`: all of them), then
-    /// reports those of them that failed since the last report.
-    pub async fn settle(&self, prefix: &str) -> Result<(), DeletesFailed> {
-        for rx in self.under(prefix, |_| true) {
+    /// Waits for every queued delete, then reports those that failed since the last report
+    /// that took them (`take`; else they are reported again, as at the end of a mount).
+    pub async fn settle(&self, take: bool) -> Result<(), DeletesFailed> {
+        for rx in self.under("", |_| true) {
             wait(rx).await;
         }
         let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        let (ours, others): (Vec<_>, Vec<_>) = failed.drain(..).partition(|(k, _)| k.starts_with(prefix));
-        *failed = others;
-        let count = ours.len();
-        match ours.into_iter().next() {
+        let count = failed.len();
+        let first = match take {
+            true => failed.drain(..).next(),
+            false => failed.first().cloned(),
+        };
+        match first {
             None => Ok(()),
             Some((key, reason)) => Err(DeletesFailed { count, key, reason }),
         }
@@ -186,6 +186,25 @@ impl Deletes {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect()
+    }
+}
+
+/// A queued delete's place in the queue, given back when its task ends, however it ends (a
+/// task dropped with the runtime, or one that panicked, must not leave its key waited for).
+struct Queued {
+    deletes: Arc<Deletes>,
+    key: Path,
+    done: watch::Sender<bool>,
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let d = &self.deletes;
+        d.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(self.key.as_ref());
+        d.count.fetch_sub(1, Ordering::AcqRel);
+        d.metrics.deletes_behind(-1);
+        self.done.send_replace(true);
     }
 }
 
