@@ -395,4 +395,21 @@ mod tests {
         assert!((MIN_MEMORY_LIMIT..=1 << 30).contains(&auto), "{auto}");
         assert_eq!(memory_split(None, None).unwrap().0, auto / 4);
     }
+
+    #[test]
+    fn deletes_run_behind_unlinks_by_default_only_on_a_bucket_the_mount_is_told_is_its_own() {
+        use clap::Parser;
+        let behind = |line: &str| {
+            let args: Vec<&str> = line.split(' ').collect();
+            let crate::cli::Command::Mount(m) = crate::cli::Cli::try_parse_from(args).unwrap().command else {
+                panic!("not a mount")
+            };
+            fs_config(&m).unwrap().0.deletes_behind
+        };
+        assert_eq!(behind("shrinkfs mount memory:// /m"), 0);
+        assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl 60"), 0);
+        assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite"), DEFAULT_DELETES_BEHIND);
+        assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite --deletes-behind 0"), 0);
+        assert_eq!(behind("shrinkfs mount memory:// /m --deletes-behind 100"), 100);
+    }
 }
