@@ -195,21 +195,28 @@ fn every_operation_on_a_local_directory_bucket() {
     m.unmount();
 }
 
+/// A local S3 server over a directory in `t`, with an empty bucket `bkt` whose objects are files
+/// under the directory returned; None, having said why, where no server can run here.
+fn s3_bucket(t: &Path) -> Option<(common::S3Server, PathBuf)> {
+    let root = t.join("s3root");
+    fs::create_dir_all(root.join("bkt")).unwrap();
+    let server = s3_server(&root);
+    if server.is_none() {
+        println!("SKIPPED: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
+    }
+    Some((server?, root.join("bkt")))
+}
+
 #[test]
 fn every_operation_on_an_s3_compatible_server() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let root = t.path().join("s3root");
-    fs::create_dir_all(root.join("bkt")).unwrap();
-    let Some(server) = s3_server(&root) else {
-        println!("SKIPPED: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
-        return;
-    };
+    let Some((server, bkt)) = s3_bucket(t.path()) else { return };
     let mnt = t.path().join("mnt");
     let env = server.env();
     let args = ["--endpoint-url", server.endpoint.as_str()];
     let m = mount("s3://bkt", &mnt, &args, &env);
-    exercise(&mnt, &root.join("bkt"));
+    exercise(&mnt, &bkt);
     m.unmount();
     // pack / unpack / inspect on object URLs, without a mount
     let cli = |a: &[&str]| Command::new(common::bin()).args(a).args(args).envs(env.iter().copied()).output().unwrap();
@@ -229,19 +236,14 @@ fn every_operation_on_an_s3_compatible_server() {
     m.unmount();
 }
 
-/// Deletes behind unlinks (`--deletes-behind`) on an S3 server (paged listings): rmdir of a directory that deletes
-/// still running emptied, a name written again right after its unlink, and what the bucket holds
-/// once the mount is gone.
+/// Deletes behind unlinks (`--deletes-behind`) on an S3 server (paged listings): rmdir of a
+/// directory that deletes still running emptied, a name written again right after its unlink, and
+/// what the bucket holds once the mount is gone.
 #[test]
 fn removed_files_stay_removed_on_an_s3_compatible_server() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let root = t.path().join("s3root");
-    fs::create_dir_all(root.join("bkt")).unwrap();
-    let Some(server) = s3_server(&root) else {
-        println!("SKIPPED: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
-        return;
-    };
+    let Some((server, bkt)) = s3_bucket(t.path()) else { return };
     let mnt = t.path().join("mnt");
     let env = server.env();
     let args = ["--endpoint-url", server.endpoint.as_str(), "--deletes-behind", "64"];
@@ -270,11 +272,10 @@ fn removed_files_stay_removed_on_an_s3_compatible_server() {
     fs::write(mnt.join("kept"), "second").unwrap();
     m.unmount();
     // Left: the file written last, and the root directory's marker (its times).
-    let root_marker = root.join("bkt").join(shrinkfs_fuse::fs::DIR_MARKER);
-    let left: Vec<_> =
-        walk(&root.join("bkt")).into_iter().filter(|p| !p.ends_with("kept") && *p != root_marker).collect();
+    let root_marker = bkt.join(shrinkfs_fuse::fs::DIR_MARKER);
+    let left: Vec<_> = walk(&bkt).into_iter().filter(|p| !p.ends_with("kept") && *p != root_marker).collect();
     assert!(left.is_empty(), "{left:?}");
-    assert_eq!(unpack(&root.join("bkt/kept")), b"second");
+    assert_eq!(unpack(&bkt.join("kept")), b"second");
 }
 
 /// Every file under `dir`, recursively.
@@ -295,12 +296,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 fn an_s3_mount_takes_credentials_and_s3_options_from_its_flags() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let root = t.path().join("s3root");
-    fs::create_dir_all(root.join("bkt")).unwrap();
-    let Some(server) = s3_server(&root) else {
-        println!("SKIPPED: no rclone for a local S3 server (scripts/setup.sh --test installs it)");
-        return;
-    };
+    let Some((server, bkt)) = s3_bucket(t.path()) else { return };
     // Keys only in a profile file the flags name (what an fstab line gives a boot-time mount).
     let creds = t.path().join("credentials");
     fs::write(
@@ -327,7 +323,7 @@ fn an_s3_mount_takes_credentials_and_s3_options_from_its_flags() {
     fs::write(mnt.join("big.log"), &big).unwrap();
     fs::write(mnt.join("small.txt"), b"small").unwrap();
     m.unmount();
-    assert!(unpack(&root.join("bkt/pre/big.log")) == big);
+    assert!(unpack(&bkt.join("pre/big.log")) == big);
     let m = mount("s3://bkt/pre", &mnt, &args, &[("AWS_EC2_METADATA_DISABLED", "true")]);
     assert!(fs::read(mnt.join("big.log")).unwrap() == big);
     assert_eq!(fs::read(mnt.join("small.txt")).unwrap(), b"small");

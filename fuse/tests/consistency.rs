@@ -2,6 +2,8 @@
 //! (two `Fs`) of one bucket: what a mount sees of its own changes, what another mount sees of
 //! them and when, and what two writers of one file get.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,19 +58,7 @@ async fn read(fs: &Fs, ino: u64) -> Result<Vec<u8>, Error> {
 }
 
 async fn names(fs: &Fs, dir: u64) -> Vec<String> {
-    let fh = fs.opendir(dir).await.unwrap();
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let got = fs.readdirplus(fh, dir, offset).await.unwrap();
-        let Some(last) = got.last() else { break };
-        offset = last.0;
-        out.extend(
-            got.into_iter().map(|(_, e, a, _)| format!("{}:{}", e.name, a.size)).filter(|n| !n.starts_with('.')),
-        );
-    }
-    fs.releasedir(fh);
-    out
+    common::entries(fs, dir).await.into_iter().map(|(n, size)| format!("{n}:{size}")).collect()
 }
 
 /// Line 8: with deletes behind unlinks, a file removed here is gone for another mount once this

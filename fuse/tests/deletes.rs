@@ -1,8 +1,9 @@
-//! Deletes done behind their unlinks (`--deletes-behind`, docs/SEMANTICS.md, "unlink"): an unlink
-//! on an S3 or memory bucket returns once the DELETE is queued, and nothing after it — a lookup, a listing, a new
-//! file or a rename onto the name, rmdir, another mount after fsync of the directory — sees the
-//! file; a delete that fails is reported by the next fsync of the directory, and the unlinks after
-//! it wait for their deletes again.
+//! Deletes done behind their unlinks (`--deletes-behind`, docs/SEMANTICS.md, "unlink"): an
+//! unlink on an S3 or memory bucket returns once the DELETE is queued, and nothing after it — a
+//! lookup, a listing, a new file or a rename onto the name, rmdir, another mount after fsync of
+//! the directory — sees the file; a delete that fails is reported by the next fsync of the
+//! directory, and the unlinks after it wait for their deletes again.
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,17 +52,7 @@ async fn read(fs: &Fs, parent: u64, name: &str) -> Vec<u8> {
 }
 
 async fn names(fs: &Fs, dir: u64) -> Vec<String> {
-    let fh = fs.opendir(dir).await.unwrap();
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let got = fs.readdirplus(fh, dir, offset).await.unwrap();
-        let Some(last) = got.last() else { break };
-        offset = last.0;
-        out.extend(got.into_iter().map(|(_, e, _, _)| e.name).filter(|n| !n.starts_with('.')));
-    }
-    fs.releasedir(fh);
-    out
+    common::entries(fs, dir).await.into_iter().map(|(n, _)| n).collect()
 }
 
 /// Whether the bucket holds `key` (under the mount's prefix) now.

@@ -15,3 +15,19 @@ pub fn data(n: usize, seed: u64, random_every: usize, text: &[u8]) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The entries of directory `dir` of `fs`, with their sizes, as `readdirplus` gives them one
+/// batch at a time ("." and ".." and hidden names left out).
+pub async fn entries(fs: &shrinkfs_fuse::Fs, dir: u64) -> Vec<(String, u64)> {
+    let fh = fs.opendir(dir).await.unwrap();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let got = fs.readdirplus(fh, dir, offset).await.unwrap();
+        let Some(last) = got.last() else { break };
+        offset = last.0;
+        out.extend(got.into_iter().map(|(_, e, a, _)| (e.name, a.size)).filter(|(n, _)| !n.starts_with('.')));
+    }
+    fs.releasedir(fh);
+    out
+}
