@@ -27,8 +27,14 @@ mount_fs() {  # BIN CODEC [FLAGS...]
   pid=$!
   for _ in $(seq 100); do
     if grep -q " $mnt fuse" /proc/mounts; then
-      # AB_BDI="max_ratio=50 strict_limit=0": settings of the mount's bdi, for experiments.
-      for kv in ${AB_BDI:-}; do echo "${kv#*=}" > "/sys/class/bdi/$(mountpoint -d "$mnt")/${kv%%=*}"; done
+      # AB_BDI="max_ratio=50 strict_limit=0": settings of the mount's bdi, for experiments (set
+      # once the mount has set its own readahead, and shown on stderr).
+      if [ -n "${AB_BDI:-}" ]; then
+        sleep 0.3
+        for kv in $AB_BDI; do
+          f="/sys/class/bdi/$(mountpoint -d "$mnt")/${kv%%=*}"; echo "${kv#*=}" > "$f"; echo "  bdi $f = $(cat "$f")" >&2
+        done
+      fi
       return 0
     fi
     sleep 0.1

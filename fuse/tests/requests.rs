@@ -177,7 +177,14 @@ async fn requests_per_operation_are_at_their_minimum() {
     let before = requests(&rm);
     rm.unlink(d5, "f0007").await.unwrap();
     assert_eq!(since(&rm, &before), "delete=1", "unlink of a name just looked up");
+    // The name is then known absent here: looking it up, and making it again, ask nothing more.
+    let before = requests(&rm);
     assert!(matches!(rm.lookup(d5, "f0007").await, Err(shrinkfs_fuse::Error::NotFound)));
+    let (_, fh) = rm.create(d5, "f0007", 0o644, 0, 0).await.unwrap();
+    rm.write(fh, 0, b"again").await.unwrap();
+    rm.flush(fh).await.unwrap();
+    rm.release(fh).await.unwrap();
+    assert_eq!(since(&rm, &before), "put=1", "a lookup and a create of a name just unlinked");
 }
 
 /// Objects without a record (older versions, other tools) or with one that is not theirs are

@@ -87,6 +87,7 @@ impl Fs {
             Err(e) => return Err(e.into()),
         }
         self.names.table().remove_name(parent, name);
+        self.names.removed_here(parent, name);
         self.names.subdirs_changed(parent, -1);
         self.names.entries_changed(parent);
         Ok(())
@@ -109,6 +110,8 @@ impl Fs {
         let known_fresh = known.as_ref().is_some_and(|k| self.names.trusted(k));
         // An open file keeps its bytes for its handles (POSIX: unlinked, not gone).
         let had_local = known.as_ref().is_some_and(|k| self.handles.is_open(k.ino));
+        // Set when the DELETE is queued behind the unlink rather than done.
+        let queued = std::sync::atomic::AtomicBool::new(false);
         let remove = async {
             if !known_fresh {
                 match self.bucket.store.head(&key).await {
@@ -119,7 +122,9 @@ impl Fs {
             }
             // A file open here is detached from its handles first: its delete runs now.
             let deleted = match (&self.deletes, had_local) {
-                (Some(behind), false) => behind.delete(&key).await,
+                (Some(behind), false) => {
+                    behind.delete(&key).await.map(|q| queued.store(q, std::sync::atomic::Ordering::Relaxed))
+                }
                 _ => self.bucket.store.delete(&key).await,
             };
             match deleted {
@@ -138,6 +143,11 @@ impl Fs {
             return Err(Error::NotFound);
         }
         self.names.table().remove_name(parent, name);
+        // Known absent once its DELETE is done; a queued one is waited for by the next request
+        // for the name instead, which finds the file again if the DELETE failed.
+        if !queued.load(std::sync::atomic::Ordering::Relaxed) {
+            self.names.removed_here(parent, name);
+        }
         self.names.entries_changed(parent);
         Ok(())
     }

@@ -228,6 +228,12 @@ impl Namespace {
         self.listed_completely(dir, Instant::now(), HashSet::new());
     }
 
+    /// This mount removed `name` from directory `parent`: it is absent for the negative TTL, as
+    /// if a lookup had missed it (line 1 of the consistency model: a mount sees its own changes).
+    pub(crate) fn removed_here(&self, parent: u64, name: &str) {
+        self.missed(parent, name);
+    }
+
     fn missed(&self, parent: u64, name: &str) {
         if self.cfg.negative_ttl.is_zero() {
             return;

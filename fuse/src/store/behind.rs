@@ -78,15 +78,16 @@ pub struct DeletesFailed {
 
 impl Deletes {
     /// Deletes `key`: queued to run behind the caller when a delete has succeeded lately and
-    /// there is room, else now. A request for `key` from here on waits for it.
-    pub async fn delete(self: &Arc<Self>, key: &Path) -> Result<()> {
+    /// there is room (`Ok(true)`), else now (`Ok(false)`, or the store's error). A request for
+    /// `key` from here on waits for it.
+    pub async fn delete(self: &Arc<Self>, key: &Path) -> Result<bool> {
         if !self.proven.load(Ordering::Acquire) {
             let r = self.wait_then(key, self.below.delete(key)).await;
             self.proven.store(deleted(&r), Ordering::Release);
-            return r;
+            return r.map(|()| false);
         }
         let Ok(permit) = self.room.clone().acquire_owned().await else {
-            return self.wait_then(key, self.below.delete(key)).await;
+            return self.wait_then(key, self.below.delete(key)).await.map(|()| false);
         };
         let (done, rx) = watch::channel(false);
         loop {
@@ -117,7 +118,7 @@ impl Deletes {
                 this.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_owned(), e.to_string()));
             }
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Waits for every queued delete, then reports those that failed since the last report
