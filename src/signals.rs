@@ -128,8 +128,11 @@ async fn unmount_when_free(fs: &Fs, conn: &Connection) {
             told = Some(what);
         }
     };
+    let mut flush_told = false;
     loop {
-        if let Err(e) = fs.flush_all().await {
+        if let Err(e) = fs.flush_all().await
+            && !std::mem::replace(&mut flush_told, true)
+        {
             tracing::error!(error = %e, "storing closed files or deleting removed ones failed");
         }
         match conn.unmount() {

@@ -193,3 +193,31 @@ async fn with_no_deletes_behind_every_unlink_waits_for_its_delete() {
         assert!(!held(&store, n).await);
     }
 }
+
+/// A queued DELETE whose task ends before it was answered (the runtime stops under it) is a
+/// failure like any other: reported by the next fsync of a directory, never taken as done.
+#[test]
+fn a_queued_delete_cut_short_is_reported_not_taken_as_done() {
+    let store = Arc::new(InMemory::new());
+    let first = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (fs, ctl) = first.block_on(async {
+        let (fs, ctl) = faulty(&store, 64);
+        for n in ["a", "b"] {
+            write(&fs, ROOT, n, b"x").await;
+        }
+        first_unlink_waits(&fs, &store, "a").await;
+        ctl.delay(Op::Delete, SLOW);
+        fs.unlink(ROOT, "b").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (fs, ctl)
+    });
+    first.shutdown_timeout(Duration::from_millis(100));
+    ctl.delay(Op::Delete, Duration::ZERO);
+    let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    second.block_on(async {
+        assert!(held(&store, "b").await);
+        let e = fs.fsyncdir(ROOT).await.unwrap_err();
+        assert!(e.to_string().contains("never sent"), "{e}");
+        assert_eq!(fs.metrics().value(DELETES_BEHIND), 0);
+    });
+}

@@ -224,10 +224,13 @@ async fn steps_on(
                 let n = name(file);
                 let found = fs.lookup(ROOT, &n).await;
                 // A name unlinked with its delete queued, and not made again here: found, the
-                // delete failed and the file is back as it was. Not found tells nothing: the mount
-                // holds a name it removed absent for the negative TTL, whatever became of its
-                // DELETE (a fsync says).
+                // delete failed and the file is back as it was in the store. Not found tells
+                // nothing: a listing made while the DELETE was queued (which leaves the key out)
+                // holds the name absent for the negative TTL, whatever became of the DELETE.
                 if let (Some(old), Ok(_), false) = (m.behind.get(&n).cloned(), &found, m.exists(&n)) {
+                    if stored(store, &n).await.as_ref() != Some(&old) {
+                        return Err(fail(ctx("found a name whose queued delete was done")));
+                    }
                     m.durable.insert(n.clone(), old);
                     m.behind.remove(&n);
                 }

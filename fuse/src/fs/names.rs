@@ -49,7 +49,13 @@ impl Fs {
     /// Removes an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _writing = self.dir_writes.lock().await;
-        self.remove_dir(parent, name).await
+        self.remove_dir(parent, name).await?;
+        // Known absent from here on, unless DELETEs of files that were in it are still queued
+        // (one that fails leaves the directory in the bucket, and it must show again).
+        if self.deletes_queued() == 0 {
+            self.names.removed_here(parent, name);
+        }
+        Ok(())
     }
 
     /// [`Self::rmdir`] with `dir_writes` held.
@@ -87,7 +93,6 @@ impl Fs {
             Err(e) => return Err(e.into()),
         }
         self.names.table().remove_name(parent, name);
-        self.names.removed_here(parent, name);
         self.names.subdirs_changed(parent, -1);
         self.names.entries_changed(parent);
         Ok(())

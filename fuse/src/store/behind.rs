@@ -105,24 +105,31 @@ impl Deletes {
         }
         self.count.fetch_add(1, Ordering::AcqRel);
         self.metrics.deletes_behind(1);
-        let queued = Queued { deletes: self.clone(), key: key.clone(), done, _room: permit };
+        let mut queued = Queued { deletes: self.clone(), key: key.clone(), done, _room: permit, ran: false };
         tokio::spawn(async move {
-            let this = &queued.deletes;
+            let this = queued.deletes.clone();
             let sending = this.sending.acquire().await;
             let r = this.below.delete(&queued.key).await;
             drop(sending);
+            queued.ran = true;
             if let (false, Err(e)) = (deleted(&r), &r) {
-                let key = queued.key.as_ref();
-                tracing::error!(key, error = %e, "a delete queued behind its unlink failed: the object is still in the bucket");
-                this.proven.store(false, Ordering::Release);
-                this.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_owned(), e.to_string()));
+                this.failed(queued.key.as_ref(), &e.to_string());
             }
         });
         Ok(true)
     }
 
-    /// Waits for every queued delete, then reports those that failed since the last report
-    /// that took them (`take`; else they are reported again, as at the end of a mount).
+    /// Records that the queued delete of `key` failed, for `settle` to report, and makes the
+    /// next deletes run inside their unlinks.
+    fn failed(&self, key: &str, reason: &str) {
+        tracing::error!(key, reason, "a delete queued behind its unlink failed: the object is still in the bucket");
+        self.proven.store(false, Ordering::Release);
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_owned(), reason.to_owned()));
+    }
+
+    /// Waits for every queued delete, then reports those that failed and that no report took
+    /// yet: once, to the first `take` (the next fsync of any directory), and to every other call
+    /// until then (the unmount, so its exit status shows them).
     pub async fn settle(&self, take: bool) -> Result<(), DeletesFailed> {
         for rx in self.under("", |_| true) {
             wait(rx).await;
@@ -197,11 +204,16 @@ struct Queued {
     key: Path,
     done: watch::Sender<bool>,
     _room: tokio::sync::OwnedSemaphorePermit,
+    /// Its DELETE was sent and answered.
+    ran: bool,
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         let d = &self.deletes;
+        if !self.ran {
+            d.failed(self.key.as_ref(), "never sent (its task ended first: the mount is stopping)");
+        }
         d.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(self.key.as_ref());
         d.count.fetch_sub(1, Ordering::AcqRel);
         d.metrics.deletes_behind(-1);
