@@ -185,6 +185,12 @@ async fn requests_per_operation_are_at_their_minimum() {
     rm.flush(fh).await.unwrap();
     rm.release(fh).await.unwrap();
     assert_eq!(since(&rm, &before), "put=1", "a lookup and a create of a name just unlinked");
+    // And the old name of a file just renamed.
+    rm.lookup(d5, "f0008").await.unwrap();
+    rm.rename(d5, "f0008", d5, "moved", false).await.unwrap();
+    let before = requests(&rm);
+    assert!(matches!(rm.lookup(d5, "f0008").await, Err(shrinkfs_fuse::Error::NotFound)));
+    assert_eq!(since(&rm, &before), "", "a lookup of a name just renamed away");
 }
 
 /// Objects without a record (older versions, other tools) or with one that is not theirs are

@@ -322,6 +322,11 @@ impl Fs {
             moved = vec![src_attr.ino];
         }
         self.names.appeared(new_parent, new_name);
+        // Its objects are deleted (each DELETE done, never queued): the old name is absent, unless
+        // a directory's files have DELETEs still queued (one that fails leaves it in the bucket).
+        if (parent, name) != (new_parent, new_name) && !(is_dir && self.deletes_queued() > 0) {
+            self.names.removed_here(parent, name);
+        }
         self.names.table().rename(parent, name, new_parent, new_name);
         if is_dir && parent != new_parent {
             self.names.subdirs_changed(parent, -1);
