@@ -24,12 +24,17 @@ const SLOW: Duration = Duration::from_millis(1500);
 
 /// A mount over `store` through a fault layer, never retrying, at most `behind` deletes queued.
 fn faulty(store: &Arc<InMemory>, behind: usize) -> (Fs, Arc<FaultControl>) {
+    faulty_over(Backend::plain(store.clone()), behind, NamespaceConfig::default())
+}
+
+/// [`faulty`] over `backend`, with `ns` but for its TTLs.
+fn faulty_over(backend: Backend, behind: usize, ns: NamespaceConfig) -> (Fs, Arc<FaultControl>) {
     let ctl = Arc::new(FaultControl::default());
-    let backend = FaultStore::layer(Backend::plain(store.clone()), ctl.clone());
+    let backend = FaultStore::layer(backend, ctl.clone());
     let cfg = StoreConfig { retry: RetryPolicy::NONE, ..Default::default() };
     let bucket = Bucket::stack(backend, &Path::from("pre"), "faulty", &cfg);
     let cfg = FsConfig {
-        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..ns },
         deletes_behind: behind,
         ..FsConfig::default()
     };
@@ -120,6 +125,35 @@ async fn rmdir_sees_a_directory_emptied_by_deletes_still_running() {
     fs.unlink(d, "z").await.unwrap();
     fs.rmdir(ROOT, "d").await.unwrap();
     assert!(matches!(fs.lookup(ROOT, "d").await, Err(Error::NotFound)));
+    fs.fsyncdir(ROOT).await.unwrap();
+    let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The same on a bucket listed a page at a time (S3), pages of 3 entries and listings asking for
+/// 2: a page whose keys are all queued for deletion comes back empty with a token, and neither
+/// rmdir's emptiness check nor a listing of the directory stops there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_paged_bucket_pages_of_queued_keys_are_read_past() {
+    let store = Arc::new(InMemory::new());
+    let pages = Arc::new(common::PagedMemory { store: store.clone(), cap: 3 });
+    let backend = Backend { store: store.clone(), pages: Some(pages), multipart: None };
+    let (fs, ctl) = faulty_over(backend, 64, NamespaceConfig { page_keys: 2, ..NamespaceConfig::default() });
+    write(&fs, ROOT, "first", b"1").await;
+    let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for k in 0..6 {
+        write(&fs, d, &format!("x{k}"), b"in d").await;
+    }
+    ctl.delay(Op::Delete, SLOW);
+    first_unlink_waits(&fs, &store, "first").await;
+    for k in 0..5 {
+        fs.unlink(d, &format!("x{k}")).await.unwrap();
+    }
+    assert!(matches!(fs.rmdir(ROOT, "d").await, Err(Error::NotEmpty)), "x5 is still there");
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+    assert_eq!(names(&fs, d).await, ["x5"]);
+    fs.unlink(d, "x5").await.unwrap();
+    fs.rmdir(ROOT, "d").await.unwrap();
     fs.fsyncdir(ROOT).await.unwrap();
     let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
     assert!(left.is_empty(), "{left:?}");

@@ -31,3 +31,66 @@ pub async fn entries(fs: &shrinkfs_fuse::Fs, dir: u64) -> Vec<(String, u64)> {
     fs.releasedir(fh);
     out
 }
+
+/// An in-memory store that also lists a page at a time, as S3 does (start-after, a delimiter, a
+/// continuation token), never more than `cap` entries a page whatever is asked: a test's stand-in
+/// for S3's paged listing, with pages small enough to need several.
+#[derive(Debug)]
+pub struct PagedMemory {
+    /// The objects.
+    pub store: std::sync::Arc<object_store::memory::InMemory>,
+    /// Most entries (objects and common prefixes) one page holds.
+    pub cap: usize,
+}
+
+#[async_trait::async_trait]
+impl object_store::list::PaginatedListStore for PagedMemory {
+    async fn list_paginated(
+        &self,
+        prefix: Option<&str>,
+        opts: object_store::list::PaginatedListOptions,
+    ) -> object_store::Result<object_store::list::PaginatedListResult> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStore;
+        let prefix = prefix.unwrap_or("");
+        let mut all: Vec<object_store::ObjectMeta> = self.store.list(None).try_collect().await?;
+        all.retain(|o| o.location.as_ref().starts_with(prefix));
+        all.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+        let after = opts.page_token.or(opts.offset).unwrap_or_default();
+        let max = opts.max_keys.unwrap_or(1000).min(self.cap);
+        let mut result = object_store::ListResult { common_prefixes: Vec::new(), objects: Vec::new() };
+        let mut last = None::<String>;
+        let mut taken = 0;
+        for o in all {
+            let key = o.location.as_ref().to_owned();
+            // Past the token: a key, or a common prefix ending in the delimiter.
+            if !after.is_empty() && (key <= after || (after.ends_with('/') && key.starts_with(&after))) {
+                continue;
+            }
+            let group = opts
+                .delimiter
+                .as_deref()
+                .and_then(|d| key[prefix.len()..].find(d).map(|i| key[..prefix.len() + i + d.len()].to_owned()));
+            if let Some(g) = &group
+                && last.as_deref() == Some(g.as_str())
+            {
+                continue;
+            }
+            if taken == max {
+                return Ok(object_store::list::PaginatedListResult { result, page_token: last });
+            }
+            taken += 1;
+            match group {
+                Some(g) => {
+                    result.common_prefixes.push(object_store::path::Path::from(g.trim_end_matches('/')));
+                    last = Some(g);
+                }
+                None => {
+                    result.objects.push(o);
+                    last = Some(key);
+                }
+            }
+        }
+        Ok(object_store::list::PaginatedListResult { result, page_token: None })
+    }
+}
