@@ -71,6 +71,12 @@ async fn stored(store: &InMemory, key: &str) -> Vec<u8> {
     shrinkfs_codec::decode_all(&obj, None, &[]).unwrap()
 }
 
+/// Asserts the bucket holds no object at all.
+async fn assert_empty(store: &InMemory) {
+    let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// Unlinks `name`: the first delete of a mount runs in its unlink, so a bucket that refuses
 /// deletes says so; later ones run behind.
 async fn first_unlink_waits(fs: &Fs, store: &InMemory, name: &str) {
@@ -126,8 +132,7 @@ async fn rmdir_sees_a_directory_emptied_by_deletes_still_running() {
     fs.rmdir(ROOT, "d").await.unwrap();
     assert!(matches!(fs.lookup(ROOT, "d").await, Err(Error::NotFound)));
     fs.fsyncdir(ROOT).await.unwrap();
-    let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
-    assert!(left.is_empty(), "{left:?}");
+    assert_empty(&store).await;
 }
 
 /// The same on a bucket listed a page at a time (S3), pages of 3 entries and listings asking for
@@ -155,8 +160,7 @@ async fn on_a_paged_bucket_pages_of_queued_keys_are_read_past() {
     fs.unlink(d, "x5").await.unwrap();
     fs.rmdir(ROOT, "d").await.unwrap();
     fs.fsyncdir(ROOT).await.unwrap();
-    let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
-    assert!(left.is_empty(), "{left:?}");
+    assert_empty(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

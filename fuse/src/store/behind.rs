@@ -131,7 +131,7 @@ impl Deletes {
     /// yet: once, to the first `take` (the next fsync of any directory), and to every other call
     /// until then (the unmount, so its exit status shows them).
     pub async fn settle(&self, take: bool) -> Result<(), DeletesFailed> {
-        for rx in self.under("", |_| true) {
+        for (_, rx) in self.under("") {
             wait(rx).await;
         }
         let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -151,8 +151,8 @@ impl Deletes {
         self.count.load(Ordering::Acquire)
     }
 
-    /// Signals of the queued deletes of keys starting with `prefix` that `pick` keeps.
-    fn under(&self, prefix: &str, pick: impl Fn(&str) -> bool) -> Vec<watch::Receiver<bool>> {
+    /// The queued deletes of keys starting with `prefix`: each key with its signal.
+    fn under(&self, prefix: &str) -> Vec<(String, watch::Receiver<bool>)> {
         if self.queued() == 0 {
             return Vec::new();
         }
@@ -160,8 +160,7 @@ impl Deletes {
         pending
             .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(k, _)| pick(k))
-            .map(|(_, rx)| rx.clone())
+            .map(|(k, rx)| (k.clone(), rx.clone()))
             .collect()
     }
 
@@ -180,20 +179,12 @@ impl Deletes {
     /// now. With `grouped` (a listing by directory), it first waits for queued deletes of keys
     /// in subdirectories, which would show as a subdirectory that is about to go.
     async fn hidden(&self, prefix: &str, grouped: bool) -> HashSet<String> {
-        if self.queued() == 0 {
-            return HashSet::new();
-        }
         if grouped {
-            for rx in self.under(prefix, |k| k[prefix.len()..].contains('/')) {
+            for (_, rx) in self.under(prefix).into_iter().filter(|(k, _)| k[prefix.len()..].contains('/')) {
                 wait(rx).await;
             }
         }
-        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        pending
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.under(prefix).into_iter().map(|(k, _)| k).collect()
     }
 }
 
