@@ -71,7 +71,16 @@ fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metri
     let mut open = fs::File::create(mnt.join("open")).unwrap();
     open.write_all(&text(300_000)).unwrap();
 
-    let (status, ctype, plain) = http(&addr, "GET", "/metrics", None);
+    // A write is answered once its bytes are taken, before they are copied in; the gauge shows
+    // them once the copy ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (status, ctype, plain) = loop {
+        let got = http(&addr, "GET", "/metrics", None);
+        if metric(&got.2, "shrinkfs_dirty_bytes") >= 300_000.0 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!((status, ctype.as_str()), (200, "text/plain; version=0.0.4; charset=utf-8"));
     let om_accept = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     let (status, ctype, om) = http(&addr, "GET", "/metrics", Some(om_accept));

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +29,8 @@ pub struct FileCell {
     writes: AtomicU32,
     /// Woken when a write ends.
     progress: tokio::sync::Notify,
+    /// [`OpenFile::dirty_bytes`] as of the last unlock: what a scrape reads without waiting.
+    dirty: AtomicU64,
 }
 
 impl FileCell {
@@ -38,7 +40,19 @@ impl FileCell {
             state: tokio::sync::Mutex::new(of),
             writes: AtomicU32::new(0),
             progress: tokio::sync::Notify::new(),
+            dirty: AtomicU64::new(0),
         })
+    }
+
+    /// Locks the file's state.
+    pub async fn lock(&self) -> FileGuard<'_> {
+        FileGuard { guard: self.state.lock().await, dirty: &self.dirty }
+    }
+
+    /// Logical bytes not yet stored, as of the last time the file was unlocked (a write in
+    /// progress shows once it ends). Never waits.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty.load(Ordering::Relaxed)
     }
 
     /// Counts a write in progress until the returned guard is dropped, which wakes the writes
@@ -60,7 +74,7 @@ impl FileCell {
         window: u64,
         wait: Duration,
         mut hold: impl FnMut(&mut OpenFile) -> bool,
-    ) -> Option<tokio::sync::MutexGuard<'_, OpenFile>> {
+    ) -> Option<FileGuard<'_>> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before the check, so a write ending in between still wakes this one.
@@ -82,11 +96,29 @@ impl FileCell {
     }
 }
 
-impl std::ops::Deref for FileCell {
-    type Target = tokio::sync::Mutex<OpenFile>;
+/// The lock of a [`FileCell`]: on release it records the file's dirty bytes for scrapes.
+pub struct FileGuard<'a> {
+    guard: tokio::sync::MutexGuard<'a, OpenFile>,
+    dirty: &'a AtomicU64,
+}
 
-    fn deref(&self) -> &Self::Target {
-        &self.state
+impl std::ops::Deref for FileGuard<'_> {
+    type Target = OpenFile;
+
+    fn deref(&self) -> &OpenFile {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for FileGuard<'_> {
+    fn deref_mut(&mut self) -> &mut OpenFile {
+        &mut self.guard
+    }
+}
+
+impl Drop for FileGuard<'_> {
+    fn drop(&mut self) {
+        self.dirty.store(self.guard.dirty_bytes(), Ordering::Relaxed);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::inode::Attr;
 use crate::metrics::Metrics;
 use crate::objects::{ObjectInfo, Reader};
-use crate::openfile::{Body, FileCell, OpenFile};
+use crate::openfile::{Body, FileCell, FileGuard, OpenFile};
 use crate::recorded::Recorded;
 use crate::stamp;
 use crate::store::Bucket;
@@ -145,12 +145,7 @@ impl FileWriter {
     /// Locks `file` for a write at `offset`, waiting briefly for writes before it as
     /// [`FileCell::lock_for_write`] says.
     /// `None`: the write of `data` was held, as [`Self::hold`] says.
-    pub async fn lock<'a>(
-        &self,
-        file: &'a FileCell,
-        offset: u64,
-        data: &[u8],
-    ) -> Option<tokio::sync::MutexGuard<'a, OpenFile>> {
+    pub async fn lock<'a>(&self, file: &'a FileCell, offset: u64, data: &[u8]) -> Option<FileGuard<'a>> {
         let c = &self.cfg;
         let hold = |of: &mut OpenFile| self.hold(of, offset, data);
         file.lock_for_write(offset, c.writeback_cache, c.reorder_window, c.reorder_wait, hold).await

@@ -228,3 +228,26 @@ async fn max_requests_bounds_the_requests_in_flight() {
     assert!(took >= Duration::from_millis(400), "8 requests with 2 in flight took {took:?}");
     assert_eq!(ctl.calls(Op::Head), 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_busy_storing_still_counts_as_dirty() {
+    let mem = Arc::new(InMemory::new());
+    let (fs, ctl) = mount(&mem, quick());
+    let fs = Arc::new(fs);
+    let bytes = data(300_000, 6);
+    let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, &bytes).await.unwrap();
+    assert_eq!(fs.dirty_bytes(), 300_000);
+    // The close holds the file while its slow PUT runs: a scrape then must not read it as clean.
+    ctl.delay(Op::Put, Duration::from_millis(400));
+    let closing = tokio::spawn({
+        let fs = fs.clone();
+        async move { fs.flush(fh).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!closing.is_finished(), "the PUT is still running");
+    assert_eq!(fs.dirty_bytes(), 300_000);
+    closing.await.unwrap().unwrap();
+    assert_eq!(fs.dirty_bytes(), 0);
+    fs.release(fh).await.unwrap();
+}

@@ -175,11 +175,10 @@ impl Fs {
     }
 
     /// Logical bytes of open files not yet stored: a streaming upload's bytes, a staged file's
-    /// length. A file busy at this instant is skipped (this is read by a scrape, which must not
-    /// wait for a write).
+    /// length. A file busy at this instant counts as it was when last unlocked (this is read by
+    /// a scrape, which must not wait for a write).
     pub fn dirty_bytes(&self) -> u64 {
-        let files = self.handles.open_files();
-        files.iter().filter_map(|(_, f, _)| Some(f.try_lock().ok()?.dirty_bytes())).sum()
+        self.handles.open_files().iter().map(|(_, f, _)| f.dirty_bytes()).sum()
     }
 
     /// Waits for every delete queued behind an unlink (in any directory: a directory renamed
