@@ -24,6 +24,7 @@ pub mod seal;
 pub mod stream;
 pub mod workers;
 pub mod writer;
+pub mod zstdstored;
 
 pub use codec::{Codec, CodecId, CodecParams, Dictionary};
 pub use error::{Error, Result};

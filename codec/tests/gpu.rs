@@ -61,7 +61,7 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
 fn large_batches_copied_in_parts_roundtrip() {
     let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
     // 48 MiB in 1 MiB frames: text, numbers, and frames with a piece that cannot shrink, so
-    // stored LZ4 blocks and CPU-written zstd pieces sit inside GPU batches.
+    // stored LZ4 blocks and stored zstd pieces sit inside GPU batches.
     let frames: Vec<Vec<u8>> = (0..48)
         .map(|i| {
             let base = vector_input(i % 4);
@@ -133,4 +133,39 @@ fn launches_from_two_threads_at_once_use_their_own_lanes_and_decode_on_the_cpu()
             });
         }
     });
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
+fn a_piece_that_cannot_shrink_is_stored_and_the_rest_of_its_frame_compressed() {
+    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    // 1 MiB frames whose first 64 KiB piece is noise and the rest text, 64 of them in one launch.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let frames: Vec<Vec<u8>> = (0..64)
+        .map(|i| {
+            let mut f: Vec<u8> = (0..64 << 10)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            f.extend(vector_input(i % 4).iter().copied().cycle().take((1 << 20) - (64 << 10)));
+            f
+        })
+        .collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+    let outs = gpu.compress_batch(shrinkfs_codec::CodecId::Zstd, &refs, 0).unwrap();
+    for (i, (f, out)) in frames.iter().zip(&outs).enumerate() {
+        let out = out.as_ref().unwrap_or_else(|| panic!("frame {i}: the text after the noise compresses"));
+        // The payload starts with the noise piece in a zstd frame of raw blocks (single segment,
+        // 4-byte content size of 64 KiB), then the compressed pieces.
+        assert_eq!(&out[..5], &[0x28, 0xB5, 0x2F, 0xFD, 0xA0], "frame {i}: a stored first piece");
+        assert_eq!(&out[5..9], &(64u32 << 10).to_le_bytes(), "frame {i}");
+        assert!(out.len() > 64 << 10 && out.len() < f.len(), "frame {i}: {} bytes", out.len());
+        let mut back = Vec::new();
+        decompress_cpu(shrinkfs_codec::CodecId::Zstd, out, f.len(), None, &mut back).unwrap();
+        assert!(back == *f, "frame {i}: the CPU decodes other bytes");
+    }
 }

@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::CUdeviceptr;
-use rayon::prelude::*;
 
 use super::error::{GpuError, cuda};
 
@@ -38,7 +37,8 @@ pub(super) fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
     meta[at..].fill(0);
 }
 
-/// Copies `chunks` into `dst` at `offsets` on every core (one core's memcpy would cap a batch).
+/// Copies `chunks` into `dst` at `offsets`, on the calling thread (a lane's own: see
+/// `Gpu::compress_chunks`).
 pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
     let mut parts: Vec<&mut [u8]> = Vec::with_capacity(chunks.len());
     let mut rest = dst;
@@ -50,7 +50,9 @@ pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
         rest = tail;
         at = o + c.len();
     }
-    parts.into_par_iter().zip(chunks.par_iter()).for_each(|(d, s)| super::copy::copy(d, s));
+    for (d, s) in parts.into_iter().zip(chunks) {
+        super::copy::copy(d, s);
+    }
 }
 
 /// A device allocation that grows on demand and is freed on drop.

@@ -18,7 +18,7 @@ pub use super::error::{GpuError, GpuUnavailable};
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::{CodecId, GpuLayout};
-use crate::lz4frame;
+use crate::{lz4frame, zstdstored};
 
 /// How the codec table says a codec's payload is cut for nVCOMP.
 fn layout_of(codec: CodecId) -> Result<GpuLayout, GpuError> {
@@ -71,8 +71,9 @@ pub struct GpuStats {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     /// Streams with their own buffers: a large batch runs as equal shares on all lanes at once,
-    /// each lane on its own thread, staging in turn, so one share's kernel and copies overlap the
-    /// next one's staging.
+    /// each lane on its own thread, which does its share's host copies itself (compression; a
+    /// decode's lanes stage in turn), so one share's kernel and copies overlap the next one's
+    /// staging.
     lanes: Vec<Lane>,
     lib: Nvcomp,
     /// Totals: batches, chunks, bytes in, bytes out, nanoseconds (atomics: no lock per batch).
@@ -234,15 +235,11 @@ impl Gpu {
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         let parts = lanes.len().min(chunks.len() / LANE_SPLIT_MIN).max(1);
         if parts == 1 {
-            return self.compress_chunks(lanes[0], codec, chunks, data_type, Turn::solo());
+            return self.compress_chunks(lanes[0], codec, chunks, data_type);
         }
         let per = chunks.len().div_ceil(parts);
-        let turns = Turns::default();
-        let jobs = chunks.chunks(per).zip(lanes.iter().copied()).enumerate();
-        let outs = on_threads(jobs.map(|(k, (part, lane))| {
-            let turn = turns.turn(k);
-            move || self.compress_chunks(lane, codec, part, data_type, turn)
-        }));
+        let jobs = chunks.chunks(per).zip(lanes.iter().copied());
+        let outs = on_threads(jobs.map(|(part, lane)| move || self.compress_chunks(lane, codec, part, data_type)));
         let mut out = Vec::with_capacity(chunks.len());
         for o in outs {
             out.extend(o?);
@@ -266,9 +263,10 @@ impl Gpu {
             ranges.push(first..pieces.len());
         }
         let outs = self.compress_lanes(lanes, codec, &pieces, 0)?;
-        ranges
-            .into_par_iter()
-            .zip(chunks.par_iter())
+        // On this thread, as the lanes' copies are (see `compress_chunks`).
+        Ok(ranges
+            .into_iter()
+            .zip(chunks)
             .map(|(range, chunk)| {
                 let mut joined = Vec::with_capacity(chunk.len() / 2);
                 match layout {
@@ -285,30 +283,30 @@ impl Gpu {
                         for k in range {
                             match &outs[k] {
                                 Some(o) => joined.extend_from_slice(o),
-                                // A piece the GPU could not shrink: the CPU writes it as a zstd frame
-                                // too (raw blocks), so the rest of its chunk keeps its compression.
-                                None => joined.extend_from_slice(
-                                    &zstd::bulk::compress(pieces[k], 1).map_err(GpuError::CpuPiece)?,
-                                ),
+                                // A piece the GPU could not shrink is stored in a zstd frame of raw
+                                // blocks, so the rest of its chunk keeps its compression.
+                                None => zstdstored::push(&mut joined, pieces[k]),
                             }
                         }
                     }
                 }
-                Ok((joined.len() < chunk.len()).then_some(joined))
+                (joined.len() < chunk.len()).then_some(joined)
             })
-            .collect()
+            .collect())
     }
 
     /// Compresses `chunks` on one lane in one launch. The input crosses the bus in parts, so the
     /// host stages one part while the previous one is copied; only the real compressed bytes
-    /// come back (one batched copy).
+    /// come back (one batched copy). The host copies run on the calling thread, which holds the
+    /// launching thread's priority: spread over a thread pool, they waited for a core at every
+    /// step on a busy host (issue 15: with 16 busy loops beside, staging 64 MiB took 56 ms where
+    /// this thread alone takes 12).
     fn compress_chunks(
         &self,
         lane: &Lane,
         codec: CodecId,
         chunks: &[&[u8]],
         data_type: i32,
-        turn: Turn<'_>,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
         if fault_injected() {
             return Err(GpuError::Injected);
@@ -353,9 +351,7 @@ impl Gpu {
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
-        turn.wait();
         let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, part, cs)?;
-        turn.pass();
         Phases::mark(&phases, 1, cs)?;
         let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
         // SAFETY: device buffers sized above; our stream.
@@ -425,7 +421,6 @@ impl Gpu {
         let t = Instant::now();
         let h_out: &[u8] = b.h_out.ensure(if packed { kept.max(1) } else { region.max(1) })?;
         let out = (0..n)
-            .into_par_iter()
             .map(|i| {
                 useful[i].map(|size| {
                     let at = if packed { packed_at[i] } else { i * stride };

@@ -74,9 +74,6 @@ pub enum GpuError {
     /// A lane's thread panicked.
     #[error("a GPU lane thread panicked")]
     LanePanicked,
-    /// The CPU could not zstd-compress a piece the GPU did not shrink.
-    #[error("CPU zstd of a piece the GPU did not shrink: {0}")]
-    CpuPiece(#[source] std::io::Error),
 }
 
 pub(super) fn cuda<T>(r: Result<T, DriverError>) -> Result<T, GpuError> {

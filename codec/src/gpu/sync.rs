@@ -41,10 +41,10 @@ impl Timings {
     }
 }
 
-/// Lets the lanes of one batch stage their input one after another. Staging (copying into
-/// pinned memory) uses every core, so staging lanes at once gains nothing, while staging them in
-/// turn lets the first lane's copies and kernel start after its own share is staged and run while
-/// the next lanes stage.
+/// Lets the lanes of one decode batch stage their input one after another: the first lane's
+/// copies and kernel start once its own share is staged and run while the next lanes stage.
+/// (Compression's lanes stage at once, each on its own thread: measured faster on the H100 host,
+/// BENCHMARKS.md §9.)
 #[derive(Default)]
 pub(super) struct Turns {
     next: Mutex<usize>,
@@ -94,9 +94,9 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// Runs each job on its own thread (lanes block on their streams and on each other's turns,
-/// which must not happen on the rayon pool their staging and collecting use) and returns the
-/// results in order.
+/// Runs each job on its own thread, started by the caller, whose priority it inherits (lanes
+/// block on their streams and on each other's turns, which must not happen on the rayon pool a
+/// decode's collecting uses) and returns the results in order.
 pub(super) fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
     jobs: impl Iterator<Item = F>,
 ) -> Vec<Result<T, GpuError>> {
