@@ -367,10 +367,16 @@ pub struct GpuArgs {
 impl CodecArgs {
     /// Starts the dispatcher for these arguments, for `expected` bytes of input where known (with
     /// `--gpu auto`, too little for a GPU to pay for its start keeps it off, unless the codec
-    /// needs one); warns when a GPU-only codec will be written as zstd because no GPU is in use.
-    pub fn dispatcher(&self, expected: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// needs one), for a mount's many streams or one ordered stream (`mount`: see
+    /// `DispatchConfig::gpu_first`); warns when a GPU-only codec will be written as zstd because
+    /// no GPU is in use.
+    pub fn dispatcher(
+        &self,
+        expected: Option<u64>,
+        mount: bool,
+    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let id = self.codec;
-        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()))?;
+        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()), mount)?;
         if id.gpu_only() {
             // Its frames cannot start on the cores while the GPU starts: wait for it.
             d.wait_started();
@@ -389,8 +395,13 @@ impl GpuArgs {
     /// Starts the dispatcher these arguments describe, for `expected_bytes` of work where known.
     /// Its GPU launches run as one stream (`DispatchConfig::one_stream`) for `pack` and mounts
     /// alike: with `--gpu on`, mounts with 4 and 8 writers moved 1.25-1.3x more that way
-    /// (BENCHMARKS.md §5 round 6), and `auto` and `off` the same.
-    pub fn dispatcher(&self, expected_bytes: Option<u64>) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    /// (BENCHMARKS.md §5 round 6), and `auto` and `off` the same. A mount's `auto` lets the GPU
+    /// come first (`DispatchConfig::gpu_first`).
+    pub fn dispatcher(
+        &self,
+        expected_bytes: Option<u64>,
+        mount: bool,
+    ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
             .iter()
@@ -410,6 +421,7 @@ impl GpuArgs {
             data_type,
             expected_bytes,
             one_stream: true,
+            gpu_first: mount,
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {

@@ -262,7 +262,7 @@ fn serve(
 ) -> anyhow::Result<()> {
     // The dispatcher (and its GPU thread) starts here, after a --daemon fork: threads and CUDA
     // contexts do not survive fork.
-    let services = Services { dispatcher: Arc::new(a.codec.dispatcher(None)?), disk_cache };
+    let services = Services { dispatcher: Arc::new(a.codec.dispatcher(None, true)?), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3))?;
     rt.block_on(bucket.check_reachable())?;

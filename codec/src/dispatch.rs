@@ -7,7 +7,7 @@
 //! the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
 //! GPU starts on its own thread while the cores take every frame, and joins once warmed up.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -58,8 +58,15 @@ pub struct DispatchConfig {
     /// [`Dispatcher::frames_in_flight`] each). Otherwise one launch at a time takes what waits.
     /// Either way `auto` launches only when a launch is measured to take half the cores' time
     /// for its frames (BENCHMARKS.md §9: on a busy host, launching whenever a full launch waited
-    /// made `pack` slower than the cores).
+    /// made `pack` slower than the cores), unless `gpu_first`.
     pub one_stream: bool,
+    /// With `GpuPolicy::Auto`, the GPU comes first once it is measured at least as fast as the
+    /// cores: the CPU workers take only what waits beyond its next launches (see `Share`). For
+    /// many streams at once (a mount's writers), where a launch holding some streams' frames
+    /// leaves the others flowing: on the H100 host 8 writers moved 1.0-1.2x the cores' rate idle
+    /// and 1.4-1.6x with 16 busy loops beside, where `auto` had been 0.8-1.0x. One ordered stream
+    /// (`pack`) waits for every frame a launch holds, and was slower that way (0.7-0.9x).
+    pub gpu_first: bool,
     /// Added to the process's nice value for the thread that starts the GPU and launches on it,
     /// and for the threads it starts (which inherit it): a launch's host side (staging copies,
     /// waits) needs a core at each step, and on a busy host it waited behind every CPU-bound
@@ -91,6 +98,7 @@ impl Default for DispatchConfig {
             data_type: 0,
             expected_bytes: None,
             one_stream: false,
+            gpu_first: false,
             launch_nice: -10,
         }
     }
@@ -281,8 +289,54 @@ pub struct Dispatcher {
     /// CPU's (`auto` starts the GPU in the background, so nothing waits for it).
     started: Arc<Started>,
     counters: Arc<Counters>,
+    /// What the CPU turns and the launching threads agree on (`auto`).
+    share: Arc<Share>,
     /// What the dispatcher is while its back end starts, or why it has none.
     before: String,
+}
+
+/// How `auto` shares the waiting frames between the GPU and the CPU workers. With
+/// `DispatchConfig::gpu_first`, while the GPU is measured to keep up (see [`Measured::decide`])
+/// it comes first: the CPU turns leave it the
+/// oldest `reserve` waiting frames, enough for every launching thread's next launch, and take
+/// only what waits beyond them. (Taking from the front as they come free, the cores kept the
+/// queue short of a launch and the GPU idle; and busy on every core, they starved the FUSE
+/// threads and the launches' host side: issue 15, BENCHMARKS.md §9.)
+#[derive(Default)]
+struct Share {
+    /// Waiting frames the CPU turns leave to the GPU; 0 while it does not come first.
+    reserve: AtomicUsize,
+    /// CPU turns that left their frame to the GPU. A launching thread that does not launch
+    /// gives them back (runs them), so no frame waits for a GPU that will not take it.
+    deferred: AtomicUsize,
+}
+
+/// A frame's CPU turn: a worker that comes free takes the oldest waiting frame, unless the GPU
+/// took them all first, or (not `forced`) it comes first and no more than its reserve waits.
+fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
+    if !forced && rx.len() <= share.reserve.load(Ordering::Acquire) {
+        share.deferred.fetch_add(1, Ordering::AcqRel);
+        return;
+    }
+    if let Ok(j) = rx.try_recv() {
+        let started = Instant::now();
+        let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
+        c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
+        c.cpu_frames.fetch_add(1, Ordering::Relaxed);
+        (j.done)(frame);
+    }
+}
+
+impl Share {
+    /// The GPU stops coming first: the turns left to it run now.
+    fn give_back(self: &Arc<Self>, rx: &Receiver<Job>, c: &Arc<Counters>) {
+        self.reserve.store(0, Ordering::Release);
+        for _ in 0..self.deferred.swap(0, Ordering::AcqRel) {
+            let (rx, c, share) = (rx.clone(), c.clone(), self.clone());
+            crate::workers::spawn(move || cpu_turn(&rx, &c, &share, true));
+        }
+    }
 }
 
 /// How the start of a batch back end ended, once it has.
@@ -404,6 +458,7 @@ impl Dispatcher {
             launch_bytes: 0,
             started,
             counters: Arc::default(),
+            share: Arc::default(),
             before: why.into(),
         }
     }
@@ -478,7 +533,8 @@ impl Dispatcher {
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let started: Arc<Started> = Arc::default();
-        let (c, batches, outcome) = (counters.clone(), rx.clone(), started.clone());
+        let share: Arc<Share> = Arc::default();
+        let (c, batches, outcome, shared) = (counters.clone(), rx.clone(), started.clone(), share.clone());
         let nice = cfg.launch_nice;
         // The CPU workers start now if they have not: threads the GPU's thread started would
         // inherit its priority.
@@ -523,11 +579,11 @@ impl Dispatcher {
                     let measured = Mutex::new(Measured::default());
                     std::thread::scope(|s| {
                         for k in 1..threads {
-                            let (batches, cfg, c) = (batches.clone(), cfg.clone(), c.clone());
+                            let (batches, cfg, c, shared) = (batches.clone(), cfg.clone(), c.clone(), shared.clone());
                             let (backend, measured) = (b.batches.as_ref(), &measured);
-                            s.spawn(move || batch_loop(backend, batches, &cfg, (k, threads), &c, measured));
+                            s.spawn(move || batch_loop(backend, batches, &cfg, (k, threads), &c, &shared, measured));
                         }
-                        batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &measured);
+                        batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &shared, &measured);
                     });
                 }
                 Err(why) => outcome.finish(Outcome {
@@ -545,6 +601,7 @@ impl Dispatcher {
             launch_bytes,
             started,
             counters,
+            share,
             before: before.into(),
         })
     }
@@ -648,20 +705,11 @@ impl Dispatcher {
                     if self.gpu_only {
                         return;
                     }
-                    // The frame's CPU turn: a worker that comes free takes the oldest waiting
-                    // frame, unless the GPU took them all first. (Every frame in the queue has a
-                    // turn still to come, so none waits for the GPU alone.)
-                    let (rx, c) = (rx.clone(), self.counters.clone());
-                    crate::workers::spawn(move || {
-                        if let Ok(j) = rx.try_recv() {
-                            let started = Instant::now();
-                            let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
-                            c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                            c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
-                            c.cpu_frames.fetch_add(1, Ordering::Relaxed);
-                            (j.done)(frame);
-                        }
-                    });
+                    // The frame's CPU turn. (Every frame in the queue has a turn still to come, or
+                    // one left to the GPU that it gives back when it does not launch: none waits
+                    // for the GPU alone.)
+                    let (rx, c, share) = (rx.clone(), self.counters.clone(), self.share.clone());
+                    crate::workers::spawn(move || cpu_turn(&rx, &c, &share, false));
                     return;
                 }
                 Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
@@ -717,9 +765,15 @@ fn launch_frames(cfg: &DispatchConfig, threads: usize) -> usize {
     (cfg.batch_floor_bytes / threads.max(1) / (1 << 20)).max(cfg.min_items.max(1)).min(cfg.batch_max_items.max(1))
 }
 
-/// How much sooner than the CPU a launch must be expected to finish its frames: the frames of a
-/// launch hold up every ordered stream they belong to until the whole launch is done, which the
-/// estimate does not see.
+/// How fast, against all the cores together, the GPU must be measured to do frames (its launching
+/// threads' launches at once) for it to come first (`DispatchConfig::gpu_first`); the cores take
+/// what waits beyond its launches meanwhile. Slower, its launches would hold the streams their
+/// frames belong to for longer than the cores would take to reach those frames.
+const GPU_FIRST_SPEED: f64 = 1.0;
+
+/// Otherwise, how much faster than all the cores one launch must be measured to do its frames:
+/// the frames of a launch hold up every ordered stream they belong to until the whole launch is
+/// done, which the estimate does not see.
 const LAUNCH_MARGIN: f64 = 2.0;
 
 /// What the batch thread has measured of the back end: the wall time of its launches.
@@ -737,18 +791,19 @@ struct Measured {
 }
 
 impl Measured {
-    /// What to do with `frames` waiting frames: launch them if that is likely to finish them
-    /// sooner than the CPU workers would (a launch's measured wall time against the frames'
-    /// measured CPU time spread over the workers); else leave them to the CPU, but try a few
-    /// now and then (unmeasured, or not tried for a while: the host's load changes).
-    fn decide(&self, frames: usize, c: &Counters) -> Decision {
+    /// What to do with a launch of `frames` waiting frames when `launchers` launches run at once:
+    /// launch them if the GPU is measured to do frames at least `speed` times as fast as all the
+    /// CPU workers (their measured CPU time spread over the workers); else leave them to the
+    /// CPU, but try a few now and then (unmeasured, or not tried for a while: the host's load
+    /// changes).
+    fn decide(&self, frames: usize, launchers: usize, speed: f64, c: &Counters) -> Decision {
         let (Some(launch), Some(last), Some(per_frame)) = (self.launch_ns, self.last_launch, c.cpu_ns_per_frame())
         else {
             return Decision::Try;
         };
         let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
         let probe = if self.launches < COLD_LAUNCHES { PROBE_SOON } else { PROBE_EVERY };
-        if launch * LAUNCH_MARGIN < cpu {
+        if launch * speed <= cpu * launchers.max(1) as f64 {
             Decision::Launch
         } else if last.elapsed() >= probe {
             Decision::Try
@@ -795,7 +850,8 @@ fn batch_loop(
     rx: Receiver<Job>,
     cfg: &DispatchConfig,
     slot: (usize, usize),
-    c: &Counters,
+    c: &Arc<Counters>,
+    share: &Arc<Share>,
     measured: &Mutex<Measured>,
 ) {
     let min_items = cfg.min_items.max(1);
@@ -803,6 +859,8 @@ fn batch_loop(
     // One stream gathers a full launch while frames keep coming (a launch lasts about as long
     // whatever its size, so small ones waste the GPU); otherwise a launch's worth of waiting.
     let target = if cfg.one_stream { launch_frames(cfg, slot.1) } else { min_items };
+    let (launch_size, reserve) =
+        if cfg.one_stream { (target, target * slot.1.max(1)) } else { (cfg.batch_max_items.max(1), min_items) };
     loop {
         // Until a frame waits (without taking it); a closed, empty queue ends the thread.
         let mut ready = crossbeam_channel::Select::new();
@@ -840,7 +898,13 @@ fn batch_loop(
             _ => {
                 let (d, launch_ns) = {
                     let m = measured.lock().expect("measurements");
-                    (m.decide(waiting.min(cfg.batch_max_items), c), m.launch_ns)
+                    let frames = waiting.min(launch_size);
+                    let d = if cfg.gpu_first {
+                        m.decide(frames, if cfg.one_stream { slot.1 } else { 1 }, GPU_FIRST_SPEED, c)
+                    } else {
+                        m.decide(frames, 1, LAUNCH_MARGIN, c)
+                    };
+                    (d, m.launch_ns)
                 };
                 if matches!(d, Decision::Leave) {
                     tracing::debug!(
@@ -853,12 +917,18 @@ fn batch_loop(
                 d
             }
         };
+        match decision {
+            Decision::Launch if cfg.policy == GpuPolicy::Auto && cfg.gpu_first => {
+                share.reserve.store(reserve, Ordering::Release);
+            }
+            Decision::Launch => {}
+            Decision::Try | Decision::Leave => share.give_back(&rx, c),
+        }
         let most = match decision {
-            Decision::Launch if cfg.one_stream => target,
-            Decision::Launch => cfg.batch_max_items,
+            Decision::Launch => launch_size,
             Decision::Try => min_items,
             Decision::Leave => {
-                // Left to the CPU workers (each waiting frame still has its turn to come).
+                // Left to the CPU workers (each waiting frame has its turn to come).
                 c.gpu_declined.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(cfg.batch_window);
                 continue;
@@ -974,6 +1044,71 @@ mod tests {
     use super::*;
 
     #[test]
+    fn turns_leave_the_gpu_its_reserve_and_get_their_frames_back_when_it_stops_coming_first() {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let ctx = Arc::new(crate::EncodeConfig::default().new_object());
+        let push = |frame: u64| {
+            let done_tx = done_tx.clone();
+            let done: Done = Box::new(move |_| done_tx.send(frame).unwrap());
+            let codec = cpu_equivalent(CodecId::Zstd, 1);
+            tx.send(Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![7; 1000], done })
+                .unwrap();
+        };
+        let (c, share) = (Arc::new(Counters::default()), Arc::new(Share::default()));
+        share.reserve.store(3, Ordering::Release);
+        for f in 0..4 {
+            push(f);
+        }
+        // Four wait, three are the GPU's: the first turn takes the oldest, the next ones leave.
+        cpu_turn(&rx, &c, &share, false);
+        assert_eq!(done_rx.try_recv(), Ok(0));
+        for _ in 0..3 {
+            cpu_turn(&rx, &c, &share, false);
+        }
+        assert_eq!((rx.len(), share.deferred.load(Ordering::Acquire)), (3, 3));
+        assert!(done_rx.try_recv().is_err(), "nothing more was encoded");
+        // The GPU stops coming first: the three turns it was left run, on the workers.
+        share.give_back(&rx, &c);
+        let mut back: Vec<u64> = (0..3).map(|_| done_rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        back.sort_unstable();
+        assert_eq!(back, [1, 2, 3]);
+        assert_eq!((share.reserve.load(Ordering::Acquire), share.deferred.load(Ordering::Acquire)), (0, 0));
+        // With no reserve, a turn always takes its frame.
+        push(4);
+        cpu_turn(&rx, &c, &share, false);
+        assert_eq!(done_rx.try_recv(), Ok(4));
+        assert_eq!(c.cpu_frames.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn the_gpu_comes_first_once_its_launches_at_once_keep_up_with_the_cores() {
+        let threads = crate::workers::threads() as f64;
+        let ms = |n: f64| Duration::from_nanos((n * 1e6) as u64);
+        // A frame takes a core 4 ms: 128 frames take all the cores 512/threads ms.
+        let c = Counters::default();
+        c.cpu_nanos.store(4_000_000, Ordering::Relaxed);
+        c.cpu_timed_frames.store(1, Ordering::Relaxed);
+        let cores = 512.0 / threads;
+        let measured = |launch_ms: f64| {
+            let mut m = Measured::default();
+            for _ in 0..COLD_LAUNCHES {
+                m.launched(0, 128, ms(launch_ms));
+            }
+            m
+        };
+        let launches = |d: Decision| matches!(d, Decision::Launch);
+        // Two launches at once, each 1.5x the cores' time: together faster than the cores, so the
+        // GPU comes first; alone, or against twice the cores' speed, it does not.
+        let m = measured(1.5 * cores);
+        assert!(launches(m.decide(128, 2, GPU_FIRST_SPEED, &c)));
+        assert!(!launches(m.decide(128, 1, GPU_FIRST_SPEED, &c)));
+        assert!(!launches(m.decide(128, 2, LAUNCH_MARGIN, &c)));
+        // Without `gpu_first` (one launch, twice as fast as the cores) only a fast GPU launches.
+        assert!(launches(measured(0.4 * cores).decide(128, 1, LAUNCH_MARGIN, &c)));
+    }
+
+    #[test]
     fn a_slow_first_launch_is_set_aside_and_the_gpu_tried_again_soon() {
         let mut m = Measured::default();
         let ms = |n: u64| Duration::from_millis(n);
@@ -1001,7 +1136,7 @@ mod tests {
         for n in 1..=COLD_LAUNCHES {
             cold.launched(0, 32, ms(350));
             cold.last_launch = Some(Instant::now() - PROBE_SOON);
-            let d = cold.decide(1, &c);
+            let d = cold.decide(1, 1, LAUNCH_MARGIN, &c);
             if n < COLD_LAUNCHES {
                 assert!(matches!(d, Decision::Try), "tried again soon after {n} launches");
             } else {

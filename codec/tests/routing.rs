@@ -374,3 +374,69 @@ fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
     drop(tx);
     assert!(rx.iter().all(|n| n == before), "a CPU worker runs at a raised priority");
 }
+
+/// A stand-in that shrinks nothing (so a launch costs only `delay`, now changeable) and counts
+/// the frames of its real launches apart from its tries.
+struct Switchable {
+    delay_ms: AtomicU64,
+}
+
+impl BatchBackend for Switchable {
+    fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
+        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst)));
+        Ok(vec![None; chunks.len()])
+    }
+}
+
+/// `auto` sharing its queue with `fake`, as a mount's: one stream of launches (two launching
+/// threads of 16 frames each), the GPU first or not (`DispatchConfig::gpu_first`).
+fn auto_with(fake: &Arc<Switchable>, gpu_first: bool) -> Dispatcher {
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::Auto,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        batch_floor_bytes: 32 << 20,
+        one_stream: true,
+        gpu_first,
+        ..DispatchConfig::default()
+    };
+    Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap()
+}
+
+/// Frames the back end took in real launches (what it did not shrink is stored as it is).
+fn launched(d: &Dispatcher) -> u64 {
+    count(d, "fallback_not_smaller")
+}
+
+/// Bursts of `n` frames, the first while every worker is busy for a while: a backlog forms, so
+/// the back end is tried and measured.
+fn bursts(d: &Dispatcher, bursts: usize, n: usize) {
+    for _ in 0..workers::threads() {
+        workers::spawn(|| std::thread::sleep(Duration::from_millis(200)));
+    }
+    for _ in 0..bursts {
+        run(d, n);
+    }
+}
+
+#[test]
+fn a_gpu_that_stops_coming_first_gives_back_every_frame_it_was_left() {
+    let fake = Arc::new(Switchable { delay_ms: AtomicU64::new(0) });
+    let d = Arc::new(auto_with(&fake, true));
+    bursts(&d, 3, 400);
+    assert!(launched(&d) > 0, "the fast back end came first");
+    // Now each launch takes 400 ms: the first one shows it, and the frames the cores left to the
+    // GPU go back to them at once. Every frame comes back within seconds (not only as the
+    // GPU's tries hand a few to the cores every few seconds).
+    fake.delay_ms.store(400, Ordering::SeqCst);
+    let (tx, rx) = channel();
+    let runner = {
+        let d = d.clone();
+        std::thread::spawn(move || {
+            bursts(&d, 5, 40);
+            tx.send(()).unwrap();
+        })
+    };
+    rx.recv_timeout(Duration::from_secs(5)).expect("every frame came back within seconds");
+    runner.join().unwrap();
+}
