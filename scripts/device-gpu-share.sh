@@ -3,7 +3,8 @@
 # binaries .devab/NAME.gz; default "old new"), idle and with 16 CPU-bound loops beside ($LOADS),
 # $REPS times with the builds' order alternated. Per run: a mount (bucket and staging on /dev/shm)
 # written by 8 writers of 512 MiB and then 4 of 1 GiB (`dd bs=1M conv=fsync`, real files: a tar of
-# /usr), with the mount's CPU-seconds (user+system) per GiB for each; then `pack` of 4 GiB of the
+# /usr), with the mount's CPU-seconds (user+system) per GiB for each, and 8 cold readers of the
+# first 8 files through a fresh mount; then `pack` of 4 GiB of the
 # same files, wall time, CPU and stored bytes. Expects nVCOMP in .device/lib.
 set -u
 export SHRINKFS_NVCOMP_LIB=$PWD/.device/lib/libnvcomp.so.6
@@ -37,6 +38,17 @@ for load in ${LOADS:-idle busy}; do
         for _ in $(seq 100); do grep -q " $w/m fuse" /proc/mounts && break; sleep 0.1; done
         dd if=/dev/shm/real.512m of=$w/m/warm bs=1M count=256 conv=fsync status=none; rm $w/m/warm
         echo "$load $b $g mount 8x512M: $(writers 8 /dev/shm/real.512m) | 4x1G: $(writers 4 /dev/shm/real.1g) stored=$(du -sb $w/b | cut -f1)"
+        umount $w/m; wait $pid 2>/dev/null
+        # Cold reads of the 8 files by 8 readers, through a fresh mount.
+        /tmp/b/$b mount $w/b $w/m --gpu $g --staging-dir $w/s > $w/log 2>&1 &
+        pid=$!
+        for _ in $(seq 100); do grep -q " $w/m fuse" /proc/mounts && break; sleep 0.1; done
+        sync; echo 3 > /proc/sys/vm/drop_caches
+        s=$(date +%s.%N)
+        for i in $(seq 8); do dd if=$w/m/8-$i of=/dev/null bs=1M status=none & done
+        wait $(jobs -p | tail -8)
+        e=$(date +%s.%N)
+        echo "$load $b $g read 8x512M cold: $(awk -v s=$s -v e=$e 'BEGIN{printf "%.2f GB/s", 4*2^30/(e-s)/1e9}')"
         umount $w/m; wait $pid 2>/dev/null
         [ "${PACK:-1}" = 0 ] && continue
         rm -f /dev/shm/out.skf
