@@ -1,8 +1,9 @@
 //! The frame dispatcher: one queue for frames from every open file, taken from by whichever is
 //! free first — the CPU workers, a frame at a time, or a batch back end (the GPU, batched nVCOMP
 //! launches), as many as are waiting. Idle cores take frames at once; when every core is busy the
-//! queue grows and the GPU takes it in large launches, so the GPU adds to what the cores do and
-//! never holds a frame an idle core could have finished. A launch with too few frames to pay for
+//! queue grows and the GPU takes it in large launches, so the GPU adds to what the cores do. On a
+//! mount (`DispatchConfig::gpu_first`) a GPU measured at least as fast as the cores comes first
+//! instead: the cores leave it enough frames for its next launches (see `Share`). A launch with too few frames to pay for
 //! itself, any GPU failure, a full queue, or output not smaller than its input sends frames down
 //! the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
 //! GPU starts on its own thread while the cores take every frame, and joins once warmed up.
@@ -297,24 +298,28 @@ pub struct Dispatcher {
 
 /// How `auto` shares the waiting frames between the GPU and the CPU workers. With
 /// `DispatchConfig::gpu_first`, while the GPU is measured to keep up (see [`Measured::decide`])
-/// it comes first: the CPU turns leave it the
-/// oldest `reserve` waiting frames, enough for every launching thread's next launch, and take
-/// only what waits beyond them. (Taking from the front as they come free, the cores kept the
-/// queue short of a launch and the GPU idle; and busy on every core, they starved the FUSE
-/// threads and the launches' host side: issue 15, BENCHMARKS.md §9.)
+/// it comes first: a CPU turn takes a frame only while more than `reserve` frames wait (enough
+/// for every launching thread's next launch), so the GPU always finds its next launches waiting
+/// and the cores take the rest. (Taking frames as they came free, the cores kept the queue short
+/// of a launch and the GPU idle; and busy on every core, they slowed the FUSE threads and the
+/// launches' host side: issue 15, BENCHMARKS.md §9.) A launching thread gives the turns it was
+/// left back to the workers whenever it does not launch, when a launch leaves too few frames for
+/// the next one, and when it ends however it ends (see [`Launching`]).
 #[derive(Default)]
 struct Share {
     /// Waiting frames the CPU turns leave to the GPU; 0 while it does not come first.
     reserve: AtomicUsize,
-    /// CPU turns that left their frame to the GPU. A launching thread that does not launch
-    /// gives them back (runs them), so no frame waits for a GPU that will not take it.
+    /// CPU turns that left their frame to the GPU, to be given back.
     deferred: AtomicUsize,
+    /// Set once a launching thread has ended (a panic, or the queue closed): turns take their
+    /// frames from then on.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// A frame's CPU turn: a worker that comes free takes the oldest waiting frame, unless the GPU
 /// took them all first, or (not `forced`) it comes first and no more than its reserve waits.
 fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
-    if !forced && rx.len() <= share.reserve.load(Ordering::Acquire) {
+    if !forced && !share.ended.load(Ordering::Acquire) && rx.len() <= share.reserve.load(Ordering::Acquire) {
         share.deferred.fetch_add(1, Ordering::AcqRel);
         return;
     }
@@ -329,13 +334,30 @@ fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
 }
 
 impl Share {
-    /// The GPU stops coming first: the turns left to it run now.
+    /// The GPU stops coming first: the turns left to it run now (as many as frames wait; the
+    /// count of those the GPU took meanwhile is dropped, and a turn counted after this call is
+    /// given back by the launching thread's next pass, which comes while any frame waits).
     fn give_back(self: &Arc<Self>, rx: &Receiver<Job>, c: &Arc<Counters>) {
         self.reserve.store(0, Ordering::Release);
-        for _ in 0..self.deferred.swap(0, Ordering::AcqRel) {
+        for _ in 0..self.deferred.swap(0, Ordering::AcqRel).min(rx.len()) {
             let (rx, c, share) = (rx.clone(), c.clone(), self.clone());
             crate::workers::spawn(move || cpu_turn(&rx, &c, &share, true));
         }
+    }
+}
+
+/// A launching thread's hold on the [`Share`]: however the thread ends (the queue closed, or a
+/// panic in a launch), turns stop leaving their frames to the GPU and those left run.
+struct Launching<'a> {
+    share: &'a Arc<Share>,
+    rx: &'a Receiver<Job>,
+    c: &'a Arc<Counters>,
+}
+
+impl Drop for Launching<'_> {
+    fn drop(&mut self) {
+        self.share.ended.store(true, Ordering::Release);
+        self.share.give_back(self.rx, self.c);
     }
 }
 
@@ -706,8 +728,9 @@ impl Dispatcher {
                         return;
                     }
                     // The frame's CPU turn. (Every frame in the queue has a turn still to come, or
-                    // one left to the GPU that it gives back when it does not launch: none waits
-                    // for the GPU alone.)
+                    // one left to the GPU, given back when it stops coming first: none waits for
+                    // a GPU that no longer launches. A launch that never returns holds its own
+                    // frames and, with `gpu_first`, those left to it.)
                     let (rx, c, share) = (rx.clone(), self.counters.clone(), self.share.clone());
                     crate::workers::spawn(move || cpu_turn(&rx, &c, &share, false));
                     return;
@@ -803,7 +826,7 @@ impl Measured {
         };
         let cpu = per_frame * frames as f64 / crate::workers::threads() as f64;
         let probe = if self.launches < COLD_LAUNCHES { PROBE_SOON } else { PROBE_EVERY };
-        if launch * speed <= cpu * launchers.max(1) as f64 {
+        if launch * speed < cpu * launchers.max(1) as f64 {
             Decision::Launch
         } else if last.elapsed() >= probe {
             Decision::Try
@@ -861,6 +884,9 @@ fn batch_loop(
     let target = if cfg.one_stream { launch_frames(cfg, slot.1) } else { min_items };
     let (launch_size, reserve) =
         if cfg.one_stream { (target, target * slot.1.max(1)) } else { (cfg.batch_max_items.max(1), min_items) };
+    // (Never the whole queue: beyond it frames go straight to the CPU, and none would be taken.)
+    let reserve = reserve.min(cfg.queue_max / 2);
+    let _launching = Launching { share, rx: &rx, c };
     loop {
         // Until a frame waits (without taking it); a closed, empty queue ends the thread.
         let mut ready = crossbeam_channel::Select::new();
@@ -898,11 +924,11 @@ fn batch_loop(
             _ => {
                 let (d, launch_ns) = {
                     let m = measured.lock().expect("measurements");
-                    let frames = waiting.min(launch_size);
                     let d = if cfg.gpu_first {
-                        m.decide(frames, if cfg.one_stream { slot.1 } else { 1 }, GPU_FIRST_SPEED, c)
+                        let launchers = if cfg.one_stream { slot.1 } else { 1 };
+                        m.decide(waiting.min(launch_size), launchers, GPU_FIRST_SPEED, c)
                     } else {
-                        m.decide(frames, 1, LAUNCH_MARGIN, c)
+                        m.decide(waiting.min(cfg.batch_max_items), 1, LAUNCH_MARGIN, c)
                     };
                     (d, m.launch_ns)
                 };
@@ -990,6 +1016,11 @@ fn batch_loop(
         if ran.0 > 0 {
             let took = if ran.1 { started.elapsed() } else { FAILED_LAUNCH };
             measured.lock().expect("measurements").launched(slot.0, ran.0, took);
+        }
+        // Too few left for another launch: the cores take them (and a small write that comes
+        // while the queue stands empty is theirs at once).
+        if rx.len() < min_items {
+            share.give_back(&rx, c);
         }
     }
 }

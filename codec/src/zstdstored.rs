@@ -8,22 +8,27 @@ const MAGIC: u32 = 0xFD2F_B528;
 /// Largest block a frame may hold (the format's `Block_Maximum_Size`).
 const BLOCK_MAX: usize = 128 << 10;
 
-/// Appends to `out` one zstd frame whose content is `data`, stored in raw blocks: a single-segment
-/// frame header with a 4-byte content size (8 bytes past 4 GiB), no checksum, no dictionary.
+/// Window_Descriptor of a 128 KiB window (Exponent 7: 2^(10 + 7) bytes, Mantissa 0).
+const WINDOW_128K: u8 = 7 << 3;
+
+/// Appends to `out` one zstd frame whose content is `data`, stored in raw blocks, with its content
+/// size (4 bytes; 8 past 4 GiB), no checksum, no dictionary. Up to one block (a GPU piece) it is
+/// a single segment, whose window is its content; a longer one declares a 128 KiB window, so no
+/// decoder needs more memory for it than for one block.
 pub fn push(out: &mut Vec<u8>, data: &[u8]) {
     out.reserve(data.len() + 16 + 3 * data.len().div_ceil(BLOCK_MAX).max(1));
     out.extend_from_slice(&MAGIC.to_le_bytes());
     // Frame_Header_Descriptor: Frame_Content_Size_flag (bits 7-6), Single_Segment_flag (bit 5).
-    match u32::try_from(data.len()) {
-        Ok(len) => {
-            out.push(0b1010_0000);
-            out.extend_from_slice(&len.to_le_bytes());
-        }
-        Err(_) => {
-            out.push(0b1110_0000);
-            out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        }
+    let (size_flag, size) = match u32::try_from(data.len()) {
+        Ok(len) => (0b1000_0000, u64::from(len).to_le_bytes()[..4].to_vec()),
+        Err(_) => (0b1100_0000, (data.len() as u64).to_le_bytes().to_vec()),
+    };
+    if data.len() <= BLOCK_MAX {
+        out.push(size_flag | 0b0010_0000);
+    } else {
+        out.extend_from_slice(&[size_flag, WINDOW_128K]);
     }
+    out.extend_from_slice(&size);
     let mut blocks = data.chunks(BLOCK_MAX).peekable();
     if blocks.peek().is_none() {
         // An empty frame still has its one (last, empty) block.
@@ -47,7 +52,16 @@ mod tests {
         for n in [0, 1, 255, 256, 65_535, 65_536, BLOCK_MAX, BLOCK_MAX + 1, 300_000] {
             let mut one = Vec::new();
             push(&mut one, &data[..n]);
-            assert_eq!(one.len(), n + 9 + 3 * n.div_ceil(BLOCK_MAX).max(1), "{n}: header and block headers only");
+            let header = if n <= BLOCK_MAX { 9 } else { 10 };
+            assert_eq!(one.len(), n + header + 3 * n.div_ceil(BLOCK_MAX).max(1), "{n}: headers only");
+            if n > BLOCK_MAX {
+                // A streaming decoder held to 128 KiB of window reads it too.
+                let mut d = zstd::stream::read::Decoder::new(&one[..]).unwrap();
+                d.window_log_max(17).unwrap();
+                let mut got = Vec::new();
+                std::io::Read::read_to_end(&mut d, &mut got).unwrap();
+                assert_eq!(got, &data[..n], "{n}");
+            }
             assert_eq!(zstd::stream::decode_all(&one[..]).unwrap(), &data[..n], "{n}");
             // As a piece of a GPU payload: concatenated with ordinary zstd frames.
             let mut joined = zstd::bulk::compress(b"text text text text", 1).unwrap();

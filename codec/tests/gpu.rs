@@ -168,4 +168,11 @@ fn a_piece_that_cannot_shrink_is_stored_and_the_rest_of_its_frame_compressed() {
         decompress_cpu(shrinkfs_codec::CodecId::Zstd, out, f.len(), None, &mut back).unwrap();
         assert!(back == *f, "frame {i}: the CPU decodes other bytes");
     }
+    // The GPU decodes them too (a `--gpu on` mount's reads), stored pieces and all.
+    let payloads: Vec<&[u8]> = outs.iter().map(|o| o.as_deref().unwrap()).collect();
+    let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+    let back = gpu.decompress_batch(shrinkfs_codec::CodecId::Zstd, &payloads, &lens, 0).unwrap();
+    for (i, (b, f)) in back.iter().zip(&frames).enumerate() {
+        assert!(b == f, "frame {i}: the GPU decodes other bytes");
+    }
 }
