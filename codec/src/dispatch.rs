@@ -303,8 +303,9 @@ pub struct Dispatcher {
 /// and the cores take the rest. (Taking frames as they came free, the cores kept the queue short
 /// of a launch and the GPU idle; and busy on every core, they slowed the FUSE threads and the
 /// launches' host side: issue 15, BENCHMARKS.md §9.) A launching thread gives the turns it was
-/// left back to the workers whenever it does not launch, when a launch leaves too few frames for
-/// the next one, and when it ends however it ends (see [`Launching`]).
+/// left back to the workers whenever it does not launch (so a small write that comes after a
+/// burst, while the reserve still stands, waits one batch window for the cores), and when it
+/// ends however it ends (see [`Launching`]).
 #[derive(Default)]
 struct Share {
     /// Waiting frames the CPU turns leave to the GPU; 0 while it does not come first.
@@ -319,9 +320,13 @@ struct Share {
 /// A frame's CPU turn: a worker that comes free takes the oldest waiting frame, unless the GPU
 /// took them all first, or (not `forced`) it comes first and no more than its reserve waits.
 fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
-    if !forced && !share.ended.load(Ordering::Acquire) && rx.len() <= share.reserve.load(Ordering::Acquire) {
-        share.deferred.fetch_add(1, Ordering::AcqRel);
-        return;
+    if !forced && !share.ended.load(Ordering::SeqCst) && rx.len() <= share.reserve.load(Ordering::Acquire) {
+        share.deferred.fetch_add(1, Ordering::SeqCst);
+        // (Counted after the last launching thread gave its turns back, this one would never be
+        // given back: then it takes its frame itself. Given back twice, a turn finds nothing.)
+        if !share.ended.load(Ordering::SeqCst) {
+            return;
+        }
     }
     if let Ok(j) = rx.try_recv() {
         let started = Instant::now();
@@ -336,10 +341,11 @@ fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
 impl Share {
     /// The GPU stops coming first: the turns left to it run now (as many as frames wait; the
     /// count of those the GPU took meanwhile is dropped, and a turn counted after this call is
-    /// given back by the launching thread's next pass, which comes while any frame waits).
+    /// given back by a launching thread's next pass, which comes while any frame waits, or, once
+    /// none is left, takes its frame itself).
     fn give_back(self: &Arc<Self>, rx: &Receiver<Job>, c: &Arc<Counters>) {
         self.reserve.store(0, Ordering::Release);
-        for _ in 0..self.deferred.swap(0, Ordering::AcqRel).min(rx.len()) {
+        for _ in 0..self.deferred.swap(0, Ordering::SeqCst).min(rx.len()) {
             let (rx, c, share) = (rx.clone(), c.clone(), self.clone());
             crate::workers::spawn(move || cpu_turn(&rx, &c, &share, true));
         }
@@ -356,7 +362,7 @@ struct Launching<'a> {
 
 impl Drop for Launching<'_> {
     fn drop(&mut self) {
-        self.share.ended.store(true, Ordering::Release);
+        self.share.ended.store(true, Ordering::SeqCst);
         self.share.give_back(self.rx, self.c);
     }
 }
@@ -1016,11 +1022,6 @@ fn batch_loop(
         if ran.0 > 0 {
             let took = if ran.1 { started.elapsed() } else { FAILED_LAUNCH };
             measured.lock().expect("measurements").launched(slot.0, ran.0, took);
-        }
-        // Too few left for another launch: the cores take them (and a small write that comes
-        // while the queue stands empty is theirs at once).
-        if rx.len() < min_items {
-            share.give_back(&rx, c);
         }
     }
 }

@@ -381,11 +381,15 @@ fn launches_run_at_the_priority_asked_for_where_the_process_may_raise_it() {
 struct Switchable {
     delay_ms: AtomicU64,
     panics: std::sync::atomic::AtomicBool,
+    panicked: AtomicU64,
 }
 
 impl BatchBackend for Switchable {
     fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
-        assert!(!self.panics.load(Ordering::SeqCst), "the stand-in's launch panics");
+        if self.panics.load(Ordering::SeqCst) {
+            self.panicked.fetch_add(1, Ordering::SeqCst);
+            panic!("the stand-in's launch panics");
+        }
         std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst)));
         Ok(vec![None; chunks.len()])
     }
@@ -474,6 +478,7 @@ fn launching_threads_that_die_leave_no_frame_behind() {
         back += 1;
     }
     // (At most two launches of 16 frames were lost, or one if a try took the first panic.)
+    assert!(fake.panicked.load(Ordering::SeqCst) >= 1, "a launching thread died");
     assert!(back >= 200 - 2 * 16, "{back} of 200 frames came back within 5 s");
     assert!(std::time::Instant::now() < deadline, "the callbacks of every frame were called or dropped");
 }
