@@ -19,16 +19,14 @@ pub fn push(out: &mut Vec<u8>, data: &[u8]) {
     out.reserve(data.len() + 16 + 3 * data.len().div_ceil(BLOCK_MAX).max(1));
     out.extend_from_slice(&MAGIC.to_le_bytes());
     // Frame_Header_Descriptor: Frame_Content_Size_flag (bits 7-6), Single_Segment_flag (bit 5).
-    let (size_flag, size) = match u32::try_from(data.len()) {
-        Ok(len) => (0b1000_0000, u64::from(len).to_le_bytes()[..4].to_vec()),
-        Err(_) => (0b1100_0000, (data.len() as u64).to_le_bytes().to_vec()),
-    };
+    // A 4-byte Frame_Content_Size takes the low half of the 8-byte one.
+    let (size_flag, size_bytes) = if data.len() <= u32::MAX as usize { (0b1000_0000, 4) } else { (0b1100_0000, 8) };
     if data.len() <= BLOCK_MAX {
         out.push(size_flag | 0b0010_0000);
     } else {
         out.extend_from_slice(&[size_flag, WINDOW_128K]);
     }
-    out.extend_from_slice(&size);
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes()[..size_bytes]);
     let mut blocks = data.chunks(BLOCK_MAX).peekable();
     if blocks.peek().is_none() {
         // An empty frame still has its one (last, empty) block.

@@ -419,13 +419,13 @@ fn launched(d: &Dispatcher) -> u64 {
     count(d, "fallback_not_smaller")
 }
 
-/// Bursts of `n` frames, the first while every worker is busy for a while: a backlog forms, so
+/// `count` bursts of `n` frames, the first while every worker is busy for a while: a backlog forms, so
 /// the back end is tried and measured.
-fn bursts(d: &Dispatcher, bursts: usize, n: usize) {
+fn bursts(d: &Dispatcher, count: usize, n: usize) {
     for _ in 0..workers::threads() {
         workers::spawn(|| std::thread::sleep(Duration::from_millis(200)));
     }
-    for _ in 0..bursts {
+    for _ in 0..count {
         run(d, n);
     }
 }
