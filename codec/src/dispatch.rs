@@ -593,8 +593,11 @@ impl Dispatcher {
                     let threads = if cfg.one_stream { b.batches.concurrency().max(1) } else { 1 };
                     // (`auto` warms up to the size of its first launches, the ones that measure
                     // the GPU: the GPU may never take a frame, and a full-size warm-up costs the
-                    // cores a copy of a few hundred MiB.)
-                    let full = cfg.one_stream && cfg.policy == GpuPolicy::On;
+                    // cores a copy of a few hundred MiB. Where it may come first, a mount's, it
+                    // warms up to full launches like `on`: growing its buffers at its first full
+                    // launches instead cost 8 writers on a busy H100 host about a tenth of their
+                    // rate, BENCHMARKS.md §9.)
+                    let full = cfg.one_stream && (cfg.policy == GpuPolicy::On || cfg.gpu_first);
                     let probe = cfg.min_items.max(1).min(launch_frames(&cfg, threads));
                     let frames = if full { launch_frames(&cfg, threads) } else { probe };
                     b.batches.warm_up(threads, frames);

@@ -179,10 +179,11 @@ fn the_cores_take_every_frame_while_the_back_end_starts_and_if_it_cannot() {
     assert_eq!(count(&d, "cpu_frames"), 50);
 }
 
-/// A back end whose warm-up takes `warm_up` and is counted.
+/// A back end whose warm-up takes `warm_up` and is counted, with the frames it warmed up for.
 struct SlowWarmUp {
     warm_up: Duration,
     warmed: AtomicU64,
+    frames: AtomicU64,
 }
 
 impl BatchBackend for SlowWarmUp {
@@ -190,15 +191,17 @@ impl BatchBackend for SlowWarmUp {
         Ok(vec![None; chunks.len()])
     }
 
-    fn warm_up(&self, _: usize, _: usize) {
+    fn warm_up(&self, _: usize, frames: usize) {
         std::thread::sleep(self.warm_up);
+        self.frames.store(frames as u64, Ordering::SeqCst);
         self.warmed.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 #[test]
 fn a_dispatcher_dropped_while_its_back_end_starts_skips_the_warm_up() {
-    let slow = Arc::new(SlowWarmUp { warm_up: Duration::from_secs(5), warmed: AtomicU64::new(0) });
+    let slow =
+        Arc::new(SlowWarmUp { warm_up: Duration::from_secs(5), warmed: AtomicU64::new(0), frames: AtomicU64::new(0) });
     let backend = Backend::new(slow.clone(), vec![CodecId::Zstd], "stand-in");
     // The start outlasts the moment the test drops the dispatcher by far.
     let start: Start = Box::new(move || {
@@ -214,11 +217,32 @@ fn a_dispatcher_dropped_while_its_back_end_starts_skips_the_warm_up() {
     assert_eq!(slow.warmed.load(Ordering::SeqCst), 0);
 
     // Kept, the back end warms up before it takes a frame.
-    let slow = Arc::new(SlowWarmUp { warm_up: Duration::from_millis(10), warmed: AtomicU64::new(0) });
+    let slow = Arc::new(SlowWarmUp {
+        warm_up: Duration::from_millis(10),
+        warmed: AtomicU64::new(0),
+        frames: AtomicU64::new(0),
+    });
     let backend = Backend::new(slow.clone(), vec![CodecId::Zstd], "stand-in");
     let d = Dispatcher::starting(Box::new(move || Ok(backend)), "starting", DispatchConfig::default()).unwrap();
     d.wait_started();
     assert_eq!(slow.warmed.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_gpu_that_comes_first_warms_up_to_full_launches_and_one_that_must_earn_it_to_its_first_ones() {
+    // One launching thread (the stand-in runs one launch at a time): a full launch is its share
+    // of `batch_floor_bytes` in 1 MiB frames; the launches that measure the GPU take `min_items`.
+    let full = (DispatchConfig::default().batch_floor_bytes >> 20) as u64;
+    let first = DispatchConfig::default().min_items as u64;
+    for (gpu_first, expected) in [(true, full), (false, first)] {
+        let slow =
+            Arc::new(SlowWarmUp { warm_up: Duration::ZERO, warmed: AtomicU64::new(0), frames: AtomicU64::new(0) });
+        let backend = Backend::new(slow.clone(), vec![CodecId::Zstd], "stand-in");
+        let cfg = DispatchConfig { policy: GpuPolicy::Auto, one_stream: true, gpu_first, ..DispatchConfig::default() };
+        let d = Dispatcher::starting(Box::new(move || Ok(backend)), "starting", cfg).unwrap();
+        d.wait_started();
+        assert_eq!(slow.frames.load(Ordering::SeqCst), expected, "gpu_first: {gpu_first}");
+    }
 }
 
 #[test]
