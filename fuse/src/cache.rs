@@ -63,6 +63,11 @@ impl ChunkCache {
         self.frames.run_pending_tasks();
     }
 
+    /// Drops a decoded frame (its memory goes at the next insert's maintenance, at the latest).
+    pub fn forget(&self, id: &ObjectId, frame: u32) {
+        self.frames.invalidate(&(id.clone(), frame));
+    }
+
     /// Bytes currently held (approximate until moka runs its maintenance).
     pub fn weighted_size(&self) -> u64 {
         self.frames.run_pending_tasks();

@@ -632,6 +632,23 @@ impl Reader {
         });
     }
 
+    /// A sequential reader's read of `len` bytes ended at `offset` and it reads on from there:
+    /// the frames larger than `INLINE_MAX` that ended within that read leave the frame cache.
+    /// The kernel's page cache keeps what was read; a scan through the mount then holds only the
+    /// frames ahead of it, and the memory of those behind it is reused for the next ones. Filling
+    /// the cache with frames behind it, each in fresh memory that faults in page by page, cost
+    /// a 2-core machine's cold read of 1 GiB about 7% of its time (BENCHMARKS.md §5). Small
+    /// frames stay: they cost little, and a small file's are kept for its next open.
+    pub fn passed(&self, info: &ObjectInfo, offset: u64, len: u64) {
+        let Parsed::Framed { layout, .. } = &info.parsed else { return };
+        for f in layout.frames_for(offset.saturating_sub(len)..offset) {
+            let e = &layout.entries[f];
+            if e.raw_offset + e.raw_len as u64 <= offset && e.raw_len as usize > shrinkfs_codec::dispatch::INLINE_MAX {
+                self.chunks.forget(&info.id, f as u32);
+            }
+        }
+    }
+
     /// Reads a whole object version (symlink targets, staging a file for rewrite).
     pub async fn read_all(&self, info: &ObjectInfo) -> Result<Vec<u8>> {
         Ok(self.read(info, 0..info.size()).await?.to_vec())

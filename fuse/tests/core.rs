@@ -481,6 +481,40 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequential_reader_leaves_the_large_frames_it_has_passed_out_of_the_cache() {
+    let store = Arc::new(InMemory::new());
+    // Frames of 128 KiB: larger than those a small file keeps for its next open.
+    let cfg = || FsConfig { encode: EncodeConfig { frame_size: 128 << 10, ..Default::default() }, ..small_frames() };
+    let fs = fs_on(&store, cfg());
+    let data = text(1 << 20);
+    write_file(&fs, ROOT, "scan", &data, 65_536).await;
+    let fresh = fs_on(&store, cfg());
+    let ino = fresh.lookup(ROOT, "scan").await.unwrap().ino;
+    let fh = fresh.open(ino, false, false).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        got.extend(fresh.read(fh, got.len() as u64, 32 << 10).await.unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert!(got == data);
+    let m = fresh.metrics();
+    let decoded = || m.value("shrinkfs_frames_decoded_total");
+    assert_eq!(decoded(), 8, "each frame decoded once during the scan");
+    // The first frame, passed: decoded again. The last one, where the scan ended: still cached.
+    let fresh = &fresh;
+    let reread = |off: u64| async move { fresh.read(fh, off, 100).await.unwrap() };
+    assert_eq!(reread(0).await, data[..100]);
+    assert_eq!(decoded(), 9, "the first frame left the cache");
+    assert_eq!(reread((1 << 20) - 100).await, data[(1 << 20) - 100..]);
+    assert_eq!(decoded(), 9, "the last frame stayed");
+    // Reads that jump keep what they decode.
+    for off in [300_000u64, 12_000, 700_000, 12_000, 300_000] {
+        assert_eq!(reread(off).await, data[off as usize..off as usize + 100]);
+    }
+    assert_eq!(decoded(), 11, "frames 2 and 5 decoded once each, frame 0 still cached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_one() {
     let store = Arc::new(InMemory::new());
     for i in 0..200 {

@@ -165,6 +165,7 @@ impl Fs {
         let max = max_frames(c.cache_bytes, self.cfg.encode.frame_size, c.max_readahead_frames);
         let window = self.handles.read_ahead(fh, offset, end, max);
         if window > 0 {
+            self.reader.passed(&info, offset, size as u64);
             self.reader.prefetch(&info, end, window);
         }
         Ok(data)
