@@ -24,6 +24,7 @@ for rep in $(seq ${REPS:-3}); do
       /tmp/b/$b mount $w/b $w/m --gpu off --staging-dir $w/s > $w/log 2>&1 &
       pid=$!
       for _ in $(seq 100); do grep -q " $w/m fuse" /proc/mounts && break; sleep 0.1; done
+      grep -q " $w/m fuse" /proc/mounts || { echo "$b did not mount:"; cat $w/log; exit 1; }
       c0=$(ticks $pid); s=$(date +%s.%N)
       if [ $n = 1 ]; then dd if=$w/m/big of=/dev/null bs=1M status=none
       else for i in $(seq 8); do dd if=$w/m/f$i of=/dev/null bs=1M status=none & done; wait $(jobs -p | tail -8); fi

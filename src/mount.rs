@@ -262,7 +262,7 @@ fn serve(
 ) -> anyhow::Result<()> {
     // The dispatcher (and its GPU thread) starts here, after a --daemon fork: threads and CUDA
     // contexts do not survive fork.
-    let services = Services { dispatcher: Arc::new(a.codec.dispatcher(None, true)?), disk_cache };
+    let services = Services { dispatcher: Arc::new(mount_codec(&a).dispatcher(None, true)?), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3))?;
     rt.block_on(bucket.check_reachable())?;
@@ -381,6 +381,17 @@ pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
     Ok(connection::unmount_shrinkfs(&a.mountpoint)?)
 }
 
+/// The codec settings a mount starts its dispatcher with: a read-only mount writes no frame, and
+/// `--gpu auto` decodes on the cores, so there it starts no GPU (whose warm-up would hold pinned
+/// host and device memory for nothing).
+fn mount_codec(a: &MountArgs) -> crate::cli::CodecArgs {
+    let mut codec = a.codec.clone();
+    if a.read_only && codec.gpu.gpu == crate::cli::GpuChoice::Auto {
+        codec.gpu.gpu = crate::cli::GpuChoice::Off;
+    }
+    codec
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,5 +422,21 @@ mod tests {
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite"), DEFAULT_DELETES_BEHIND);
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite --deletes-behind 0"), 0);
         assert_eq!(behind("shrinkfs mount memory:// /m --deletes-behind 100"), 100);
+    }
+
+    #[test]
+    fn a_read_only_mount_starts_no_gpu_unless_told_to() {
+        use crate::cli::GpuChoice;
+        use clap::Parser;
+        let gpu = |line: &str| {
+            let args: Vec<&str> = line.split(' ').collect();
+            let crate::cli::Command::Mount(m) = crate::cli::Cli::try_parse_from(args).unwrap().command else {
+                panic!("not a mount")
+            };
+            mount_codec(&m).gpu.gpu
+        };
+        assert_eq!(gpu("shrinkfs mount memory:// /m --read-only"), GpuChoice::Off);
+        assert_eq!(gpu("shrinkfs mount memory:// /m"), GpuChoice::Auto);
+        assert_eq!(gpu("shrinkfs mount memory:// /m --read-only --gpu on"), GpuChoice::On);
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::openfile::{FileCell, OpenFile, SharedFile};
-use crate::readahead::Readahead;
+use crate::readahead::{Readahead, Step};
 
 /// An open file handle.
 #[derive(Debug, Clone)]
@@ -179,10 +179,19 @@ impl OpenHandles {
         h.direct
     }
 
-    /// Records a read of `offset..end` through `fh`; returns the frames to fetch ahead.
-    pub fn read_ahead(&self, fh: u64, offset: u64, end: u64, max: usize) -> usize {
+    /// Records a read of `offset..end` through `fh`; returns the frames to fetch ahead and what
+    /// the reader passed. Nothing is passed through a handle that bypasses the kernel's page
+    /// cache, nor while other handles have the file open: they may still read it from the
+    /// frame cache.
+    pub fn read_ahead(&self, fh: u64, offset: u64, end: u64, max: usize) -> Step {
         let mut handles = self.handles.lock().expect("handles lock");
-        handles.get_mut(&fh).map_or(0, |h| h.readahead.advance(offset, end, max))
+        let Some(h) = handles.get_mut(&fh) else { return Step { window: 0, passed: 0..0 } };
+        let mut step = h.readahead.advance(offset, end, max);
+        let alone = || self.open.lock().expect("open lock").get(&h.ino).is_none_or(|e| e.handles <= 1);
+        if h.direct || !alone() {
+            step.passed = 0..0;
+        }
+        step
     }
 
     /// Drops handle `fh`; returns it, and whether it was the last one counted on its state.

@@ -153,6 +153,9 @@ const RECORDLESS_HEADS: u32 = 32;
 /// small files, whose reads would otherwise cost a request for a few frames.
 const KEPT_FRAMES: usize = 4;
 
+/// Frames this small stay in the frame cache when a sequential reader has passed them.
+const SMALL_FRAME: usize = 64 << 10;
+
 fn codec_err(path: &Path, source: shrinkfs_codec::Error) -> Error {
     Error::Codec { key: path.to_string(), source }
 }
@@ -632,18 +635,23 @@ impl Reader {
         });
     }
 
-    /// A sequential reader's read of `len` bytes ended at `offset` and it reads on from there:
-    /// the frames larger than `INLINE_MAX` that ended within that read leave the frame cache.
-    /// The kernel's page cache keeps what was read; a scan through the mount then holds only the
-    /// frames ahead of it, and the memory of those behind it is reused for the next ones. Filling
-    /// the cache with frames behind it, each in fresh memory that faults in page by page, cost
-    /// a 2-core machine's cold read of 1 GiB about 7% of its time (BENCHMARKS.md §5). Small
-    /// frames stay: they cost little, and a small file's are kept for its next open.
-    pub fn passed(&self, info: &ObjectInfo, offset: u64, len: u64) {
+    /// A sequential reader has passed logical bytes `behind` (see `readahead::Step`): the
+    /// frames larger than [`SMALL_FRAME`] that end there leave the frame cache. The kernel's
+    /// page cache keeps what was read; a scan through the mount then holds only the frames ahead
+    /// of it, and the memory of those behind it is reused for the next ones. Filling the cache
+    /// with frames behind it, each in fresh memory that faults in page by page, cost a 2-core
+    /// machine's cold read of 1 GiB about 7% of its time (BENCHMARKS.md §5). Files of up to
+    /// `KEPT_FRAMES` frames keep theirs for their next open (`Reader::kept`), and small frames
+    /// cost little.
+    pub fn passed(&self, info: &ObjectInfo, behind: Range<u64>) {
         let Parsed::Framed { layout, .. } = &info.parsed else { return };
-        for f in layout.frames_for(offset.saturating_sub(len)..offset) {
+        if layout.entries.len() <= KEPT_FRAMES {
+            return;
+        }
+        for f in layout.frames_for(behind.clone()) {
             let e = &layout.entries[f];
-            if e.raw_offset + e.raw_len as u64 <= offset && e.raw_len as usize > shrinkfs_codec::dispatch::INLINE_MAX {
+            let end = e.raw_offset + e.raw_len as u64;
+            if end > behind.start && end <= behind.end && e.raw_len as usize > SMALL_FRAME {
                 self.chunks.forget(&info.id, f as u32);
             }
         }

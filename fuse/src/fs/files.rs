@@ -163,10 +163,10 @@ impl Fs {
         // Sequential readers get frames fetched ahead in the background (see `readahead`).
         let c = &self.cfg.reader;
         let max = max_frames(c.cache_bytes, self.cfg.encode.frame_size, c.max_readahead_frames);
-        let window = self.handles.read_ahead(fh, offset, end, max);
-        if window > 0 {
-            self.reader.passed(&info, offset, size as u64);
-            self.reader.prefetch(&info, end, window);
+        let step = self.handles.read_ahead(fh, offset, end, max);
+        self.reader.passed(&info, step.passed);
+        if step.window > 0 {
+            self.reader.prefetch(&info, end, step.window);
         }
         Ok(data)
     }
