@@ -407,16 +407,18 @@ mod tests {
         assert_eq!(memory_split(None, None).unwrap().0, auto / 4);
     }
 
+    /// The arguments of a `shrinkfs mount` command line (words split at spaces).
+    fn mount_args(line: &str) -> MountArgs {
+        use clap::Parser;
+        let crate::cli::Command::Mount(m) = crate::cli::Cli::try_parse_from(line.split(' ')).unwrap().command else {
+            panic!("not a mount")
+        };
+        *m
+    }
+
     #[test]
     fn deletes_run_behind_unlinks_by_default_only_on_a_bucket_the_mount_is_told_is_its_own() {
-        use clap::Parser;
-        let behind = |line: &str| {
-            let args: Vec<&str> = line.split(' ').collect();
-            let crate::cli::Command::Mount(m) = crate::cli::Cli::try_parse_from(args).unwrap().command else {
-                panic!("not a mount")
-            };
-            fs_config(&m).unwrap().0.deletes_behind
-        };
+        let behind = |line: &str| fs_config(&mount_args(line)).unwrap().0.deletes_behind;
         assert_eq!(behind("shrinkfs mount memory:// /m"), 0);
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl 60"), 0);
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite"), DEFAULT_DELETES_BEHIND);
@@ -427,14 +429,7 @@ mod tests {
     #[test]
     fn a_read_only_mount_starts_no_gpu_unless_told_to() {
         use crate::cli::GpuChoice;
-        use clap::Parser;
-        let gpu = |line: &str| {
-            let args: Vec<&str> = line.split(' ').collect();
-            let crate::cli::Command::Mount(m) = crate::cli::Cli::try_parse_from(args).unwrap().command else {
-                panic!("not a mount")
-            };
-            mount_codec(&m).gpu.gpu
-        };
+        let gpu = |line: &str| mount_codec(&mount_args(line)).gpu.gpu;
         assert_eq!(gpu("shrinkfs mount memory:// /m --read-only"), GpuChoice::Off);
         assert_eq!(gpu("shrinkfs mount memory:// /m"), GpuChoice::Auto);
         assert_eq!(gpu("shrinkfs mount memory:// /m --read-only --gpu on"), GpuChoice::On);

@@ -508,12 +508,10 @@ async fn a_sequential_reader_leaves_the_large_frames_it_has_passed_out_of_the_ca
     let decoded = || m.value("shrinkfs_frames_decoded_total");
     // (Counted from here: a read-ahead that landed late may have decoded a frame twice.)
     let (fresh, data, decoded) = (&fresh, &data, &decoded);
-    let reread = |off: u64| {
-        async move {
-            let before = decoded();
-            assert_eq!(fresh.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
-            decoded() - before
-        }
+    let reread = |off: u64| async move {
+        let before = decoded();
+        assert_eq!(fresh.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
+        decoded() - before
     };
     // The first frame, passed: decoded again. The last one, where the scan ended: still cached.
     assert_eq!(reread(0).await, 1, "the first frame left the cache");
