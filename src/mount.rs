@@ -262,7 +262,8 @@ fn serve(
 ) -> anyhow::Result<()> {
     // The dispatcher (and its GPU thread) starts here, after a --daemon fork: threads and CUDA
     // contexts do not survive fork.
-    let services = Services { dispatcher: Arc::new(mount_codec(&a).dispatcher(None, true)?), disk_cache };
+    let dispatcher = mount_dispatcher(&a.codec, kernel.read_only)?;
+    let services = Services { dispatcher: Arc::new(dispatcher), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3))?;
     rt.block_on(bucket.check_reachable())?;
@@ -381,15 +382,27 @@ pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
     Ok(connection::unmount_shrinkfs(&a.mountpoint)?)
 }
 
-/// The codec settings a mount starts its dispatcher with: a read-only mount writes no frame, and
-/// `--gpu auto` decodes on the cores, so there it starts no GPU (whose warm-up would hold pinned
-/// host and device memory for nothing).
-fn mount_codec(a: &MountArgs) -> crate::cli::CodecArgs {
-    let mut codec = a.codec.clone();
-    if a.read_only && codec.gpu.gpu == crate::cli::GpuChoice::Auto {
-        codec.gpu.gpu = crate::cli::GpuChoice::Off;
+/// The GPU settings a mount starts its dispatcher with: a read-only mount (`--read-only`, or
+/// `ro` among its options) writes no frame, and `--gpu auto` decodes on the cores, so there it
+/// starts no GPU (whose warm-up would hold pinned host and device memory for nothing).
+fn mount_gpu(codec: &crate::cli::CodecArgs, read_only: bool) -> crate::cli::GpuArgs {
+    let mut gpu = codec.gpu.clone();
+    if read_only && gpu.gpu == crate::cli::GpuChoice::Auto {
+        gpu.gpu = crate::cli::GpuChoice::Off;
     }
-    codec
+    gpu
+}
+
+/// A mount's dispatcher (see [`mount_gpu`]). A read-only mount encodes nothing, so it neither
+/// waits for a GPU-only codec's GPU nor warns that such frames would be written as zstd.
+fn mount_dispatcher(
+    codec: &crate::cli::CodecArgs,
+    read_only: bool,
+) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
+    if read_only {
+        return mount_gpu(codec, true).dispatcher(None, true);
+    }
+    codec.dispatcher(None, true)
 }
 
 #[cfg(test)]
@@ -429,9 +442,16 @@ mod tests {
     #[test]
     fn a_read_only_mount_starts_no_gpu_unless_told_to() {
         use crate::cli::GpuChoice;
-        let gpu = |line: &str| mount_codec(&mount_args(line)).gpu.gpu;
+        let gpu = |line: &str| {
+            let a = mount_args(line);
+            let read_only = kernel_options(&a.options, "", a.read_only, a.allow_other).unwrap().read_only;
+            mount_gpu(&a.codec, read_only).gpu
+        };
         assert_eq!(gpu("shrinkfs mount memory:// /m --read-only"), GpuChoice::Off);
+        assert_eq!(gpu("shrinkfs mount memory:// /m -o ro"), GpuChoice::Off);
+        assert_eq!(gpu("shrinkfs mount memory:// /m -o noatime,ro"), GpuChoice::Off);
         assert_eq!(gpu("shrinkfs mount memory:// /m"), GpuChoice::Auto);
+        assert_eq!(gpu("shrinkfs mount memory:// /m -o rw"), GpuChoice::Auto);
         assert_eq!(gpu("shrinkfs mount memory:// /m --read-only --gpu on"), GpuChoice::On);
     }
 }

@@ -351,6 +351,9 @@ impl Filesystem for FuseAdapter {
             Ok(fh) => fh,
             Err(e) => return reply.error(errno(&e)),
         };
+        if flags.0 & libc::O_DIRECT != 0 {
+            self.fs.opened_direct(fh);
+        }
         let direct = self.goes_direct(fh, flags.acc_mode() == OpenAccMode::O_WRONLY);
         let mut open = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
         if write {

@@ -34,6 +34,8 @@ pub struct Handle {
     pub keep_cache: bool,
     /// Its reads and writes go around the kernel's page cache (see the module's note).
     pub direct: bool,
+    /// Opened with `O_DIRECT`: its reads go around the kernel's page cache too.
+    pub uncached: bool,
 }
 
 /// One inode in the open-file table: its state and the handles counted on it.
@@ -140,8 +142,16 @@ impl OpenHandles {
     /// A new handle number for a handle on `ino` counted in `file`.
     pub fn new_handle(&self, ino: u64, write: bool, file: SharedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let h =
-            Handle { ino, write, file, readahead: Readahead::default(), owner: None, keep_cache: false, direct: false };
+        let h = Handle {
+            ino,
+            write,
+            file,
+            readahead: Readahead::default(),
+            owner: None,
+            keep_cache: false,
+            direct: false,
+            uncached: false,
+        };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
     }
@@ -155,6 +165,13 @@ impl OpenHandles {
     pub fn set_owner(&self, fh: u64, process: u32) {
         if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
             h.owner = Some(process);
+        }
+    }
+
+    /// Records that handle `fh` was opened with `O_DIRECT`.
+    pub fn set_uncached(&self, fh: u64) {
+        if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
+            h.uncached = true;
         }
     }
 
@@ -181,14 +198,17 @@ impl OpenHandles {
 
     /// Records a read of `offset..end` through `fh`; returns the frames to fetch ahead and what
     /// the reader passed. Nothing is passed through a handle that bypasses the kernel's page
-    /// cache, nor while other handles have the file open: they may still read it from the
-    /// frame cache.
+    /// cache, nor while other handles share the handle's open state: they may still read it
+    /// from the frame cache.
     pub fn read_ahead(&self, fh: u64, offset: u64, end: u64, max: usize) -> Step {
         let mut handles = self.handles.lock().expect("handles lock");
         let Some(h) = handles.get_mut(&fh) else { return Step { window: 0, passed: 0..0 } };
         let mut step = h.readahead.advance(offset, end, max);
-        let alone = || self.open.lock().expect("open lock").get(&h.ino).is_none_or(|e| e.handles <= 1);
-        if h.direct || !alone() {
+        let alone = || {
+            let open = self.open.lock().expect("open lock");
+            open.get(&h.ino).filter(|e| Arc::ptr_eq(&e.file, &h.file)).is_some_and(|e| e.handles <= 1)
+        };
+        if h.direct || h.uncached || (!step.passed.is_empty() && !alone()) {
             step.passed = 0..0;
         }
         step

@@ -651,7 +651,8 @@ impl Reader {
         for f in layout.frames_for(behind.clone()) {
             let e = &layout.entries[f];
             let end = e.raw_offset + e.raw_len as u64;
-            if end > behind.start && end <= behind.end && e.raw_len as usize > SMALL_FRAME {
+            // (Every frame `frames_for` gives ends after `behind.start`.)
+            if end <= behind.end && e.raw_len as usize > SMALL_FRAME {
                 self.chunks.forget(&info.id, f as u32);
             }
         }

@@ -480,69 +480,95 @@ async fn sequential_readers_get_read_ahead_and_random_readers_do_not() {
     assert_eq!(other.metrics().value("shrinkfs_frames_prefetched_total"), 0);
 }
 
-/// Reads `fs`'s file `ino` of `len` bytes from start to end in reads of `piece` bytes through a
-/// new handle, as a consuming reader would; returns the handle and what it read.
-async fn scan(fs: &Fs, ino: u64, len: usize, piece: u32) -> (u64, Vec<u8>) {
-    let fh = fs.open(ino, false, false).await.unwrap();
+/// Reads handle `fh`'s file of `len` bytes from start to end in reads of `piece` bytes, as a
+/// consuming reader would.
+async fn scan(fs: &Fs, fh: u64, len: usize, piece: u32) -> Vec<u8> {
     let mut got = Vec::new();
     while got.len() < len {
         got.extend(fs.read(fh, got.len() as u64, piece).await.unwrap());
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    (fh, got)
+    got
+}
+
+/// Frames `fs` has decoded, once its read-ahead has settled (none decoded for 50 ms).
+async fn decoded_settled(fs: &Fs) -> u64 {
+    let decoded = || fs.metrics().value("shrinkfs_frames_decoded_total");
+    let mut last = decoded();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = decoded();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Frames decoded to read 100 bytes at `off` through `fh` again (checked against `data`).
+async fn decodes_again(fs: &Fs, fh: u64, off: u64, data: &[u8]) -> u64 {
+    let before = decoded_settled(fs).await;
+    assert_eq!(fs.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
+    decoded_settled(fs).await - before
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequential_reader_leaves_the_large_frames_it_has_passed_out_of_the_cache() {
     let store = Arc::new(InMemory::new());
-    // Frames of 128 KiB (8 in the file): larger than those that stay, in a file of more than
-    // the 4 frames a small file keeps for its next open.
     let cfg = |frame_size| FsConfig { encode: EncodeConfig { frame_size, ..Default::default() }, ..small_frames() };
     let data = text(1 << 20);
+    // Frames of 128 KiB (8 in the file): larger than those that stay, in a file of more than
+    // the 4 frames a small file keeps for its next open.
     write_file(&fs_on(&store, cfg(128 << 10)), ROOT, "scan", &data, 65_536).await;
-    let fresh = fs_on(&store, cfg(128 << 10));
-    let ino = fresh.lookup(ROOT, "scan").await.unwrap().ino;
-    let (fh, got) = scan(&fresh, ino, data.len(), 32 << 10).await;
-    assert!(got == data);
-    let m = fresh.metrics();
-    let decoded = || m.value("shrinkfs_frames_decoded_total");
-    // (Counted from here: a read-ahead that landed late may have decoded a frame twice.)
-    let (fresh, data, decoded) = (&fresh, &data, &decoded);
-    let reread = |off: u64| async move {
-        let before = decoded();
-        assert_eq!(fresh.read(fh, off, 100).await.unwrap(), data[off as usize..off as usize + 100]);
-        decoded() - before
+    write_file(&fs_on(&store, cfg(16 << 10)), ROOT, "small frames", &data, 65_536).await;
+    write_file(&fs_on(&store, cfg(128 << 10)), ROOT, "four frames", &data[..512 << 10], 65_536).await;
+    // A new mount of the bucket, a file scanned through a new handle (`before` runs first, and
+    // gives the handle to scan): the frames decoded to read its first bytes again.
+    let first_frame_again = |name: &'static str, frame_size: u32, before: Opening| {
+        let (store, data) = (store.clone(), &data);
+        async move {
+            let fs = fs_on(&store, cfg(frame_size));
+            let ino = fs.lookup(ROOT, name).await.unwrap().ino;
+            let len = fs.getattr(ino).await.unwrap().size as usize;
+            let fh = fs.open(ino, false, false).await.unwrap();
+            match before {
+                Opening::Alone => {}
+                Opening::Beside => {
+                    fs.open(ino, false, false).await.unwrap();
+                }
+                Opening::Direct => fs.opened_direct(fh),
+            }
+            assert!(scan(&fs, fh, len, 32 << 10).await == data[..len]);
+            (decodes_again(&fs, fh, 0, data).await, fs, fh)
+        }
     };
-    // The first frame, passed: decoded again. The last one, where the scan ended: still cached.
-    assert_eq!(reread(0).await, 1, "the first frame left the cache");
-    assert_eq!(reread((1 << 20) - 100).await, 0, "the last frame stayed");
+    let (again, fs, fh) = first_frame_again("scan", 128 << 10, Opening::Alone).await;
+    assert_eq!(again, 1, "the first frame left the cache");
+    assert_eq!(decodes_again(&fs, fh, (1 << 20) - 100, &data).await, 0, "the last frame stayed");
     // Reads that jump keep what they decode.
     for off in [300_000u64, 12_000, 700_000] {
-        assert!(reread(off).await <= 1);
+        assert!(decodes_again(&fs, fh, off, &data).await <= 1);
     }
     for off in [300_000u64, 12_000, 700_000] {
-        assert_eq!(reread(off).await, 0, "{off} is cached");
+        assert_eq!(decodes_again(&fs, fh, off, &data).await, 0, "{off} is cached");
     }
+    // The frames stay while another handle has the file open (it may still read them), for a
+    // handle opened with O_DIRECT (the kernel keeps nothing for it), when they are of 64 KiB or
+    // less, and when the file has no more than 4.
+    assert_eq!(first_frame_again("scan", 128 << 10, Opening::Beside).await.0, 0, "another handle");
+    assert_eq!(first_frame_again("scan", 128 << 10, Opening::Direct).await.0, 0, "O_DIRECT");
+    assert_eq!(first_frame_again("small frames", 16 << 10, Opening::Alone).await.0, 0, "small frames");
+    assert_eq!(first_frame_again("four frames", 128 << 10, Opening::Alone).await.0, 0, "four frames");
+}
 
-    // While another handle has the file open, the frames stay: it may still read them.
-    let other = fs_on(&store, cfg(128 << 10));
-    let ino = other.lookup(ROOT, "scan").await.unwrap().ino;
-    let watching = other.open(ino, false, false).await.unwrap();
-    let (_, got) = scan(&other, ino, data.len(), 32 << 10).await;
-    assert!(got == *data);
-    let before = other.metrics().value("shrinkfs_frames_decoded_total");
-    assert_eq!(other.read(watching, 0, 100).await.unwrap(), data[..100]);
-    assert_eq!(other.metrics().value("shrinkfs_frames_decoded_total"), before, "the first frame stayed");
-
-    // Frames of 64 KiB or less stay too.
-    write_file(&fs_on(&store, cfg(16 << 10)), ROOT, "small", &data, 65_536).await;
-    let small = fs_on(&store, cfg(16 << 10));
-    let ino = small.lookup(ROOT, "small").await.unwrap().ino;
-    let (fh, got) = scan(&small, ino, data.len(), 32 << 10).await;
-    assert!(got == *data);
-    let before = small.metrics().value("shrinkfs_frames_decoded_total");
-    assert_eq!(small.read(fh, 0, 100).await.unwrap(), data[..100]);
-    assert_eq!(small.metrics().value("shrinkfs_frames_decoded_total"), before, "a small frame stayed");
+/// What happens to a file before a handle of it is scanned.
+enum Opening {
+    /// Nothing.
+    Alone,
+    /// Another handle opens it, and stays open.
+    Beside,
+    /// The handle was opened with O_DIRECT.
+    Direct,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

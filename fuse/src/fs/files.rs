@@ -228,6 +228,12 @@ impl Fs {
         self.commit(&i, &mut of).await
     }
 
+    /// Records that handle `fh` was opened with `O_DIRECT`: its reads go around the kernel's page
+    /// cache, so the frames it reads past stay in the frame cache.
+    pub fn opened_direct(&self, fh: u64) {
+        self.handles.set_uncached(fh);
+    }
+
     /// Whether the kernel may keep the pages it cached of handle `fh`'s file: the handle is a
     /// read-only open of the version those pages were read from (see `crate::pagecache`).
     pub fn keeps_cache(&self, fh: u64) -> bool {
