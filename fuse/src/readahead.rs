@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 /// Where a handle's last read began and ended, its window now, and how far behind it the
-/// reader has been told it passed.
+/// reader has been told it passed (never past `last_start`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Readahead {
     last_start: u64,
@@ -30,8 +30,7 @@ impl Readahead {
     pub fn advance(&mut self, offset: u64, end: u64, max: usize) -> Step {
         let sequential = offset == self.last_end && offset > 0;
         let (window, passed, behind) = if sequential {
-            let behind = self.behind.max(self.last_start);
-            ((self.window * 2).clamp(1, max), self.behind..behind, behind)
+            ((self.window * 2).clamp(1, max), self.behind..self.last_start, self.last_start)
         } else {
             // After a jump, what lies before it is not this reader's to give up.
             (0, 0..0, offset)

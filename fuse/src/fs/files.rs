@@ -164,7 +164,9 @@ impl Fs {
         let c = &self.cfg.reader;
         let max = max_frames(c.cache_bytes, self.cfg.encode.frame_size, c.max_readahead_frames);
         let step = self.handles.read_ahead(fh, offset, end, max);
-        self.reader.passed(&info, step.passed);
+        if !step.passed.is_empty() {
+            self.reader.passed(&info, step.passed);
+        }
         if step.window > 0 {
             self.reader.prefetch(&info, end, step.window);
         }
