@@ -1,5 +1,5 @@
 //! `shrinkfs bench codecs`: ratio and host-to-host throughput of every CPU and GPU codec over the
-//! project's corpora and frame sizes, and the small-object case (many 8 KiB objects), side by side
+//! project's corpora and any real files (`--input`) at each frame size, and the small-object case (many 8 KiB objects), side by side
 //! in one run so the figures can be compared on a shared, noisy machine.
 
 use std::time::Instant;
@@ -148,6 +148,10 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
         let known = || CodecId::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
         f.parse::<CodecId>().with_context(|| format!("--codecs (known: {})", known()))?;
     }
+    // A path that cannot be read fails now, not after the corpora have run.
+    for path in &a.input {
+        std::fs::File::open(path).with_context(|| format!("cannot open --input {}", path.display()))?;
+    }
     #[cfg(feature = "gpu")]
     let gpu = match shrinkfs_codec::gpu::Gpu::probe() {
         Ok(g) => {
@@ -164,20 +168,19 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     println!("| corpus | frame | codec | ratio | compress GB/s | decompress GB/s |");
     println!("|---|---|---|---|---|---|");
-    for kind in &a.corpora {
-        let data = generate(*kind, a.size as usize, 1);
+    let mut measure = |label: &str, data: &[u8]| -> anyhow::Result<()> {
         for &frame in &a.frame_sizes {
             let frame = frame as usize;
             let mut these = Vec::new();
             for (name, c) in cpu_codecs.iter().filter(|(name, _)| chosen(name, &a.codecs)) {
-                these.push(cpu_row(kind.name(), &data, frame, name, c.as_ref(), a.runs)?);
+                these.push(cpu_row(label, data, frame, name, c.as_ref(), a.runs)?);
             }
             #[cfg(feature = "gpu")]
             if let Some(gpu) = &gpu {
                 for id in gpu.codecs().into_iter().filter(|id| chosen(&format!("gpu-{id}"), &a.codecs)) {
-                    match gpu_row(gpu, kind.name(), &data, frame, id, a.runs) {
+                    match gpu_row(gpu, label, data, frame, id, a.runs) {
                         Ok(r) => these.push(r),
-                        Err(e) => println!("| {} | {} | gpu-{id} | failed: {e} | | |", kind.name(), frame),
+                        Err(e) => println!("| {label} | {} | gpu-{id} | failed: {e} | | |", frame),
                     }
                 }
             }
@@ -194,6 +197,15 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
                 rows.push(r);
             }
         }
+        Ok(())
+    };
+    for kind in &a.corpora {
+        measure(kind.name(), &generate(*kind, a.size as usize, 1))?;
+    }
+    for path in &a.input {
+        let data = crate::benchfs::read_data_file("--input", path, a.size, 1)?;
+        let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        measure(&label, &data)?;
     }
     small_objects(
         &a,

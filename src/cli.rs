@@ -182,6 +182,10 @@ pub struct BenchCodecsArgs {
     /// Bytes of each corpus.
     #[arg(long, default_value = "256M", value_parser = values::size_in(4 << 10, MAX_DATA))]
     pub size: u64,
+    /// Real files measured after the corpora (a tar of /usr, a database file, logs): each file's
+    /// first --size bytes, labelled with the file's name.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub input: Vec<PathBuf>,
     /// Frame sizes.
     #[arg(long, value_delimiter = ',', default_value = "64K,1M", value_parser = values::size_in(MIN_FRAME, MAX_FRAME))]
     pub frame_sizes: Vec<u64>,

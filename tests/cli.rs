@@ -324,6 +324,42 @@ fn bench_codecs_measures_the_chosen_codecs_and_refuses_unknown_ones() {
     assert!(err.contains("unknown codec \"zsdt\"") && err.contains("lz4-block"), "{err}");
 }
 
+#[test]
+fn bench_codecs_measures_real_files_beside_the_corpora_under_their_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.log");
+    let noise = dir.path().join("noise.bin");
+    std::fs::write(&text, generate(CorpusKind::Logs, 1 << 20, 3)).unwrap();
+    std::fs::write(&noise, generate(CorpusKind::Random, 1 << 20, 4)).unwrap();
+    let (t, n) = (text.to_str().unwrap(), noise.to_str().unwrap());
+    let args = ["bench", "codecs", "--corpora", "random", "--size", "512K", "--frame-sizes", "64K", "--codecs", "zstd"];
+    let o = run(&[&args[..], &["--runs", "1", "--small-count", "10", "--input", t, n]].concat());
+    assert_ok(&o);
+    let table = String::from_utf8_lossy(&o.stdout);
+    let ratio = |label: &str| -> f64 {
+        let row =
+            table.lines().find(|l| l.starts_with(&format!("| {label} | 64K | cpu-zstd-1 |"))).unwrap_or_else(|| {
+                panic!("no row for {label}: {table}");
+            });
+        row.split('|').nth(4).unwrap().trim().parse().unwrap()
+    };
+    // The corpus still runs, and each file is measured on its own bytes: the log compresses, the
+    // noise does not.
+    assert!(ratio("random") < 1.01, "{table}");
+    assert!(ratio("text.log") > 3.0, "{table}");
+    assert!(ratio("noise.bin") < 1.01, "{table}");
+    let missing = dir.path().join("missing");
+    let o = run(&[&args[..], &["--input", missing.to_str().unwrap()]].concat());
+    assert_fails_cleanly(&o, 3, "a missing --input");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--input") && err.contains("missing"), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "nothing measured before the missing file is found: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
 /// Runs `args` and checks it is refused as a usage error: exit 2, one line on stderr starting
 /// "shrinkfs: error: " and naming `flag`, no panic.
 fn assert_usage_error(args: &[&str], flag: &str) {

@@ -274,7 +274,7 @@ pub fn run(a: BenchFsArgs) -> anyhow::Result<()> {
     }
     let biggest = a.size.iter().copied().max().unwrap_or(256 << 20);
     let data = match &a.data_file {
-        Some(path) => read_data_file(path, biggest, (workloads::IO_SIZE as u64).max(a.file_size))?,
+        Some(path) => read_data_file("--data-file", path, biggest, (workloads::IO_SIZE as u64).max(a.file_size))?,
         None => crate::corpus::generate(a.data, (biggest as usize).clamp(4 << 20, 64 << 20), 1),
     };
     let has = |w: Workload| a.workloads.contains(&w);
@@ -474,17 +474,17 @@ pub fn which(name: &str) -> bool {
 }
 
 /// The first `want` bytes of `path` (all of it if shorter, but at least `least`), as the content
-/// of every file written.
-fn read_data_file(path: &std::path::Path, want: u64, least: u64) -> anyhow::Result<Vec<u8>> {
+/// of every file written; `flag` names the option that gave the path, for errors.
+pub(crate) fn read_data_file(flag: &str, path: &std::path::Path, want: u64, least: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::Read;
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open --data-file {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {flag} {}", path.display()))?;
     let mut data = Vec::new();
     file.take(want.max(least))
         .read_to_end(&mut data)
-        .with_context(|| format!("cannot read --data-file {}", path.display()))?;
+        .with_context(|| format!("cannot read {flag} {}", path.display()))?;
     if (data.len() as u64) < least {
         anyhow::bail!(crate::exit::UsageError(format!(
-            "--data-file {} holds {} bytes; it needs at least {least}",
+            "{flag} {} holds {} bytes; it needs at least {least}",
             path.display(),
             data.len()
         )));
