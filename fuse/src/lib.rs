@@ -17,6 +17,7 @@ pub mod diskcache;
 pub mod error;
 pub mod fs;
 pub mod handles;
+pub mod inflight;
 pub mod inode;
 pub mod localstore;
 pub mod metrics;

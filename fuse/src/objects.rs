@@ -22,6 +22,7 @@ use crate::cache::{ChunkCache, LayoutCache, ObjectId, Parsed, Recent};
 use crate::config::ReaderConfig;
 use crate::diskcache::Cached;
 use crate::error::{Error, Result};
+use crate::inflight::InFlight;
 use crate::metrics::Metrics;
 use crate::recorded::Recorded;
 
@@ -122,8 +123,8 @@ pub struct Reader {
     pub disk: Option<crate::diskcache::DiskCache>,
     /// Room for fetched and decoded frames in the mount's memory budget.
     pub budget: crate::budget::Budget,
-    /// Frames being prefetched, so a window is not fetched twice.
-    pub inflight: Arc<std::sync::Mutex<std::collections::HashSet<(ObjectId, u32)>>>,
+    /// Frames being fetched: read-ahead skips them, and reads wait for them.
+    inflight: InFlight,
     /// Cache sizes, fetch sizes, and whether unsealed objects are served with a key.
     pub cfg: ReaderConfig,
     /// What HEADs have found: whether any carried a record, and how many did not.
@@ -197,7 +198,7 @@ impl Reader {
             dispatcher,
             disk,
             budget,
-            inflight: Arc::default(),
+            inflight: InFlight::default(),
             cfg,
             records: Arc::default(),
             small: Recent::new(SMALL_OBJECTS_BYTES, |i: &ObjectInfo| {
@@ -413,9 +414,35 @@ impl Reader {
         let mut decoded: Vec<Option<Bytes>> = frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
         let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
+        // (Room for every missing frame is taken before any is claimed, so a read waiting for
+        // another's frames holds no claim that waits for room; held until the bytes are sliced.)
+        let _room;
         if !missing.is_empty() {
-            let _room = self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await;
-            let fetched = self.fetch_frames(info, layout, ctx, &missing).await?;
+            _room = self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await;
+            // Frames another fetch (read-ahead, mostly) has on their way are waited for, the
+            // others fetched meanwhile; one waited for and not in the cache after (its fetch
+            // failed, or it was evicted already) is fetched here after all.
+            let (claim, joined) = self.inflight.claim_or_join(&info.id, &missing);
+            let waited = joined.frames.clone();
+            let fetch = async {
+                let claim = claim;
+                if claim.frames().is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.fetch_frames(info, layout, ctx, claim.frames()).await
+            };
+            let (fetched, ()) = futures::join!(fetch, joined.wait());
+            let mut fetched = fetched?;
+            let mut again = Vec::new();
+            for f in waited {
+                match self.chunks.get(&info.id, f as u32) {
+                    Some(bytes) => decoded[f - frames.start] = Some(bytes),
+                    None => again.push(f),
+                }
+            }
+            if !again.is_empty() {
+                fetched.extend(self.fetch_frames(info, layout, ctx, &again).await?);
+            }
             for (f, bytes) in fetched {
                 decoded[f - frames.start] = Some(bytes);
             }
@@ -597,26 +624,22 @@ impl Reader {
         let last = (first + frames).min(layout.entries.len());
         let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
         // Read-ahead only uses room that is free: it never makes a writer or a demand read wait.
-        let mut room = Vec::new();
-        let mut wanted = Vec::new();
-        let mut starved = 0;
-        {
-            let mut inflight = self.inflight.lock().expect("inflight lock");
-            for &f in &candidates {
-                if inflight.contains(&(info.id.clone(), f as u32)) {
-                    continue;
+        let (mut room, mut starved) = (Vec::new(), false);
+        let claim = self.inflight.claim(&info.id, &candidates, |f| {
+            match self.budget.try_take(frame_cost(&layout.entries[f])) {
+                Some(held) => {
+                    room.push(held);
+                    true
                 }
-                let Some(held) = self.budget.try_take(frame_cost(&layout.entries[f])) else {
-                    starved = candidates.len() - wanted.len();
-                    break;
-                };
-                room.push(held);
-                inflight.insert((info.id.clone(), f as u32));
-                wanted.push(f);
+                None => {
+                    starved = true;
+                    false
+                }
             }
-        }
-        if starved > 0 {
-            self.metrics.prefetch_skipped(starved);
+        });
+        let wanted = claim.frames().to_vec();
+        if starved {
+            self.metrics.prefetch_skipped(candidates.len() - wanted.len());
         }
         if wanted.is_empty() {
             return;
@@ -628,10 +651,7 @@ impl Reader {
                 tracing::debug!(error = %e, "prefetch failed; reads will fetch on demand");
             }
             drop(room);
-            let mut inflight = me.inflight.lock().expect("inflight lock");
-            for f in wanted {
-                inflight.remove(&(info.id.clone(), f as u32));
-            }
+            drop(claim);
         });
     }
 

@@ -561,6 +561,50 @@ async fn a_sequential_reader_leaves_the_large_frames_it_has_passed_out_of_the_ca
     assert_eq!(first_frame_again("four frames", 128 << 10, Opening::Alone).await.0, 0, "four frames");
 }
 
+/// A reader that catches up with its read-ahead (every core busy decoding, or a slow store) waits
+/// for the frames on their way instead of fetching and decoding them again, and read-ahead leaves
+/// alone the frames a read is fetching: each frame is fetched and decoded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_catches_up_with_read_ahead_waits_for_its_frames_instead_of_fetching_them_again() {
+    use shrinkfs_fuse::store::fault::{FaultControl, FaultStore, Op};
+    use shrinkfs_fuse::store::{Backend, StoreConfig};
+    let store = Arc::new(InMemory::new());
+    let cfg = || FsConfig { encode: EncodeConfig { frame_size: 64 << 10, ..Default::default() }, ..small_frames() };
+    // Bytes that do not compress, so frames are fetched by ranged GETs after the open's GET of
+    // the index: 16 frames of 64 KiB (small enough to stay cached behind the reader).
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 56) as u8
+        })
+        .collect();
+    write_file(&fs_on(&store, cfg()), ROOT, "f", &data, 65_536).await;
+    let ctl = Arc::new(FaultControl::default());
+    let backend = FaultStore::layer(Backend::plain(store.clone()), ctl.clone());
+    let fs = Fs::new(
+        Bucket::stack(backend, &Path::from("pre"), "slow gets", &StoreConfig::unretried()),
+        cfg(),
+        Services::default(),
+    );
+    let ino = fs.lookup(ROOT, "f").await.unwrap().ino;
+    let fh = fs.open(ino, false, false).await.unwrap();
+    ctl.delay(Op::Get, std::time::Duration::from_millis(100));
+    let gets_before = ctl.calls(Op::Get);
+    // Reads one after the other with no pause: each reaches frames read-ahead is still fetching.
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        got.extend(fs.read(fh, got.len() as u64, 32 << 10).await.unwrap());
+    }
+    assert!(got == data);
+    assert!(fs.metrics().value("shrinkfs_frames_prefetched_total") > 0, "read-ahead ran");
+    assert_eq!(decoded_settled(&fs).await, 16, "each frame decoded once");
+    let gets = ctl.calls(Op::Get) - gets_before;
+    assert!(gets <= 16, "{gets} GETs for 16 frames");
+}
+
 /// What happens to a file before a handle of it is scanned.
 enum Opening {
     /// Nothing.
