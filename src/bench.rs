@@ -153,7 +153,7 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
         std::fs::File::open(path).with_context(|| format!("cannot open --input {}", path.display()))?;
     }
     #[cfg(feature = "gpu")]
-    let gpu = match shrinkfs_codec::gpu::Gpu::probe() {
+    let gpu = match shrinkfs_codec::gpu::Gpu::probe(&crate::gpuenv::gpu_config()) {
         Ok(g) => {
             println!("GPU: {}", g.describe);
             Some(g)

@@ -10,6 +10,7 @@ pub mod exit;
 pub mod exporter;
 pub mod fileio;
 pub mod fstab;
+pub mod gpuenv;
 pub mod inspect;
 pub mod keycheck;
 pub mod logging;

@@ -26,7 +26,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/shrinkfs/config.toml";
 /// The variable naming the config file (empty: read none).
 pub const CONFIG_VAR: &str = "SHRINKFS_CONFIG";
 /// `SHRINKFS_*` names that are not flags: the config file's, the systemd unit template's
-/// (`SHRINKFS_SOURCE`, `SHRINKFS_ARGS`), GPU tuning read by the codec library, and test knobs.
+/// (`SHRINKFS_SOURCE`, `SHRINKFS_ARGS`), the GPU's (`gpuenv`), and test knobs.
 /// No flag may be named so that its variable is one of these (a test checks).
 pub const NOT_FLAGS: &[&str] = &[
     CONFIG_VAR,
@@ -35,7 +35,6 @@ pub const NOT_FLAGS: &[&str] = &[
     "SHRINKFS_NVCOMP_LIB",
     "SHRINKFS_GPU_LANES",
     "SHRINKFS_GPU_PART_MIB",
-    "SHRINKFS_GPU_SUB_MIB",
     "SHRINKFS_GPU_BATCH_COPY",
     "SHRINKFS_GPU_STREAMING_COPY",
     "SHRINKFS_GPU_FAULT",

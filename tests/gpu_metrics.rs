@@ -53,8 +53,12 @@ async fn write(fs: &Fs, name: &str, bytes: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 async fn gpu_work_moves_every_gpu_metric() {
-    let dispatcher = Dispatcher::new(DispatchConfig { policy: GpuPolicy::On, ..DispatchConfig::default() })
-        .unwrap_or_else(|e| panic!("this test needs a GPU and found none: {e}"));
+    let dispatcher = Dispatcher::new(DispatchConfig {
+        policy: GpuPolicy::On,
+        gpu: shrinkfs::gpuenv::gpu_config(),
+        ..DispatchConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("this test needs a GPU and found none: {e}"));
     let mem = Arc::new(InMemory::new());
     let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem) };
     let bucket = Bucket::stack(backend, &Path::from("gpu"), "memory", &StoreConfig::default());

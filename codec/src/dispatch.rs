@@ -74,6 +74,8 @@ pub struct DispatchConfig {
     /// process (issue 15: `--gpu on` with 16 busy loops beside moved 1.5x more at -10). Only root
     /// or CAP_SYS_NICE may raise a priority; elsewhere the threads keep theirs. 0 asks nothing.
     pub launch_nice: i32,
+    /// How the GPU back end runs, once started (lanes, copies, where nVCOMP is).
+    pub gpu: crate::gpuconfig::GpuConfig,
 }
 
 /// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in four to six
@@ -101,6 +103,7 @@ impl Default for DispatchConfig {
             one_stream: false,
             gpu_first: false,
             launch_nice: -10,
+            gpu: crate::gpuconfig::GpuConfig::default(),
         }
     }
 }
@@ -512,7 +515,7 @@ impl Dispatcher {
         {
             use crate::gpu::{Gpu, GpuUnavailable};
             if cfg.policy == GpuPolicy::On {
-                let backend = Backend::gpu(Gpu::probe().map_err(DispatchError::GpuRequired)?);
+                let backend = Backend::gpu(Gpu::probe(&cfg.gpu).map_err(DispatchError::GpuRequired)?);
                 tracing::info!(gpu = %backend.describe, "GPU compression enabled");
                 return Self::with_backend(backend, cfg);
             }
@@ -522,7 +525,8 @@ impl Dispatcher {
                 tracing::info!("GPU not used: {why}; compressing on the CPU");
                 return Ok(Self::cpu_only(&why));
             }
-            let start: Start = Box::new(|| match Gpu::probe() {
+            let gpu_cfg = cfg.gpu.clone();
+            let start: Start = Box::new(move || match Gpu::probe(&gpu_cfg) {
                 Ok(gpu) => {
                     let backend = Backend::gpu(gpu);
                     tracing::info!(gpu = %backend.describe, "GPU compression enabled");

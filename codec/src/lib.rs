@@ -15,6 +15,7 @@ pub mod format;
 pub mod frame;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod gpuconfig;
 pub mod id;
 pub mod lz4frame;
 pub mod meta;

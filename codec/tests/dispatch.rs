@@ -1,17 +1,20 @@
-//! The dispatcher's CPU path and its fallback: with the GPU forced to fail (SHRINKFS_GPU_FAULT=1)
-//! every frame still encodes, on the CPU, and the fallback counter moves. One test per process
-//! (the variable is process-wide).
+//! The dispatcher's CPU path and its fallback: with the GPU forced to fail (`GpuConfig::fail`)
+//! every frame still encodes, on the CPU, and the fallback counter moves.
 
 mod common;
 
 use shrinkfs_codec::CodecId;
 use shrinkfs_codec::dispatch::{DispatchConfig, Dispatcher, GpuPolicy};
+use shrinkfs_codec::gpuconfig::GpuConfig;
 
 #[test]
 fn frames_encode_whatever_happens_to_the_gpu() {
-    // SAFETY: set before any thread of this test process reads the environment.
-    unsafe { std::env::set_var("SHRINKFS_GPU_FAULT", "1") };
-    let d = match Dispatcher::new(DispatchConfig { policy: GpuPolicy::Auto, ..Default::default() }) {
+    let gpu = GpuConfig {
+        fail: true,
+        nvcomp_lib: std::env::var_os("SHRINKFS_NVCOMP_LIB").map(Into::into),
+        ..GpuConfig::default()
+    };
+    let d = match Dispatcher::new(DispatchConfig { policy: GpuPolicy::Auto, gpu, ..Default::default() }) {
         Ok(d) => d,
         Err(e) => panic!("auto never fails: {e}"),
     };

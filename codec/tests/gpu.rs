@@ -10,12 +10,19 @@ use shrinkfs_codec::codec::decompress_cpu;
 mod common;
 use common::vector_input;
 use shrinkfs_codec::dispatch::cpu_equivalent;
-use shrinkfs_codec::gpu::Gpu;
+use shrinkfs_codec::gpu::{Gpu, GpuConfig};
+
+/// The GPU, with nVCOMP where the device's set-up says (`SHRINKFS_NVCOMP_LIB`, as the binary
+/// reads it); a missing GPU fails the test.
+fn gpu() -> Gpu {
+    let cfg = GpuConfig { nvcomp_lib: std::env::var_os("SHRINKFS_NVCOMP_LIB").map(Into::into), ..GpuConfig::default() };
+    Gpu::probe(&cfg).unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"))
+}
 
 #[test]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
-    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    let gpu = gpu();
     println!("GPU: {}", gpu.describe);
     let out_dir = std::env::var_os("SHRINKFS_VECTORS_OUT").map(std::path::PathBuf::from);
     for codec in gpu.codecs() {
@@ -59,7 +66,7 @@ fn gpu_codecs_conform_and_cross_decode_with_the_cpu() {
 #[test]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn large_batches_copied_in_parts_roundtrip() {
-    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    let gpu = gpu();
     // 48 MiB in 1 MiB frames: text, numbers, and frames with a piece that cannot shrink, so
     // stored LZ4 blocks and stored zstd pieces sit inside GPU batches.
     let frames: Vec<Vec<u8>> = (0..48)
@@ -108,7 +115,7 @@ fn large_batches_copied_in_parts_roundtrip() {
 #[test]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn launches_from_two_threads_at_once_use_their_own_lanes_and_decode_on_the_cpu() {
-    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    let gpu = gpu();
     // Two launching threads, as a `pack` runs them, each with its own 64 frames of 1 MiB (split
     // over its lanes), several rounds at once: every output decodes to its own frame on the CPU.
     let frames: Vec<Vec<u8>> =
@@ -138,7 +145,7 @@ fn launches_from_two_threads_at_once_use_their_own_lanes_and_decode_on_the_cpu()
 #[test]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn a_piece_that_cannot_shrink_is_stored_and_the_rest_of_its_frame_compressed() {
-    let gpu = Gpu::probe().unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    let gpu = gpu();
     // 1 MiB frames whose first 64 KiB piece is noise and the rest text, 64 of them in one launch.
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let frames: Vec<Vec<u8>> = (0..64)

@@ -38,8 +38,8 @@ pub(super) fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
 }
 
 /// Copies `chunks` into `dst` at `offsets`, on the calling thread (a lane's own: see
-/// `Gpu::compress_chunks`).
-pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
+/// `Gpu::compress_chunks`), with streaming stores if `streaming`.
+pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize], streaming: bool) {
     let mut parts: Vec<&mut [u8]> = Vec::with_capacity(chunks.len());
     let mut rest = dst;
     let mut at = 0;
@@ -51,7 +51,7 @@ pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize]) {
         at = o + c.len();
     }
     for (d, s) in parts.into_iter().zip(chunks) {
-        super::copy::copy(d, s);
+        super::copy::copy(d, s, streaming);
     }
 }
 
@@ -162,15 +162,6 @@ pub(super) fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
     u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
 }
 
-/// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the host
-/// works on one part while another crosses the bus (`SHRINKFS_GPU_PART_MIB` for measuring).
-pub(super) fn part_bytes_from_env() -> usize {
-    std::env::var("SHRINKFS_GPU_PART_MIB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(16).max(1) << 20
-}
-
-/// Whether batched copies (`cuMemcpyBatchAsync`) work here; cleared after the first failure.
-pub(super) static BATCH_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
 /// Copies `(device address, offset in dst, bytes)` regions into pinned `dst` with one driver call.
 pub(super) fn batch_dtoh(
     dst: &mut [u8],
@@ -178,9 +169,6 @@ pub(super) fn batch_dtoh(
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<(), GpuError> {
     use cudarc::driver::sys;
-    if std::env::var("SHRINKFS_GPU_BATCH_COPY").is_ok_and(|v| v == "0") {
-        return Err(GpuError::BatchCopyOff);
-    }
     if copies.iter().any(|&(_, at, len)| at + len > dst.len()) {
         return Err(GpuError::CopyOutOfBounds);
     }
@@ -215,14 +203,14 @@ pub(super) fn batch_dtoh(
 }
 
 /// Stages `datas` into pinned `h_in` at `offsets` and sends them to `d_in` in parts of about
-/// `part` bytes, so the host copies one part in while the previous one crosses the bus. Returns
-/// the host's staging time.
+/// `part` bytes, so the host copies one part in while the previous one crosses the bus (with
+/// streaming stores if `streaming`). Returns the host's staging time.
 pub(super) fn stage_upload(
     h_in: &mut [u8],
     d_in: CUdeviceptr,
     datas: &[&[u8]],
     offsets: &[usize],
-    part: usize,
+    (part, streaming): (usize, bool),
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<std::time::Duration, GpuError> {
     let mut staging = std::time::Duration::ZERO;
@@ -230,7 +218,7 @@ pub(super) fn stage_upload(
         let (lo, hi) = (offsets[r.start], offsets[r.end - 1] + datas[r.end - 1].len());
         let t = Instant::now();
         let rel: Vec<usize> = offsets[r.clone()].iter().map(|o| o - lo).collect();
-        scatter(&mut h_in[lo..hi], &datas[r], &rel);
+        scatter(&mut h_in[lo..hi], &datas[r], &rel, streaming);
         staging += t.elapsed();
         // SAFETY: pinned host memory that stays put until the stream is synchronised; d_in holds it.
         unsafe { cuda(result::memcpy_htod_async(d_in + lo as u64, &h_in[lo..hi], stream))? };
@@ -278,7 +266,7 @@ mod tests {
         let chunks: Vec<&[u8]> = vec![b"abc", b"", b"defgh"];
         let (offsets, total) = aligned_offsets(chunks.iter().map(|c| c.len()));
         let mut dst = vec![0u8; total];
-        scatter(&mut dst, &chunks, &offsets);
+        scatter(&mut dst, &chunks, &offsets, true);
         for (c, o) in chunks.iter().zip(&offsets) {
             assert_eq!(&dst[*o..*o + c.len()], *c);
         }

@@ -4,22 +4,22 @@
 //! a GPU batch is bound by host memory bandwidth (BENCHMARKS.md §2).
 
 /// Copies `src` into `dst` (same length), with streaming stores where the CPU has them and
-/// `SHRINKFS_GPU_STREAMING_COPY` is not `0`.
-pub fn copy(dst: &mut [u8], src: &[u8]) {
+/// `streaming` asks for them (`GpuConfig::streaming_copy`).
+pub fn copy(dst: &mut [u8], src: &[u8], streaming: bool) {
     assert_eq!(dst.len(), src.len(), "copy between slices of one length");
     // SAFETY: dst is a live, writable slice of src.len() bytes that cannot overlap src.
-    unsafe { copy_raw(dst.as_mut_ptr(), src) }
+    unsafe { copy_raw(dst.as_mut_ptr(), src, streaming) }
 }
 
 /// Appends `src` to `v`, copying as [`copy`] does straight into the vector's spare room (no
 /// zero-filling first).
-pub fn copy_into(v: &mut Vec<u8>, src: &[u8]) {
+pub fn copy_into(v: &mut Vec<u8>, src: &[u8], streaming: bool) {
     v.reserve(src.len());
     let at = v.len();
     // SAFETY: `reserve` made room for src.len() bytes after `at`, which src (borrowed apart from
     // v) cannot overlap; the length grows only once every byte is written.
     unsafe {
-        copy_raw(v.as_mut_ptr().add(at), src);
+        copy_raw(v.as_mut_ptr().add(at), src, streaming);
         v.set_len(at + src.len());
     }
 }
@@ -27,17 +27,11 @@ pub fn copy_into(v: &mut Vec<u8>, src: &[u8]) {
 /// Below this a plain copy is as fast and the destination is likely read again soon.
 const STREAM_MIN: usize = 4096;
 
-fn streaming() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("SHRINKFS_GPU_STREAMING_COPY").is_ok_and(|v| v == "0"))
-}
-
 /// # Safety
 /// `dst` must be valid for writes of `src.len()` bytes and not overlap `src`.
-unsafe fn copy_raw(dst: *mut u8, src: &[u8]) {
+unsafe fn copy_raw(dst: *mut u8, src: &[u8], streaming: bool) {
     #[cfg(target_arch = "x86_64")]
-    if src.len() >= STREAM_MIN && streaming() {
+    if src.len() >= STREAM_MIN && streaming {
         // SAFETY: forwarded from the caller.
         return unsafe { stream_x86(dst, src) };
     }
@@ -86,17 +80,19 @@ mod tests {
     #[test]
     fn copies_every_byte_at_any_alignment_and_length() {
         let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        for off_d in [0, 1, 5, 15, 16] {
-            for off_s in [0, 3, 16] {
-                for len in [0, 1, 63, 64, 4095, 4096, 4097, 12_345, 19_000] {
-                    let mut dst = vec![0xAAu8; len + off_d + 7];
-                    copy(&mut dst[off_d..off_d + len], &src[off_s..off_s + len]);
-                    assert_eq!(&dst[off_d..off_d + len], &src[off_s..off_s + len], "{off_d} {off_s} {len}");
-                    assert!(dst[..off_d].iter().chain(&dst[off_d + len..]).all(|&b| b == 0xAA), "no stray writes");
-                    let mut v = vec![9u8; off_d];
-                    copy_into(&mut v, &src[off_s..off_s + len]);
-                    assert_eq!(&v[off_d..], &src[off_s..off_s + len]);
-                    assert!(v[..off_d].iter().all(|&b| b == 9));
+        for streaming in [true, false] {
+            for off_d in [0, 1, 5, 15, 16] {
+                for off_s in [0, 3, 16] {
+                    for len in [0, 1, 63, 64, 4095, 4096, 4097, 12_345, 19_000] {
+                        let mut dst = vec![0xAAu8; len + off_d + 7];
+                        copy(&mut dst[off_d..off_d + len], &src[off_s..off_s + len], streaming);
+                        assert_eq!(&dst[off_d..off_d + len], &src[off_s..off_s + len], "{off_d} {off_s} {len}");
+                        assert!(dst[..off_d].iter().chain(&dst[off_d + len..]).all(|&b| b == 0xAA), "no stray writes");
+                        let mut v = vec![9u8; off_d];
+                        copy_into(&mut v, &src[off_s..off_s + len], streaming);
+                        assert_eq!(&v[off_d..], &src[off_s..off_s + len]);
+                        assert!(v[..off_d].iter().all(|&b| b == 9));
+                    }
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! across batches. Only the real compressed bytes travel back.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,6 +18,7 @@ pub use super::error::{GpuError, GpuUnavailable};
 use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::{CodecId, GpuLayout};
+use crate::gpuconfig::GpuConfig;
 use crate::{lz4frame, zstdstored};
 
 /// How the codec table says a codec's payload is cut for nVCOMP.
@@ -78,8 +79,14 @@ pub struct Gpu {
     lib: Nvcomp,
     /// Totals: batches, chunks, bytes in, bytes out, nanoseconds (atomics: no lock per batch).
     stats: [AtomicU64; 5],
-    /// Bytes per part of a lane's copies.
+    /// Bytes per part of a lane's copies (`GpuConfig::part_bytes`; tests change it).
     part_bytes: AtomicUsize,
+    /// Whether batched copies are asked for and work here: cleared after the first failure.
+    batch_copy: AtomicBool,
+    /// Streaming stores in the host copies (`GpuConfig::streaming_copy`).
+    streaming: bool,
+    /// Every launch fails (`GpuConfig::fail`).
+    fail: bool,
     /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
     pub describe: String,
 }
@@ -106,24 +113,14 @@ struct Lane {
 /// Chunks below which a batch runs on one lane (shares of fewer would not fill the GPU).
 const LANE_SPLIT_MIN: usize = 64;
 
-/// Lanes to open: `SHRINKFS_GPU_LANES` (1-8, for measuring), else 4 — the best of 2, 3, 4 and 6
-/// measured on an H100 (BENCHMARKS.md §2): a lane's kernel and copies overlap the next lanes'
-/// staging, and four shares keep the last lane's tail short.
-fn lane_count() -> usize {
-    std::env::var("SHRINKFS_GPU_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(4).clamp(1, 8)
-}
-
-fn fault_injected() -> bool {
-    std::env::var("SHRINKFS_GPU_FAULT").is_ok_and(|v| v == "1")
-}
-
 impl Gpu {
     /// Launches worth running at once from separate threads (`compress_batch_in`): one's host
     /// work (staging, collecting) then overlaps the other's kernels.
     pub const CONCURRENT_BATCHES: usize = 2;
 
-    /// Opens GPU 0 and nVCOMP; the error says in one line why not (no driver, no device, no library).
-    pub fn probe() -> Result<Self, GpuUnavailable> {
+    /// Opens GPU 0 and nVCOMP, set up as `cfg` says; the error says in one line why not (no
+    /// driver, no device, no library).
+    pub fn probe(cfg: &GpuConfig) -> Result<Self, GpuUnavailable> {
         // SAFETY: only checks whether the driver library can be opened.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(GpuUnavailable::NoDriver);
@@ -134,12 +131,12 @@ impl Gpu {
         if count < 1 {
             return Err(GpuUnavailable::NoDevice);
         }
-        let lib = Nvcomp::load()?;
+        let lib = Nvcomp::load(cfg.nvcomp_lib.as_deref())?;
         let ctx = CudaContext::new(0).map_err(|source| GpuUnavailable::Cuda { what: "context", source })?;
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
         let mut lanes = Vec::new();
-        for _ in 0..lane_count() {
+        for _ in 0..cfg.lanes.clamp(1, GpuConfig::MAX_LANES) {
             let stream = ctx.new_stream().map_err(|source| GpuUnavailable::Cuda { what: "stream", source })?;
             lanes.push(Lane { stream, bufs: Mutex::new(Buffers::empty()) });
         }
@@ -148,7 +145,10 @@ impl Gpu {
             lanes,
             lib,
             stats: Default::default(),
-            part_bytes: AtomicUsize::new(part_bytes_from_env()),
+            part_bytes: AtomicUsize::new(cfg.part_bytes.max(1)),
+            batch_copy: AtomicBool::new(cfg.batch_copy),
+            streaming: cfg.streaming_copy,
+            fail: cfg.fail,
             describe,
         })
     }
@@ -158,8 +158,8 @@ impl Gpu {
         self.lib.codecs()
     }
 
-    /// Sets the bytes per part of a lane's copies (default 16 MiB or `SHRINKFS_GPU_PART_MIB`);
-    /// small values exercise the pipeline in tests.
+    /// Sets the bytes per part of a lane's copies (`GpuConfig::part_bytes` until then); small
+    /// values exercise the pipeline in tests.
     pub fn set_part_bytes(&self, bytes: usize) {
         self.part_bytes.store(bytes.max(1), Relaxed);
     }
@@ -308,7 +308,7 @@ impl Gpu {
         chunks: &[&[u8]],
         data_type: i32,
     ) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
-        if fault_injected() {
+        if self.fail {
             return Err(GpuError::Injected);
         }
         if chunks.is_empty() {
@@ -351,7 +351,7 @@ impl Gpu {
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
-        let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, part, cs)?;
+        let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, (part, self.streaming), cs)?;
         Phases::mark(&phases, 1, cs)?;
         let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
         // SAFETY: device buffers sized above; our stream.
@@ -397,13 +397,13 @@ impl Gpu {
         }
         let copies: Vec<(u64, usize, usize)> =
             (0..n).filter_map(|i| useful[i].map(|size| (d_out + (i * stride) as u64, packed_at[i], size))).collect();
-        let packed = copies.len() > 1 && BATCH_COPY.load(Relaxed) && {
+        let packed = copies.len() > 1 && self.batch_copy.load(Relaxed) && {
             let h_out = b.h_out.ensure(kept.max(1))?;
             match batch_dtoh(h_out, &copies, cs) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::debug!("batched copies unavailable ({e}); copying the strided output region");
-                    BATCH_COPY.store(false, Relaxed);
+                    self.batch_copy.store(false, Relaxed);
                     false
                 }
             }
@@ -542,7 +542,7 @@ impl Gpu {
         spans: &[(usize, usize)],
         turn: Turn<'_>,
     ) -> Result<Vec<Vec<u8>>, GpuError> {
-        if fault_injected() {
+        if self.fail {
             return Err(GpuError::Injected);
         }
         let n = pieces.len();
@@ -594,7 +594,7 @@ impl Gpu {
             let datas: Vec<&[u8]> = gpu.iter().map(|p| p.data).collect();
             let part = self.part_bytes.load(Relaxed);
             turn.wait();
-            t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, &datas, &in_offsets, part, cs)?;
+            t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, &datas, &in_offsets, (part, self.streaming), cs)?;
         }
         turn.pass();
         Phases::mark(&phases, 1, cs)?;
@@ -671,7 +671,7 @@ impl Gpu {
                 .into_par_iter()
                 .map(|k| {
                     let mut v = Vec::with_capacity(spans[k].1);
-                    copy_into(&mut v, decoded(k));
+                    copy_into(&mut v, decoded(k), self.streaming);
                     place_stored(k, &mut v);
                     v
                 })

@@ -58,16 +58,12 @@ pub enum GpuError {
     /// nVCOMP has no such algorithm, or a chunk is larger than it accepts.
     #[error("codec {0} cannot run on the GPU for this input")]
     Unsupported(CodecId),
-    /// Fault injection (`SHRINKFS_GPU_FAULT=1`) asked this call to fail.
+    /// Fault injection (`GpuConfig::fail`) asked this call to fail.
     #[error("injected GPU fault")]
     Injected,
     /// Decoded output had the wrong size (corrupt input that slipped past the checksums).
     #[error("GPU decoded chunk {0} to a wrong size")]
     WrongSize(usize),
-    /// Batched device-to-host copies are turned off (`SHRINKFS_GPU_BATCH_COPY=0`); the caller
-    /// copies region by region.
-    #[error("batched copies turned off (SHRINKFS_GPU_BATCH_COPY=0)")]
-    BatchCopyOff,
     /// A batched copy would write outside its destination (a bug in the caller's offsets).
     #[error("batched copy outside its destination")]
     CopyOutOfBounds,

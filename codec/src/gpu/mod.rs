@@ -8,5 +8,6 @@ mod error;
 pub mod nvcomp;
 mod sync;
 
+pub use crate::gpuconfig::GpuConfig;
 pub use device::{Gpu, GpuError, GpuStats, GpuUnavailable};
 pub use nvcomp::LoadError;

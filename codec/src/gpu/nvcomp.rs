@@ -1,9 +1,10 @@
 //! Our own declarations of nVCOMP 6's batched low-level C API, resolved at run time (dlopen) from
-//! `SHRINKFS_NVCOMP_LIB`, the `nvidia/libnvcomp/lib64` folder of installed Python packages, or the
-//! system linker path. No nVCOMP header or library is part of this project.
+//! the path the caller gives (`GpuConfig::nvcomp_lib`; the binary's `SHRINKFS_NVCOMP_LIB`), the
+//! `nvidia/libnvcomp/lib64` folder of installed Python packages, or the system linker path. No
+//! nVCOMP header or library is part of this project.
 
 use std::ffi::c_void;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
@@ -142,12 +143,11 @@ pub struct Nvcomp {
     pub path: String,
 }
 
-fn candidates() -> Vec<PathBuf> {
-    let mut c = Vec::new();
-    if let Some(p) = std::env::var_os("SHRINKFS_NVCOMP_LIB") {
-        c.push(PathBuf::from(p));
-    }
-    // Python packages: pip install nvidia-libnvcomp-cu13 puts it under site-packages.
+/// Where to look for the library: `explicit` first, then Python packages (`pip install
+/// nvidia-libnvcomp-cu13` puts it under site-packages: the system's, the user's, an active
+/// virtual environment's), then the linker's path.
+fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
+    let mut c: Vec<PathBuf> = explicit.map(Path::to_path_buf).into_iter().collect();
     let mut roots: Vec<PathBuf> = ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"].iter().map(PathBuf::from).collect();
     if let Some(home) = std::env::var_os("HOME") {
         roots.push(PathBuf::from(home).join(".local/lib"));
@@ -172,11 +172,12 @@ fn candidates() -> Vec<PathBuf> {
 }
 
 impl Nvcomp {
-    /// Loads nVCOMP from the first candidate that opens; the error says what was tried.
-    pub fn load() -> Result<Self, LoadError> {
+    /// Loads nVCOMP from `explicit`, else the first place searched where it opens; the error says
+    /// what was tried.
+    pub fn load(explicit: Option<&Path>) -> Result<Self, LoadError> {
         let mut tried = 0;
         let mut last = None;
-        for path in candidates() {
+        for path in candidates(explicit) {
             // SAFETY: loading a shared library runs its initialisers; nVCOMP's are benign.
             match unsafe { Library::new(&path) } {
                 Ok(lib) => return Self::bind(lib, path.display().to_string()),

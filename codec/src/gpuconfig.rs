@@ -1,0 +1,44 @@
+//! What a caller sets of the GPU back end, passed in whole: the codec library reads no
+//! environment for it (the `shrinkfs` binary reads its `SHRINKFS_GPU_*` variables, for measuring).
+
+use std::path::PathBuf;
+
+/// Settings of the GPU back end; the defaults are what measured best on the H100 host
+/// (BENCHMARKS.md §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// CUDA streams ("lanes") a large launch is split over, each with its own buffers, 1 to 8:
+    /// one lane's kernel and copies overlap the next lanes' staging. 4 was the best of 2, 3, 4
+    /// and 6: four shares keep the last lane's tail short.
+    pub lanes: usize,
+    /// Bytes per part of a lane's copies: input goes up and output comes back in parts, so the
+    /// host works on one part while another crosses the bus.
+    pub part_bytes: usize,
+    /// Compressed output comes back in one batched copy (`cuMemcpyBatchAsync`) where the driver
+    /// has it; otherwise as one copy of the region the launch wrote.
+    pub batch_copy: bool,
+    /// Copies into and out of pinned memory use streaming (non-temporal) stores on x86-64.
+    pub streaming_copy: bool,
+    /// Every launch fails at once: fault injection, for tests of the CPU fallback.
+    pub fail: bool,
+    /// nVCOMP's library, tried before the places searched (`nvcomp::Nvcomp::load`).
+    pub nvcomp_lib: Option<PathBuf>,
+}
+
+impl GpuConfig {
+    /// Most lanes a GPU opens.
+    pub const MAX_LANES: usize = 8;
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            lanes: 4,
+            part_bytes: 16 << 20,
+            batch_copy: true,
+            streaming_copy: true,
+            fail: false,
+            nvcomp_lib: None,
+        }
+    }
+}
