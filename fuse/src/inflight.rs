@@ -19,18 +19,20 @@ type FrameKey = (ObjectId, u32);
 #[derive(Clone, Default)]
 pub struct InFlight(Arc<Mutex<HashMap<FrameKey, watch::Receiver<()>>>>);
 
-/// Frames one fetch has claimed. Dropping it, when the fetch is done, has failed or its task has
-/// stopped, releases them and wakes every read waiting for them; each looks in the frame cache
-/// then, and fetches what it does not find there.
+/// Frames one fetch has claimed. Each is released when the fetch has put it in the frame cache
+/// ([`Claim::release`]), and the rest when the claim is dropped (the fetch is done, has failed or
+/// its task has stopped); a release wakes every read waiting for the frame, which looks in the
+/// frame cache then and fetches the frame itself if it is not there.
 pub struct Claim {
     inflight: InFlight,
     id: ObjectId,
     frames: Vec<usize>,
-    // (Dropped after `drop` has released the frames: closing it is the wake-up.)
-    _done: watch::Sender<()>,
+    /// One per frame claimed, in `frames`' order, until it is released: dropping it is the
+    /// wake-up (nothing is ever sent).
+    done: Vec<Option<watch::Sender<()>>>,
 }
 
-/// What a read can wait for instead of fetching: the fetches under way of some of its frames.
+/// What a read can wait for instead of fetching: frames of it that other fetches have on their way.
 pub struct Joined {
     /// The frames being fetched.
     pub frames: Vec<usize>,
@@ -58,8 +60,7 @@ impl InFlight {
         mut admit: impl FnMut(usize) -> bool,
         join: bool,
     ) -> (Claim, Joined) {
-        let (done, waiting) = watch::channel(());
-        let mut claimed = Vec::new();
+        let mut claim = Claim { inflight: self.clone(), id: id.clone(), frames: Vec::new(), done: Vec::new() };
         let mut joined = Joined { frames: Vec::new(), waits: Vec::new() };
         let mut map = self.0.lock().expect("in-flight frames");
         for &f in frames {
@@ -67,19 +68,19 @@ impl InFlight {
             if let Some(rx) = map.get(&key) {
                 if join {
                     joined.frames.push(f);
-                    if !joined.waits.iter().any(|w| w.same_channel(rx)) {
-                        joined.waits.push(rx.clone());
-                    }
+                    joined.waits.push(rx.clone());
                 }
                 continue;
             }
             if !admit(f) {
                 break;
             }
-            map.insert(key, waiting.clone());
-            claimed.push(f);
+            let (done, waiting) = watch::channel(());
+            map.insert(key, waiting);
+            claim.frames.push(f);
+            claim.done.push(Some(done));
         }
-        (Claim { inflight: self.clone(), id: id.clone(), frames: claimed, _done: done }, joined)
+        (claim, joined)
     }
 }
 
@@ -88,22 +89,34 @@ impl Claim {
     pub fn frames(&self) -> &[usize] {
         &self.frames
     }
+
+    /// Frame `f` is in the frame cache: the reads waiting for it go on.
+    pub fn release(&mut self, f: usize) {
+        if let Some(i) = self.frames.iter().position(|&c| c == f)
+            && let Some(done) = self.done[i].take()
+        {
+            self.inflight.0.lock().expect("in-flight frames").remove(&(self.id.clone(), f as u32));
+            drop(done);
+        }
+    }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         let mut map = self.inflight.0.lock().expect("in-flight frames");
-        for &f in &self.frames {
-            map.remove(&(self.id.clone(), f as u32));
+        for (&f, done) in self.frames.iter().zip(&self.done) {
+            if done.is_some() {
+                map.remove(&(self.id.clone(), f as u32));
+            }
         }
+        // (The senders left are dropped after this, with the entries already gone.)
     }
 }
 
 impl Joined {
-    /// Waits until every fetch joined has ended, however it ended.
+    /// Waits until every frame joined has been released, however its fetch ended.
     pub async fn wait(self) {
         for mut rx in self.waits {
-            // (Nothing is ever sent: the sender's drop ends the wait.)
             while rx.changed().await.is_ok() {}
         }
     }
@@ -129,7 +142,7 @@ mod tests {
         // A read claims what nobody fetches and joins the fetches of the rest, one wait each.
         let (read, joined) = inflight.claim_or_join(&id("a"), &[0, 1, 4, 7]);
         assert_eq!((read.frames(), &joined.frames[..]), (&[0, 7][..], &[1, 4][..]));
-        assert_eq!(joined.waits.len(), 2, "one wait per fetch");
+        assert_eq!(joined.waits.len(), 2, "one wait per frame");
         assert!(inflight.claim(&id("a"), &[0, 7], |_| true).frames().is_empty(), "the read's frames are on their way");
         let waiter = tokio::spawn(joined.wait());
         tokio::task::yield_now().await;
@@ -141,6 +154,22 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken").unwrap();
         drop(read);
         assert_eq!(inflight.claim(&id("a"), &[0, 1, 4, 7], |_| true).frames(), [0, 1, 4, 7], "claimable again");
+    }
+
+    #[tokio::test]
+    async fn a_frame_released_wakes_its_readers_before_the_rest_of_its_fetch_is_done() {
+        let inflight = InFlight::default();
+        let mut fetch = inflight.claim(&id("a"), &[3, 4], |_| true);
+        let (_, first) = inflight.claim_or_join(&id("a"), &[3]);
+        let (_, second) = inflight.claim_or_join(&id("a"), &[4]);
+        let (first, second) = (tokio::spawn(first.wait()), tokio::spawn(second.wait()));
+        fetch.release(3);
+        tokio::time::timeout(std::time::Duration::from_secs(5), first).await.expect("woken").unwrap();
+        assert!(!second.is_finished(), "frame 4 is still on its way");
+        assert_eq!(inflight.claim(&id("a"), &[3, 4], |_| true).frames(), [3], "frame 3 released, 4 not");
+        fetch.release(3);
+        drop(fetch);
+        tokio::time::timeout(std::time::Duration::from_secs(5), second).await.expect("woken").unwrap();
     }
 
     #[tokio::test]

@@ -425,11 +425,12 @@ impl Reader {
             let (claim, joined) = self.inflight.claim_or_join(&info.id, &missing);
             let waited = joined.frames.clone();
             let fetch = async {
-                let claim = claim;
-                if claim.frames().is_empty() {
+                let mut claim = claim;
+                let own = claim.frames().to_vec();
+                if own.is_empty() {
                     return Ok(Vec::new());
                 }
-                self.fetch_frames(info, layout, ctx, claim.frames()).await
+                self.fetch_frames(info, layout, ctx, &own, |f| claim.release(f)).await
             };
             let (fetched, ()) = futures::join!(fetch, joined.wait());
             let mut fetched = fetched?;
@@ -441,7 +442,7 @@ impl Reader {
                 }
             }
             if !again.is_empty() {
-                fetched.extend(self.fetch_frames(info, layout, ctx, &again).await?);
+                fetched.extend(self.fetch_frames(info, layout, ctx, &again, |_| {}).await?);
             }
             for (f, bytes) in fetched {
                 decoded[f - frames.start] = Some(bytes);
@@ -466,12 +467,14 @@ impl Reader {
     }
 
     /// Fetches and decodes `frames` (sorted), filling the cache; ranged GETs run concurrently.
+    /// `cached` is told each frame once it is in the cache.
     pub async fn fetch_frames(
         &self,
         info: &ObjectInfo,
         layout: &Arc<Layout>,
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         frames: &[usize],
+        mut cached: impl FnMut(usize),
     ) -> Result<Vec<(usize, Bytes)>> {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
@@ -534,6 +537,7 @@ impl Reader {
                 let bytes = Bytes::from(bytes);
                 self.metrics.frame_decoded();
                 self.chunks.insert(&info.id, f as u32, bytes.clone());
+                cached(f);
                 out.push((f, bytes));
             }
             return Ok(out);
@@ -564,6 +568,7 @@ impl Reader {
             let bytes = rx.await.map_err(|_| Error::Stopped("decoder"))??;
             self.metrics.frame_decoded();
             self.chunks.insert(&info.id, f as u32, bytes.clone());
+            cached(f);
             out.push((f, bytes));
         }
         Ok(out)
@@ -616,11 +621,15 @@ impl Reader {
         tokio::task::spawn_blocking(job).await.map_err(|source| Error::Task { task: "GPU decode", source })?
     }
 
-    /// Fetches and decodes, in the background, up to `frames` frames from logical offset `from`
-    /// that are neither cached nor already being fetched.
+    /// Fetches and decodes, in the background, up to `frames` frames from the first that begins
+    /// at or after logical offset `from`, those neither cached nor already being fetched.
     pub fn prefetch(&self, info: &ObjectInfo, from: u64, frames: usize) {
         let Parsed::Framed { layout, ctx } = &info.parsed else { return };
-        let Some(first) = layout.frame_at(from) else { return };
+        let Some(mut first) = layout.frame_at(from) else { return };
+        // A frame that begins before `from` is the reader's own (its read ends inside it).
+        if layout.entries[first].raw_offset < from {
+            first += 1;
+        }
         let last = (first + frames).min(layout.entries.len());
         let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
         // Read-ahead only uses room that is free: it never makes a writer or a demand read wait.
@@ -647,7 +656,8 @@ impl Reader {
         self.metrics.prefetched(wanted.len());
         let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
         tokio::spawn(async move {
-            if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted).await {
+            let mut claim = claim;
+            if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted, |f| claim.release(f)).await {
                 tracing::debug!(error = %e, "prefetch failed; reads will fetch on demand");
             }
             drop(room);

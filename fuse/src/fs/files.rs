@@ -159,16 +159,18 @@ impl Fs {
         drop(of);
         let Some(info) = base else { return Ok(Bytes::new()) };
         let end = offset.saturating_add(size as u64);
-        let data = self.reader.read(&info, offset..end).await?;
-        // Sequential readers get frames fetched ahead in the background (see `readahead`).
+        // Sequential readers get frames fetched ahead in the background (see `readahead`),
+        // asked for before this read's own frames are waited for, so the cores decode those
+        // while this read's are fetched and decoded.
         let c = &self.cfg.reader;
         let max = max_frames(c.cache_bytes, self.cfg.encode.frame_size, c.max_readahead_frames);
         let step = self.handles.read_ahead(fh, offset, end, max);
-        if !step.passed.is_empty() {
-            self.reader.passed(&info, step.passed);
-        }
         if step.window > 0 {
             self.reader.prefetch(&info, end, step.window);
+        }
+        let data = self.reader.read(&info, offset..end).await?;
+        if !step.passed.is_empty() {
+            self.reader.passed(&info, step.passed);
         }
         Ok(data)
     }
