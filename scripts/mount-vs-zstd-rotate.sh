@@ -14,6 +14,7 @@ import sys,re,statistics as st
 d={}
 for l in sys.stdin:
     b=l.split()[1]; m=re.search(r'mount write \(zstd-1\) ([0-9.]+) s vs zstd -1 -T2 ([0-9.]+) s: ([0-9.]+)x \| cold mount read ([0-9.]+) s vs zstd -d ([0-9.]+) s: ([0-9.]+)x',l)
+    if not m: continue  # a run that failed: its output is in the file
     d.setdefault(b,[]).append([float(x) for x in m.groups()])
 for b,v in d.items():
     w=[x[0] for x in v]; t=[x[3] for x in v]; r=[x[5] for x in v]

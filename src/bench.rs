@@ -1,6 +1,7 @@
 //! `shrinkfs bench codecs`: ratio and host-to-host throughput of every CPU and GPU codec over the
-//! project's corpora and any real files (`--input`) at each frame size, and the small-object case (many 8 KiB objects), side by side
-//! in one run so the figures can be compared on a shared, noisy machine.
+//! project's corpora and any real files (`--input`) at each frame size, and the small-object case
+//! (many 8 KiB objects), side by side in one run so the figures can be compared on a shared, noisy
+//! machine.
 
 use std::time::Instant;
 
@@ -204,7 +205,13 @@ pub fn run(a: BenchCodecsArgs) -> anyhow::Result<()> {
     }
     for path in &a.input {
         let data = crate::benchfs::read_data_file("--input", path, a.size, 1)?;
-        let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        // (Labelled by file name, or by the whole path where two inputs share a name.)
+        let name = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let shared = a.input.iter().filter(|p| name(p) == name(path)).count() > 1;
+        let label = match name(path) {
+            Some(n) if !shared => n,
+            _ => path.display().to_string(),
+        };
         measure(&label, &data)?;
     }
     small_objects(

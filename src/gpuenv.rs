@@ -5,9 +5,10 @@
 
 use shrinkfs_codec::gpuconfig::GpuConfig;
 
-/// `GpuConfig` from this process's environment.
+/// `GpuConfig` from this process's environment, read (and warned about) once.
 pub fn gpu_config() -> GpuConfig {
-    from_vars(|name| std::env::var(name).ok())
+    static CONFIG: std::sync::OnceLock<GpuConfig> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| from_vars(|name| std::env::var(name).ok())).clone()
 }
 
 /// `GpuConfig` from the variables `var` gives.

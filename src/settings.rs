@@ -10,8 +10,8 @@
 //! /etc/shrinkfs/config.toml when it exists. Its keys are long flag names (`-` or `_`): top-level
 //! keys are global flags (`verbose`), and a table per subcommand (`[mount]`, `[pack]`,
 //! `[bench.fs]`) holds that subcommand's flags. Unknown keys and sections are errors. `SHRINKFS_*`
-//! variables that name no flag of the subcommand are left alone: the GPU back end and the tests
-//! read some of their own ([`NOT_FLAGS`]).
+//! variables that name no flag of the subcommand are left alone: the GPU's settings (`gpuenv`)
+//! and the tests read some of their own ([`NOT_FLAGS`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

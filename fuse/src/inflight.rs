@@ -1,12 +1,15 @@
-//! Frames on their way from the store for read-ahead: a window is not fetched twice, and a read
-//! that needs a frame already on its way waits for it instead of fetching and decoding it again.
+//! Frames on their way from the store, claimed by the fetch that brings them (read-ahead's or a
+//! read's): read-ahead skips them, and a read that needs one waits for it, and is handed its
+//! decoded bytes, instead of fetching and decoding it again.
 //!
 //! A sequential reader on a machine whose cores are all decoding catches up with its read-ahead:
 //! on the 2-core machine a cold read of 1,024 frames decoded 1,052, the difference being frames a
 //! read fetched while read-ahead was still decoding them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
 
 use tokio::sync::watch;
 
@@ -15,28 +18,30 @@ use crate::cache::ObjectId;
 /// A frame of one object version.
 type FrameKey = (ObjectId, u32);
 
-/// The frames being fetched, each with a way to wait for the end of its fetch.
-#[derive(Clone, Default)]
-pub struct InFlight(Arc<Mutex<HashMap<FrameKey, watch::Receiver<()>>>>);
+/// What waiting for a frame gives: its decoded bytes, or `None` once its fetch ended without them.
+type Waiting = watch::Receiver<Option<Bytes>>;
 
-/// Frames one fetch has claimed. Each is released when the fetch has put it in the frame cache
-/// ([`Claim::release`]), and the rest when the claim is dropped (the fetch is done, has failed or
-/// its task has stopped); a release wakes every read waiting for the frame, which looks in the
-/// frame cache then and fetches the frame itself if it is not there.
+/// The frames being fetched, each with a way to wait for it.
+#[derive(Clone, Default)]
+pub struct InFlight(Arc<Mutex<HashMap<FrameKey, Waiting>>>);
+
+/// Frames one fetch has claimed. Each is released with its bytes as soon as the fetch has them
+/// ([`Claim::release`]), and the rest without when the claim is dropped (the fetch is done, has
+/// failed, or its task or read was stopped); a release wakes every read waiting for the frame,
+/// and one that gets no bytes fetches the frame itself.
 pub struct Claim {
     inflight: InFlight,
     id: ObjectId,
     frames: Vec<usize>,
-    /// One per frame claimed, in `frames`' order, until it is released: dropping it is the
-    /// wake-up (nothing is ever sent).
-    done: Vec<Option<watch::Sender<()>>>,
+    /// One per frame claimed, in `frames`' order, until it is released.
+    done: Vec<Option<watch::Sender<Option<Bytes>>>>,
 }
 
 /// What a read can wait for instead of fetching: frames of it that other fetches have on their way.
 pub struct Joined {
     /// The frames being fetched.
     pub frames: Vec<usize>,
-    waits: Vec<watch::Receiver<()>>,
+    waits: Vec<Waiting>,
 }
 
 impl InFlight {
@@ -62,7 +67,7 @@ impl InFlight {
     ) -> (Claim, Joined) {
         let mut claim = Claim { inflight: self.clone(), id: id.clone(), frames: Vec::new(), done: Vec::new() };
         let mut joined = Joined { frames: Vec::new(), waits: Vec::new() };
-        let mut map = self.0.lock().expect("in-flight frames");
+        let mut map = self.map();
         for &f in frames {
             let key = (id.clone(), f as u32);
             if let Some(rx) = map.get(&key) {
@@ -75,12 +80,18 @@ impl InFlight {
             if !admit(f) {
                 break;
             }
-            let (done, waiting) = watch::channel(());
+            let (done, waiting) = watch::channel(None);
             map.insert(key, waiting);
             claim.frames.push(f);
             claim.done.push(Some(done));
         }
         (claim, joined)
+    }
+
+    // (A panic elsewhere while the map was held leaves it as consistent as ever: every change
+    // to it is one insert or remove.)
+    fn map(&self) -> MutexGuard<'_, HashMap<FrameKey, Waiting>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -90,35 +101,42 @@ impl Claim {
         &self.frames
     }
 
-    /// Frame `f` is in the frame cache: the reads waiting for it go on.
-    pub fn release(&mut self, f: usize) {
+    /// Frame `f` is decoded to `bytes`: the reads waiting for it go on with them.
+    pub fn release(&mut self, f: usize, bytes: &Bytes) {
         if let Some(i) = self.frames.iter().position(|&c| c == f)
             && let Some(done) = self.done[i].take()
         {
-            self.inflight.0.lock().expect("in-flight frames").remove(&(self.id.clone(), f as u32));
-            drop(done);
+            self.inflight.map().remove(&(self.id.clone(), f as u32));
+            done.send_replace(Some(bytes.clone()));
         }
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut map = self.inflight.0.lock().expect("in-flight frames");
+        let mut map = self.inflight.map();
         for (&f, done) in self.frames.iter().zip(&self.done) {
             if done.is_some() {
                 map.remove(&(self.id.clone(), f as u32));
             }
         }
-        // (The senders left are dropped after this, with the entries already gone.)
+        // (The senders left are dropped after this, with the entries already gone: their
+        // readers wake with no bytes.)
     }
 }
 
 impl Joined {
-    /// Waits until every frame joined has been released, however its fetch ended.
-    pub async fn wait(self) {
-        for mut rx in self.waits {
-            while rx.changed().await.is_ok() {}
+    /// Waits until every frame joined has been released, however its fetch ended: each frame
+    /// with its bytes, or `None` if its fetch ended without them.
+    pub async fn wait(self) -> Vec<(usize, Option<Bytes>)> {
+        let mut got = Vec::with_capacity(self.frames.len());
+        for (f, mut rx) in self.frames.into_iter().zip(self.waits) {
+            // (`changed` fails once the sender is gone, whether or not it sent the bytes first.)
+            let _ = rx.wait_for(Option::is_some).await;
+            let bytes = rx.borrow().clone();
+            got.push((f, bytes));
         }
+        got
     }
 }
 
@@ -130,28 +148,32 @@ mod tests {
         ObjectId { key: "k".into(), etag: etag.into() }
     }
 
+    const WOKEN: std::time::Duration = std::time::Duration::from_secs(5);
+
     #[tokio::test]
-    async fn a_frame_is_claimed_once_and_its_waiters_wake_when_the_claim_ends() {
+    async fn a_frame_is_claimed_once_and_its_readers_get_its_bytes_or_none() {
         let inflight = InFlight::default();
-        let first = inflight.claim(&id("a"), &[1, 2, 3], |_| true);
+        let mut first = inflight.claim(&id("a"), &[1, 2, 3], |_| true);
         assert_eq!(first.frames(), [1, 2, 3]);
         // Claimed frames are skipped; admission stops a claim where it says no.
         let second = inflight.claim(&id("a"), &[2, 3, 4, 5, 6], |f| f < 6);
         assert_eq!(second.frames(), [4, 5]);
         assert_eq!(inflight.claim(&id("b"), &[1], |_| true).frames(), [1], "another version's frames are apart");
-        // A read claims what nobody fetches and joins the fetches of the rest, one wait each.
+        // A read claims what nobody fetches and joins the fetches of the rest.
         let (read, joined) = inflight.claim_or_join(&id("a"), &[0, 1, 4, 7]);
         assert_eq!((read.frames(), &joined.frames[..]), (&[0, 7][..], &[1, 4][..]));
-        assert_eq!(joined.waits.len(), 2, "one wait per frame");
         assert!(inflight.claim(&id("a"), &[0, 7], |_| true).frames().is_empty(), "the read's frames are on their way");
         let waiter = tokio::spawn(joined.wait());
         tokio::task::yield_now().await;
+        first.release(1, &Bytes::from_static(b"one"));
         drop(first);
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "frame 4's fetch is still under way");
         assert!(inflight.claim_or_join(&id("a"), &[1, 2, 3]).1.frames.is_empty(), "released");
+        // A claim dropped without its bytes (a fetch that failed) wakes its readers with none.
         drop(second);
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken").unwrap();
+        let got = tokio::time::timeout(WOKEN, waiter).await.expect("woken").unwrap();
+        assert_eq!(got, [(1, Some(Bytes::from_static(b"one"))), (4, None)]);
         drop(read);
         assert_eq!(inflight.claim(&id("a"), &[0, 1, 4, 7], |_| true).frames(), [0, 1, 4, 7], "claimable again");
     }
@@ -163,13 +185,14 @@ mod tests {
         let (_, first) = inflight.claim_or_join(&id("a"), &[3]);
         let (_, second) = inflight.claim_or_join(&id("a"), &[4]);
         let (first, second) = (tokio::spawn(first.wait()), tokio::spawn(second.wait()));
-        fetch.release(3);
-        tokio::time::timeout(std::time::Duration::from_secs(5), first).await.expect("woken").unwrap();
+        fetch.release(3, &Bytes::from_static(b"three"));
+        let got = tokio::time::timeout(WOKEN, first).await.expect("woken").unwrap();
+        assert_eq!(got, [(3, Some(Bytes::from_static(b"three")))]);
         assert!(!second.is_finished(), "frame 4 is still on its way");
         assert_eq!(inflight.claim(&id("a"), &[3, 4], |_| true).frames(), [3], "frame 3 released, 4 not");
-        fetch.release(3);
+        fetch.release(3, &Bytes::from_static(b"again"));
         drop(fetch);
-        tokio::time::timeout(std::time::Duration::from_secs(5), second).await.expect("woken").unwrap();
+        assert_eq!(tokio::time::timeout(WOKEN, second).await.expect("woken").unwrap(), [(4, None)]);
     }
 
     #[tokio::test]
@@ -182,7 +205,7 @@ mod tests {
             panic!("a fetch that fails badly");
         });
         assert!(fetch.await.is_err());
-        tokio::time::timeout(std::time::Duration::from_secs(5), joined.wait()).await.expect("woken");
+        assert_eq!(tokio::time::timeout(WOKEN, joined.wait()).await.expect("woken"), [(0, None)]);
         assert!(inflight.claim_or_join(&id("a"), &[0]).1.frames.is_empty());
     }
 }

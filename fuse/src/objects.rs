@@ -412,37 +412,46 @@ impl Reader {
         };
         let frames = layout.frames_for(range.start..end);
         let mut decoded: Vec<Option<Bytes>> = frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
-        let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
+        let mut missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
         // (Room for every missing frame is taken before any is claimed, so a read waiting for
         // another's frames holds no claim that waits for room; held until the bytes are sliced.)
-        let _room;
+        let _room = match missing.is_empty() {
+            true => None,
+            false => Some(self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await),
+        };
+        // Frames cached while this read waited for room (read-ahead's, mostly) are not fetched again.
+        missing.retain(|&f| match self.chunks.get(&info.id, f as u32) {
+            Some(bytes) => {
+                decoded[f - frames.start] = Some(bytes);
+                false
+            }
+            None => true,
+        });
         if !missing.is_empty() {
-            _room = self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await;
             // Frames another fetch (read-ahead, mostly) has on their way are waited for, the
-            // others fetched meanwhile; one waited for and not in the cache after (its fetch
-            // failed, or it was evicted already) is fetched here after all.
+            // others fetched meanwhile; one whose fetch ended without it (failed, or stopped) is
+            // fetched here after all.
             let (claim, joined) = self.inflight.claim_or_join(&info.id, &missing);
-            let waited = joined.frames.clone();
             let fetch = async {
                 let mut claim = claim;
                 let own = claim.frames().to_vec();
                 if own.is_empty() {
                     return Ok(Vec::new());
                 }
-                self.fetch_frames(info, layout, ctx, &own, |f| claim.release(f)).await
+                self.fetch_frames(info, layout, ctx, &own, |f, bytes| claim.release(f, bytes)).await
             };
-            let (fetched, ()) = futures::join!(fetch, joined.wait());
+            let (fetched, waited) = futures::join!(fetch, joined.wait());
             let mut fetched = fetched?;
             let mut again = Vec::new();
-            for f in waited {
-                match self.chunks.get(&info.id, f as u32) {
+            for (f, bytes) in waited {
+                match bytes {
                     Some(bytes) => decoded[f - frames.start] = Some(bytes),
                     None => again.push(f),
                 }
             }
             if !again.is_empty() {
-                fetched.extend(self.fetch_frames(info, layout, ctx, &again, |_| {}).await?);
+                fetched.extend(self.fetch_frames(info, layout, ctx, &again, |_, _| {}).await?);
             }
             for (f, bytes) in fetched {
                 decoded[f - frames.start] = Some(bytes);
@@ -467,14 +476,14 @@ impl Reader {
     }
 
     /// Fetches and decodes `frames` (sorted), filling the cache; ranged GETs run concurrently.
-    /// `cached` is told each frame once it is in the cache.
+    /// `cached` is given each frame once it is in the cache.
     pub async fn fetch_frames(
         &self,
         info: &ObjectInfo,
         layout: &Arc<Layout>,
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         frames: &[usize],
-        mut cached: impl FnMut(usize),
+        mut cached: impl FnMut(usize, &Bytes),
     ) -> Result<Vec<(usize, Bytes)>> {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
@@ -537,7 +546,7 @@ impl Reader {
                 let bytes = Bytes::from(bytes);
                 self.metrics.frame_decoded();
                 self.chunks.insert(&info.id, f as u32, bytes.clone());
-                cached(f);
+                cached(f, &bytes);
                 out.push((f, bytes));
             }
             return Ok(out);
@@ -568,7 +577,7 @@ impl Reader {
             let bytes = rx.await.map_err(|_| Error::Stopped("decoder"))??;
             self.metrics.frame_decoded();
             self.chunks.insert(&info.id, f as u32, bytes.clone());
-            cached(f);
+            cached(f, &bytes);
             out.push((f, bytes));
         }
         Ok(out)
@@ -632,12 +641,13 @@ impl Reader {
         }
         let last = (first + frames).min(layout.entries.len());
         let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
-        // Read-ahead only uses room that is free: it never makes a writer or a demand read wait.
+        // Read-ahead only takes room that is free, never waiting for it, and gives each frame's
+        // room back as soon as the frame is cached.
         let (mut room, mut starved) = (Vec::new(), false);
         let claim = self.inflight.claim(&info.id, &candidates, |f| {
             match self.budget.try_take(frame_cost(&layout.entries[f])) {
                 Some(held) => {
-                    room.push(held);
+                    room.push(Some(held));
                     true
                 }
                 None => {
@@ -657,11 +667,16 @@ impl Reader {
         let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
         tokio::spawn(async move {
             let mut claim = claim;
-            if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted, |f| claim.release(f)).await {
+            // (`room` is in `wanted`'s order: one hold per frame claimed.)
+            let cached = |f, bytes: &Bytes| {
+                claim.release(f, bytes);
+                if let Some(i) = wanted.iter().position(|&w| w == f) {
+                    room[i] = None;
+                }
+            };
+            if let Err(e) = me.fetch_frames(&info, &layout, &ctx, &wanted, cached).await {
                 tracing::debug!(error = %e, "prefetch failed; reads will fetch on demand");
             }
-            drop(room);
-            drop(claim);
         });
     }
 

@@ -584,11 +584,8 @@ async fn a_reader_that_catches_up_with_read_ahead_waits_for_its_frames_instead_o
     write_file(&fs_on(&store, cfg()), ROOT, "f", &data, 65_536).await;
     let ctl = Arc::new(FaultControl::default());
     let backend = FaultStore::layer(Backend::plain(store.clone()), ctl.clone());
-    let fs = Fs::new(
-        Bucket::stack(backend, &Path::from("pre"), "slow gets", &StoreConfig::unretried()),
-        cfg(),
-        Services::default(),
-    );
+    let bucket = Bucket::stack(backend, &Path::from("pre"), "slow gets", &StoreConfig::unretried());
+    let fs = Fs::new(bucket, cfg(), Services::default());
     let ino = fs.lookup(ROOT, "f").await.unwrap().ino;
     let fh = fs.open(ino, false, false).await.unwrap();
     ctl.delay(Op::Get, std::time::Duration::from_millis(100));

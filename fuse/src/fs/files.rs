@@ -168,11 +168,11 @@ impl Fs {
         if step.window > 0 {
             self.reader.prefetch(&info, end, step.window);
         }
-        let data = self.reader.read(&info, offset..end).await?;
+        // (What was passed lies before the previous read: this one does not need it.)
         if !step.passed.is_empty() {
             self.reader.passed(&info, step.passed);
         }
-        Ok(data)
+        self.reader.read(&info, offset..end).await
     }
 
     /// Writes `data` at `offset`; returns the bytes written. A write that lands a little past the
