@@ -45,23 +45,37 @@ pub struct Joined {
 }
 
 impl InFlight {
-    /// Claims, in order, those of `frames` of `id` that no fetch has claimed, as long as `admit`
-    /// lets each in (it is asked once per unclaimed frame; `false` ends the claim there). For
-    /// read-ahead, which leaves alone what is on its way.
-    pub fn claim(&self, id: &ObjectId, frames: &[usize], admit: impl FnMut(usize) -> bool) -> Claim {
-        self.claim_joining(id, frames, admit, false).0
+    /// Claims, in order, those of `frames` of `id` that no fetch has claimed and `cached` does
+    /// not have, as long as `admit` lets each in (it is asked once per such frame; `false` ends
+    /// the claim there). For read-ahead, which leaves alone what is on its way or cached.
+    pub fn claim(
+        &self,
+        id: &ObjectId,
+        frames: &[usize],
+        cached: impl Fn(usize) -> Option<Bytes>,
+        admit: impl FnMut(usize) -> bool,
+    ) -> Claim {
+        self.claim_joining(id, frames, cached, admit, false).0
     }
 
-    /// Claims those of `frames` of `id` that no fetch has claimed, and joins the fetches of the
-    /// others, at once. For a read, which needs them all.
-    pub fn claim_or_join(&self, id: &ObjectId, frames: &[usize]) -> (Claim, Joined) {
-        self.claim_joining(id, frames, |_| true, true)
+    /// Claims those of `frames` of `id` that no fetch has claimed and `cached` does not have,
+    /// and joins the others, at once. For a read, which needs them all.
+    pub fn claim_or_join(
+        &self,
+        id: &ObjectId,
+        frames: &[usize],
+        cached: impl Fn(usize) -> Option<Bytes>,
+    ) -> (Claim, Joined) {
+        self.claim_joining(id, frames, cached, |_| true, true)
     }
 
+    /// (`cached` is asked with the map held: a fetch puts a frame in the frame cache before it
+    /// releases it, so a frame neither in the map nor cached is nobody's.)
     fn claim_joining(
         &self,
         id: &ObjectId,
         frames: &[usize],
+        cached: impl Fn(usize) -> Option<Bytes>,
         mut admit: impl FnMut(usize) -> bool,
         join: bool,
     ) -> (Claim, Joined) {
@@ -70,10 +84,15 @@ impl InFlight {
         let mut map = self.map();
         for &f in frames {
             let key = (id.clone(), f as u32);
-            if let Some(rx) = map.get(&key) {
+            let wait = match map.get(&key) {
+                Some(rx) => Some(rx.clone()),
+                // (Handed over as a frame already released with its bytes.)
+                None => cached(f).map(|bytes| watch::channel(Some(bytes)).1),
+            };
+            if let Some(wait) = wait {
                 if join {
                     joined.frames.push(f);
-                    joined.waits.push(rx.clone());
+                    joined.waits.push(wait);
                 }
                 continue;
             }
@@ -150,62 +169,82 @@ mod tests {
 
     const WOKEN: std::time::Duration = std::time::Duration::from_secs(5);
 
+    fn none(_: usize) -> Option<Bytes> {
+        None
+    }
+
     #[tokio::test]
     async fn a_frame_is_claimed_once_and_its_readers_get_its_bytes_or_none() {
         let inflight = InFlight::default();
-        let mut first = inflight.claim(&id("a"), &[1, 2, 3], |_| true);
+        let mut first = inflight.claim(&id("a"), &[1, 2, 3], none, |_| true);
         assert_eq!(first.frames(), [1, 2, 3]);
         // Claimed frames are skipped; admission stops a claim where it says no.
-        let second = inflight.claim(&id("a"), &[2, 3, 4, 5, 6], |f| f < 6);
+        let second = inflight.claim(&id("a"), &[2, 3, 4, 5, 6], none, |f| f < 6);
         assert_eq!(second.frames(), [4, 5]);
-        assert_eq!(inflight.claim(&id("b"), &[1], |_| true).frames(), [1], "another version's frames are apart");
+        assert_eq!(inflight.claim(&id("b"), &[1], none, |_| true).frames(), [1], "another version's frames are apart");
         // A read claims what nobody fetches and joins the fetches of the rest.
-        let (read, joined) = inflight.claim_or_join(&id("a"), &[0, 1, 4, 7]);
+        let (read, joined) = inflight.claim_or_join(&id("a"), &[0, 1, 4, 7], none);
         assert_eq!((read.frames(), &joined.frames[..]), (&[0, 7][..], &[1, 4][..]));
-        assert!(inflight.claim(&id("a"), &[0, 7], |_| true).frames().is_empty(), "the read's frames are on their way");
+        assert!(
+            inflight.claim(&id("a"), &[0, 7], none, |_| true).frames().is_empty(),
+            "the read's frames are on their way"
+        );
         let waiter = tokio::spawn(joined.wait());
         tokio::task::yield_now().await;
         first.release(1, &Bytes::from_static(b"one"));
         drop(first);
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "frame 4's fetch is still under way");
-        assert!(inflight.claim_or_join(&id("a"), &[1, 2, 3]).1.frames.is_empty(), "released");
+        assert!(inflight.claim_or_join(&id("a"), &[1, 2, 3], none).1.frames.is_empty(), "released");
         // A claim dropped without its bytes (a fetch that failed) wakes its readers with none.
         drop(second);
         let got = tokio::time::timeout(WOKEN, waiter).await.expect("woken").unwrap();
         assert_eq!(got, [(1, Some(Bytes::from_static(b"one"))), (4, None)]);
         drop(read);
-        assert_eq!(inflight.claim(&id("a"), &[0, 1, 4, 7], |_| true).frames(), [0, 1, 4, 7], "claimable again");
+        assert_eq!(inflight.claim(&id("a"), &[0, 1, 4, 7], none, |_| true).frames(), [0, 1, 4, 7], "claimable again");
     }
 
     #[tokio::test]
     async fn a_frame_released_wakes_its_readers_before_the_rest_of_its_fetch_is_done() {
         let inflight = InFlight::default();
-        let mut fetch = inflight.claim(&id("a"), &[3, 4], |_| true);
-        let (_, first) = inflight.claim_or_join(&id("a"), &[3]);
-        let (_, second) = inflight.claim_or_join(&id("a"), &[4]);
+        let mut fetch = inflight.claim(&id("a"), &[3, 4], none, |_| true);
+        let (_, first) = inflight.claim_or_join(&id("a"), &[3], none);
+        let (_, second) = inflight.claim_or_join(&id("a"), &[4], none);
         let (first, second) = (tokio::spawn(first.wait()), tokio::spawn(second.wait()));
         fetch.release(3, &Bytes::from_static(b"three"));
         let got = tokio::time::timeout(WOKEN, first).await.expect("woken").unwrap();
         assert_eq!(got, [(3, Some(Bytes::from_static(b"three")))]);
         assert!(!second.is_finished(), "frame 4 is still on its way");
-        assert_eq!(inflight.claim(&id("a"), &[3, 4], |_| true).frames(), [3], "frame 3 released, 4 not");
+        assert_eq!(inflight.claim(&id("a"), &[3, 4], none, |_| true).frames(), [3], "frame 3 released, 4 not");
         fetch.release(3, &Bytes::from_static(b"again"));
         drop(fetch);
         assert_eq!(tokio::time::timeout(WOKEN, second).await.expect("woken").unwrap(), [(4, None)]);
     }
 
     #[tokio::test]
+    async fn a_cached_frame_is_neither_claimed_nor_fetched_but_handed_over() {
+        let inflight = InFlight::default();
+        let cached = |f: usize| (f == 2).then(|| Bytes::from_static(b"two"));
+        assert_eq!(inflight.claim(&id("a"), &[1, 2, 3], cached, |_| true).frames(), [1, 3], "read-ahead skips it");
+        let (read, joined) = inflight.claim_or_join(&id("a"), &[2, 5], cached);
+        assert_eq!((read.frames(), &joined.frames[..]), (&[5][..], &[2][..]));
+        assert_eq!(
+            tokio::time::timeout(WOKEN, joined.wait()).await.expect("at once"),
+            [(2, Some(Bytes::from_static(b"two")))]
+        );
+    }
+
+    #[tokio::test]
     async fn a_claim_dropped_by_a_task_that_panicked_still_wakes_its_waiters() {
         let inflight = InFlight::default();
-        let claim = inflight.claim(&id("a"), &[0], |_| true);
-        let (_, joined) = inflight.claim_or_join(&id("a"), &[0]);
+        let claim = inflight.claim(&id("a"), &[0], none, |_| true);
+        let (_, joined) = inflight.claim_or_join(&id("a"), &[0], none);
         let fetch = tokio::spawn(async move {
             let _claim = claim;
             panic!("a fetch that fails badly");
         });
         assert!(fetch.await.is_err());
         assert_eq!(tokio::time::timeout(WOKEN, joined.wait()).await.expect("woken"), [(0, None)]);
-        assert!(inflight.claim_or_join(&id("a"), &[0]).1.frames.is_empty());
+        assert!(inflight.claim_or_join(&id("a"), &[0], none).1.frames.is_empty());
     }
 }

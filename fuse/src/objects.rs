@@ -412,7 +412,7 @@ impl Reader {
         };
         let frames = layout.frames_for(range.start..end);
         let mut decoded: Vec<Option<Bytes>> = frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
-        let mut missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
+        let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
         // (Room for every missing frame is taken before any is claimed, so a read waiting for
         // another's frames holds no claim that waits for room; held until the bytes are sliced.)
@@ -420,19 +420,13 @@ impl Reader {
             true => None,
             false => Some(self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await),
         };
-        // Frames cached while this read waited for room (read-ahead's, mostly) are not fetched again.
-        missing.retain(|&f| match self.chunks.get(&info.id, f as u32) {
-            Some(bytes) => {
-                decoded[f - frames.start] = Some(bytes);
-                false
-            }
-            None => true,
-        });
         if !missing.is_empty() {
-            // Frames another fetch (read-ahead, mostly) has on their way are waited for, the
-            // others fetched meanwhile; one whose fetch ended without it (failed, or stopped) is
-            // fetched here after all.
-            let (claim, joined) = self.inflight.claim_or_join(&info.id, &missing);
+            // Frames another fetch (read-ahead, mostly) has on their way are waited for, and
+            // those cached meanwhile (while this read waited for room, say) taken from the cache;
+            // the others are fetched meanwhile. One whose fetch ended without it (failed, or
+            // stopped) is fetched here after all.
+            let (claim, joined) =
+                self.inflight.claim_or_join(&info.id, &missing, |f| self.chunks.get(&info.id, f as u32));
             let fetch = async {
                 let mut claim = claim;
                 let own = claim.frames().to_vec();
@@ -644,7 +638,8 @@ impl Reader {
         // Read-ahead only takes room that is free, never waiting for it, and gives each frame's
         // room back as soon as the frame is cached.
         let (mut room, mut starved) = (Vec::new(), false);
-        let claim = self.inflight.claim(&info.id, &candidates, |f| {
+        let cached = |f: usize| self.chunks.get(&info.id, f as u32);
+        let claim = self.inflight.claim(&info.id, &candidates, cached, |f| {
             match self.budget.try_take(frame_cost(&layout.entries[f])) {
                 Some(held) => {
                     room.push(Some(held));
