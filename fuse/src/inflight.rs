@@ -37,9 +37,10 @@ pub struct Claim {
     done: Vec<Option<watch::Sender<Option<Bytes>>>>,
 }
 
-/// What a read can wait for instead of fetching: frames of it that other fetches have on their way.
+/// What a read can wait for instead of fetching: frames of it that other fetches have on their
+/// way, or that were cached by the time it claimed.
 pub struct Joined {
-    /// The frames being fetched.
+    /// Those frames.
     pub frames: Vec<usize>,
     waits: Vec<Waiting>,
 }
@@ -70,7 +71,8 @@ impl InFlight {
     }
 
     /// (`cached` is asked with the map held: a fetch puts a frame in the frame cache before it
-    /// releases it, so a frame neither in the map nor cached is nobody's.)
+    /// releases it, so a frame neither in the map nor cached is being fetched by nobody, but a
+    /// read whose wait ended without bytes, which fetches it again unclaimed.)
     fn claim_joining(
         &self,
         id: &ObjectId,
@@ -86,8 +88,10 @@ impl InFlight {
             let key = (id.clone(), f as u32);
             let wait = match map.get(&key) {
                 Some(rx) => Some(rx.clone()),
-                // (Handed over as a frame already released with its bytes.)
-                None => cached(f).map(|bytes| watch::channel(Some(bytes)).1),
+                // (Handed to a read as a frame already released with its bytes.)
+                None if join => cached(f).map(|bytes| watch::channel(Some(bytes)).1),
+                None if cached(f).is_some() => continue,
+                None => None,
             };
             if let Some(wait) = wait {
                 if join {

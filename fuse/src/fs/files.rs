@@ -168,11 +168,13 @@ impl Fs {
         if step.window > 0 {
             self.reader.prefetch(&info, end, step.window);
         }
-        // (What was passed lies before the previous read: this one does not need it.)
+        let data = self.reader.read(&info, offset..end).await;
+        // (After the read, failed or not: what was passed lies before the previous read, which
+        // the kernel may still have in flight beside this one until this one is answered.)
         if !step.passed.is_empty() {
             self.reader.passed(&info, step.passed);
         }
-        self.reader.read(&info, offset..end).await
+        data
     }
 
     /// Writes `data` at `offset`; returns the bytes written. A write that lands a little past the
