@@ -414,13 +414,10 @@ impl Reader {
         let mut decoded: Vec<Option<Bytes>> = frames.clone().map(|f| self.chunks.get(&info.id, f as u32)).collect();
         let missing: Vec<usize> = frames.clone().filter(|f| decoded[f - frames.start].is_none()).collect();
         self.metrics.cache(frames.len() - missing.len(), missing.len());
-        // (Room for every missing frame is taken before any is claimed, so a read waiting for
-        // another's frames holds no claim that waits for room; held until the bytes are sliced.)
-        let _room = match missing.is_empty() {
-            true => None,
-            false => Some(self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await),
-        };
         if !missing.is_empty() {
+            // (Room for every missing frame is taken before any is claimed, so a read waiting
+            // for another's frames holds no claim that waits for room.)
+            let _room = self.budget.take(missing.iter().map(|&f| frame_cost(&layout.entries[f])).sum()).await;
             // Frames another fetch (read-ahead, mostly) has on their way are waited for, and
             // those cached meanwhile (while this read waited for room, say) taken from the cache;
             // the others are fetched meanwhile. One whose fetch ended without it (failed, or
