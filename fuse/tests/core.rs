@@ -1,6 +1,8 @@
 //! The filesystem core without a kernel, against object_store's in-memory store: every operation
 //! of docs/SEMANTICS.md, remounts, and what lands in the bucket.
 
+mod common;
+
 use std::sync::Arc;
 
 use object_store::ObjectStore;
@@ -572,15 +574,7 @@ async fn a_reader_that_catches_up_with_read_ahead_waits_for_its_frames_instead_o
     let cfg = || FsConfig { encode: EncodeConfig { frame_size: 64 << 10, ..Default::default() }, ..small_frames() };
     // Bytes that do not compress, so frames are fetched by ranged GETs after the open's GET of
     // the index: 16 frames of 64 KiB (small enough to stay cached behind the reader).
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 56) as u8
-        })
-        .collect();
+    let data = common::data(1 << 20, 7, 1, b"-");
     write_file(&fs_on(&store, cfg()), ROOT, "f", &data, 65_536).await;
     let ctl = Arc::new(FaultControl::default());
     let backend = FaultStore::layer(Backend::plain(store.clone()), ctl.clone());
