@@ -150,7 +150,8 @@ pub struct UploadConfig {
     pub part_size: usize,
     /// Parts of one object uploading at once.
     pub parts_in_flight: usize,
-    /// Frames of one object being appended to its spill or staged file at once.
+    /// Frames of one object handed to threads that append them to its spill or staged file (one
+    /// thread writes into the file at a time; the others wait their turn).
     pub appends_in_flight: usize,
 }
 

@@ -256,6 +256,8 @@ pub struct Upload {
     recent: VecDeque<(u64, Bytes)>,
     /// Appends to the spill or in-place file in flight.
     appends: JoinSet<Appended>,
+    /// Held by the append writing into the file.
+    append_turn: Arc<std::sync::Mutex<()>>,
     /// Appends that failed (a full disk), with their offsets: written again before anything else.
     unstored: Vec<(u64, Bytes)>,
     /// The whole file, when `finish` cut it as its one frame (see [`Written::raw`]).
@@ -320,6 +322,7 @@ impl Upload {
             broken: false,
             recent: VecDeque::new(),
             appends: JoinSet::new(),
+            append_turn: Arc::default(),
             unstored: Vec::new(),
             whole_raw: None,
         })
@@ -459,8 +462,12 @@ impl Upload {
     /// Writes `pieces` (each at its offset) into the spill or in-place file on a blocking thread,
     /// a bounded number at once.
     async fn append_off_thread(&mut self, file: Arc<File>, pieces: [(u64, Bytes); 2]) {
+        let turn = self.append_turn.clone();
         self.appends.spawn_blocking(move || {
-            let res = pieces.iter().try_for_each(|(at, bytes)| file.write_all_at(bytes, *at));
+            // One append into the file at a time: the file system would let only one in anyway
+            // (the inode's lock), and the others would spin in the kernel waiting for it.
+            let _turn = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let res = write_all_vectored_at(&file, &pieces);
             (pieces, res)
         });
         while self.appends.len() > self.sink.sizes.appends_in_flight {
@@ -801,4 +808,53 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
 /// Whether a local write failed for want of space.
 fn staging_full(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Writes `pieces`, which follow one another in the file, with one `pwritev` (looping on a short
+/// write): one pass through the file's lock instead of one per piece.
+fn write_all_vectored_at(file: &File, pieces: &[(u64, Bytes)]) -> std::io::Result<()> {
+    let Some(&(start, _)) = pieces.first() else { return Ok(()) };
+    debug_assert!(pieces.windows(2).all(|w| w[0].0 + w[0].1.len() as u64 == w[1].0), "pieces must be contiguous");
+    let total: usize = pieces.iter().map(|(_, b)| b.len()).sum();
+    let mut done = 0usize;
+    while done < total {
+        // What is left of the pieces from byte `done` on.
+        let mut skip = done;
+        let slices: Vec<std::io::IoSlice<'_>> = pieces
+            .iter()
+            .filter_map(|(_, b)| {
+                if skip >= b.len() {
+                    skip -= b.len();
+                    return None;
+                }
+                let s = std::io::IoSlice::new(&b[skip..]);
+                skip = 0;
+                Some(s)
+            })
+            .collect();
+        match nix::sys::uio::pwritev(file, &slices, (start + done as u64) as i64) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_written_with_one_call_land_end_to_end_at_their_offset() {
+        let file = tempfile::tempfile().unwrap();
+        file.write_all_at(b"0123456789", 0).unwrap();
+        let pieces = [(3, Bytes::from_static(b"abc")), (6, Bytes::from_static(b"defgh")), (11, Bytes::new())];
+        write_all_vectored_at(&file, &pieces).unwrap();
+        let mut back = vec![0u8; 11];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"012abcdefgh");
+        write_all_vectored_at(&file, &[]).unwrap();
+    }
 }
