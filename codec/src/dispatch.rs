@@ -513,14 +513,13 @@ impl Dispatcher {
         }
         #[cfg(feature = "gpu")]
         {
-            use crate::gpu::{Gpu, GpuUnavailable};
+            use crate::gpu::{Gpu, GpuUnavailable, driver_present};
             if cfg.policy == GpuPolicy::On {
                 let backend = Backend::gpu(Gpu::probe(&cfg.gpu).map_err(DispatchError::GpuRequired)?);
                 tracing::info!(gpu = %backend.describe, "GPU compression enabled");
                 return Self::with_backend(backend, cfg);
             }
-            // SAFETY: only checks whether the driver library can be opened.
-            if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            if !driver_present() {
                 let why = GpuUnavailable::NoDriver.to_string();
                 tracing::info!("GPU not used: {why}; compressing on the CPU");
                 return Ok(Self::cpu_only(&why));

@@ -27,16 +27,6 @@ pub(super) fn aligned_offsets(lens: impl Iterator<Item = usize>) -> (Vec<usize>,
     (offsets, total)
 }
 
-/// Writes 64-bit little-endian words at the start of `meta` and zeroes the rest (the statuses).
-pub(super) fn put_words(meta: &mut [u8], words: impl Iterator<Item = u64>) {
-    let mut at = 0;
-    for w in words {
-        meta[at..at + 8].copy_from_slice(&w.to_le_bytes());
-        at += 8;
-    }
-    meta[at..].fill(0);
-}
-
 /// Copies `chunks` into `dst` at `offsets`, on the calling thread (a lane's own: see
 /// `Gpu::compress_chunks`), with streaming stores if `streaming`.
 pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize], streaming: bool) {
@@ -157,11 +147,6 @@ impl Drop for HostBuf {
     }
 }
 
-/// Reads the little-endian word `i` of the array at byte `base` of `meta`.
-pub(super) fn word_at(meta: &[u8], base: usize, i: usize) -> u64 {
-    u64::from_le_bytes(meta[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes"))
-}
-
 /// Copies `(device address, offset in dst, bytes)` regions into pinned `dst` with one driver call.
 pub(super) fn batch_dtoh(
     dst: &mut [u8],
@@ -251,14 +236,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_are_laid_out_aligned_and_metadata_zero_padded() {
+    fn buffers_are_laid_out_aligned() {
         let (offsets, total) = aligned_offsets([1usize, 256, 257, 0].into_iter());
         assert_eq!((offsets, total), (vec![0, 256, 512, 1024], 1024));
-        let mut meta = vec![0xaa; 8 * 3 + 4 * 2];
-        put_words(&mut meta, [1u64, 2].into_iter());
-        assert_eq!(&meta[..8], &1u64.to_le_bytes());
-        assert_eq!(&meta[8..16], &2u64.to_le_bytes());
-        assert!(meta[16..].iter().all(|&b| b == 0), "sizes and statuses start at zero");
     }
 
     #[test]

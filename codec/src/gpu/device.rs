@@ -2,7 +2,6 @@
 //! decompression of frames, host memory to host memory, with device and pinned buffers reused
 //! across batches. Only the real compressed bytes travel back.
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -15,7 +14,8 @@ use super::buffers::*;
 use super::copy::copy_into;
 use super::error::cuda;
 pub use super::error::{GpuError, GpuUnavailable};
-use super::nvcomp::{Algo, Nvcomp, Opts, SUCCESS};
+use super::meta::{BatchMeta, Call, Field};
+use super::nvcomp::{Algo, DeviceBatch, Nvcomp, Opts, SUCCESS, check};
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::{CodecId, GpuLayout};
 use crate::gpuconfig::GpuConfig;
@@ -24,10 +24,6 @@ use crate::{lz4frame, zstdstored};
 /// How the codec table says a codec's payload is cut for nVCOMP.
 fn layout_of(codec: CodecId) -> Result<GpuLayout, GpuError> {
     codec.descriptor().gpu.map(|g| g.layout).ok_or(GpuError::Unsupported(codec))
-}
-
-fn check(call: &'static str, status: i32) -> Result<(), GpuError> {
-    if status == SUCCESS { Ok(()) } else { Err(GpuError::Nvcomp { call, status }) }
 }
 
 /// Raw bytes per zstd or LZ4 piece on the GPU (see `Gpu::compress_batch`): nVCOMP compresses each chunk
@@ -51,6 +47,12 @@ fn zstd_frames(payload: &[u8]) -> Option<Vec<(&[u8], Option<usize>)>> {
         at += len;
     }
     (!frames.is_empty()).then_some(frames)
+}
+
+/// Whether the CUDA driver library (`libcuda.so.1`) can be opened: cheap, and starts nothing.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library; no CUDA call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
 /// Time and bytes of GPU work, for metrics and benches.
@@ -121,8 +123,7 @@ impl Gpu {
     /// Opens GPU 0 and nVCOMP, set up as `cfg` says; the error says in one line why not (no
     /// driver, no device, no library).
     pub fn probe(cfg: &GpuConfig) -> Result<Self, GpuUnavailable> {
-        // SAFETY: only checks whether the driver library can be opened.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        if !driver_present() {
             return Err(GpuUnavailable::NoDriver);
         }
         let count = cudarc::driver::result::init()
@@ -319,32 +320,30 @@ impl Gpu {
         let max_chunk = chunks.iter().map(|c| c.len()).max().unwrap_or(0).max(1);
         let algo = self.algo(codec, max_chunk)?;
         let opts = Opts::compress(algo.options, data_type);
-        let s = lane.stream.cu_stream() as *mut c_void;
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
         let b = &mut *guard;
-        let mut max_out = 0usize;
-        // SAFETY: FFI with valid out-pointers.
-        check("CompressGetMaxOutputChunkSize", unsafe { (algo.max_output)(max_chunk, opts, &mut max_out) })?;
+        let max_out = algo.max_compressed_chunk(max_chunk, opts)?;
         let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
         let stride = align(max_out);
         let total_raw: usize = chunks.iter().map(|c| c.len()).sum();
-        let mut temp = 0usize;
-        // SAFETY: FFI with valid out-pointers.
-        check("CompressGetTempSize", unsafe { (algo.compress_temp)(n, max_chunk, opts, &mut temp, total_raw, s) })?;
+        let temp = algo.compress_temp_bytes(n, max_chunk, opts, total_raw, &lane.stream)?;
         let d_in = b.d_in.ensure(in_total)?;
         let d_out = b.d_out.ensure(stride * n)?;
         let d_temp = b.d_temp.ensure(temp.max(1))?;
-        // Metadata: in_ptrs, in_sizes, out_ptrs, out_sizes (n words each), then statuses.
-        let meta_len = 8 * 4 * n + 4 * n;
-        let d_meta = b.d_meta.ensure(meta_len)?;
-        let h_meta = b.h_meta.ensure(meta_len)?;
-        let words = (0..n)
-            .map(|i| d_in + in_offsets[i] as u64)
-            .chain(chunks.iter().map(|c| c.len() as u64))
-            .chain((0..n).map(|i| d_out + (i * stride) as u64));
-        put_words(h_meta, words);
+        let meta = BatchMeta::new(Call::Compress, n);
+        let d_meta = b.d_meta.ensure(meta.len())?;
+        let h_meta = b.h_meta.ensure(meta.len())?;
+        meta.fill(
+            h_meta,
+            [
+                (Field::InPtrs, &|i| d_in + in_offsets[i] as u64),
+                (Field::InSizes, &|i| chunks[i].len() as u64),
+                (Field::OutPtrs, &|i| d_out + (i * stride) as u64),
+            ],
+        );
+        let batch = DeviceBatch { meta, meta_at: d_meta, temp_at: d_temp, temp_bytes: temp };
         let phases = Phases::new()?;
         let t_setup = start.elapsed();
         Phases::mark(&phases, 0, cs)?;
@@ -353,38 +352,25 @@ impl Gpu {
         let part = self.part_bytes.load(Relaxed);
         let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, (part, self.streaming), cs)?;
         Phases::mark(&phases, 1, cs)?;
-        let p = |k: usize| (d_meta + (k * 8 * n) as u64) as *mut c_void;
-        // SAFETY: device buffers sized above; our stream.
-        unsafe {
-            check(
-                "CompressAsync",
-                (algo.compress)(
-                    p(0) as *const *const c_void,
-                    p(1) as *const usize,
-                    max_chunk,
-                    n,
-                    d_temp as *mut c_void,
-                    temp,
-                    p(2) as *const *mut c_void,
-                    p(3) as *mut usize,
-                    opts,
-                    (d_meta + (32 * n) as u64) as *mut i32,
-                    s,
-                ),
-            )?;
-        }
+        // SAFETY: the metadata just copied (on this stream, before the launch) holds each chunk's
+        // input in d_in, staged above, and room for max_out bytes of output in d_out; d_temp
+        // holds temp bytes; the lane's buffers stay put (its lock is held) until the stream is
+        // synchronised below.
+        unsafe { algo.compress_async(&batch, max_chunk, opts, &lane.stream)? };
         Phases::mark(&phases, 2, cs)?;
         let t = Instant::now();
         let done = Events::new(2)?;
+        // Output sizes and statuses (the end of the buffer) come back.
+        let back = meta.range(Field::OutSizes).start;
         // SAFETY: sizes and statuses into pinned memory; our stream.
-        unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[24 * n..], d_meta + (24 * n) as u64, cs))? };
+        unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[back..], d_meta + back as u64, cs))? };
         done.record(0, cs)?;
         done.wait(0)?;
         let t_wait = t.elapsed();
         let useful: Vec<Option<usize>> = (0..n)
             .map(|i| {
-                let size = word_at(h_meta, 24 * n, i) as usize;
-                let status = i32::from_le_bytes(h_meta[32 * n + 4 * i..32 * n + 4 * i + 4].try_into().expect("4"));
+                let size = meta.word(h_meta, Field::OutSizes, i) as usize;
+                let status = meta.status(h_meta, i);
                 (status == SUCCESS && size < chunks[i].len() && size <= max_out).then_some(size)
             })
             .collect();
@@ -556,7 +542,6 @@ impl Gpu {
         let max_raw = gpu.iter().map(|p| p.raw).max().unwrap_or(0).max(1);
         let algo = self.lib.algo(codec).ok_or(GpuError::Unsupported(codec))?;
         let opts = Opts::decompress(algo.options);
-        let s = lane.stream.cu_stream() as *mut c_void;
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
@@ -565,25 +550,23 @@ impl Gpu {
         let (out_offsets, out_total) = aligned_offsets(pieces.iter().map(|p| p.raw));
         let gpu_raw: usize = gpu.iter().map(|p| p.raw).sum();
         let total_raw: usize = spans.iter().map(|s| s.1).sum();
-        let mut temp = 0usize;
-        // SAFETY: FFI with valid out-pointers.
-        check("DecompressGetTempSize", unsafe {
-            (algo.decompress_temp)(m.max(1), max_raw, opts, &mut temp, gpu_raw.max(1), s)
-        })?;
+        let temp = algo.decompress_temp_bytes(m.max(1), max_raw, opts, gpu_raw.max(1), &lane.stream)?;
         let d_in = b.d_in.ensure(in_total.max(1))?;
         let d_out = b.d_out.ensure(out_total)?;
         let d_temp = b.d_temp.ensure(temp.max(1))?;
-        // in_ptrs, in_sizes, out_caps, out_sizes, out_ptrs (m words each), statuses
-        let meta_len = (8 * 5 + 4) * m.max(1);
-        let d_meta = b.d_meta.ensure(meta_len)?;
-        let h_meta = b.h_meta.ensure(meta_len)?;
-        let words = (0..m)
-            .map(|g| d_in + in_offsets[g] as u64)
-            .chain(gpu.iter().map(|p| p.data.len() as u64))
-            .chain(gpu.iter().map(|p| p.raw as u64))
-            .chain(std::iter::repeat_n(0, m))
-            .chain(gpu_index.iter().map(|&i| d_out + out_offsets[i] as u64));
-        put_words(h_meta, words);
+        let meta = BatchMeta::new(Call::Decompress, m);
+        let d_meta = b.d_meta.ensure(meta.len())?;
+        let h_meta = b.h_meta.ensure(meta.len())?;
+        meta.fill(
+            h_meta,
+            [
+                (Field::InPtrs, &|g| d_in + in_offsets[g] as u64),
+                (Field::InSizes, &|g| gpu[g].data.len() as u64),
+                (Field::OutCaps, &|g| gpu[g].raw as u64),
+                (Field::OutPtrs, &|g| d_out + out_offsets[gpu_index[g]] as u64),
+            ],
+        );
+        let batch = DeviceBatch { meta, meta_at: d_meta, temp_at: d_temp, temp_bytes: temp };
         let phases = Phases::new()?;
         let t_setup = start.elapsed();
         Phases::mark(&phases, 0, cs)?;
@@ -599,27 +582,16 @@ impl Gpu {
         turn.pass();
         Phases::mark(&phases, 1, cs)?;
         if m > 0 {
-            let p = |k: usize| (d_meta + (k * 8 * m) as u64) as *mut c_void;
-            // SAFETY: device buffers sized above; our stream; sizes and statuses into pinned memory.
+            let (sizes, statuses) = (meta.range(Field::OutSizes), meta.statuses());
+            // SAFETY: the metadata copied above (on this stream, before the launch) holds each
+            // piece's input in d_in, staged above and checked on the CPU before this batch was
+            // asked for, and its place and room in d_out; d_temp holds temp bytes; the lane's
+            // buffers stay put (its lock is held) until the stream is synchronised below. Sizes
+            // and statuses come back into pinned memory on the same stream.
             unsafe {
-                check(
-                    "DecompressAsync",
-                    (algo.decompress)(
-                        p(0) as *const *const c_void,
-                        p(1) as *const usize,
-                        p(2) as *const usize,
-                        p(3) as *mut usize,
-                        m,
-                        d_temp as *mut c_void,
-                        temp,
-                        p(4) as *const *mut c_void,
-                        opts,
-                        (d_meta + (40 * m) as u64) as *mut i32,
-                        s,
-                    ),
-                )?;
-                cuda(result::memcpy_dtoh_async(&mut h_meta[24 * m..32 * m], d_meta + (24 * m) as u64, cs))?;
-                cuda(result::memcpy_dtoh_async(&mut h_meta[40 * m..44 * m], d_meta + (40 * m) as u64, cs))?;
+                algo.decompress_async(&batch, opts, &lane.stream)?;
+                cuda(result::memcpy_dtoh_async(&mut h_meta[sizes.clone()], d_meta + sizes.start as u64, cs))?;
+                cuda(result::memcpy_dtoh_async(&mut h_meta[statuses.clone()], d_meta + statuses.start as u64, cs))?;
             }
         }
         Phases::mark(&phases, 2, cs)?;
@@ -646,10 +618,9 @@ impl Gpu {
             events.wait(k)?;
             t_wait += t.elapsed();
             if k == 0 {
-                for g in 0..m {
-                    let status = i32::from_le_bytes(h_meta[40 * m + 4 * g..40 * m + 4 * g + 4].try_into().expect("4"));
-                    check("DecompressAsync (chunk)", status)?;
-                    if word_at(h_meta, 24 * m, g) as usize != gpu[g].raw {
+                for (g, piece) in gpu.iter().enumerate() {
+                    check("DecompressAsync (chunk)", meta.status(h_meta, g))?;
+                    if meta.word(h_meta, Field::OutSizes, g) as usize != piece.raw {
                         return Err(GpuError::WrongSize(g));
                     }
                 }

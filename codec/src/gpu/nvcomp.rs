@@ -1,13 +1,17 @@
 //! Our own declarations of nVCOMP 6's batched low-level C API, resolved at run time (dlopen) from
 //! the path the caller gives (`GpuConfig::nvcomp_lib`; the binary's `SHRINKFS_NVCOMP_LIB`), the
-//! `nvidia/libnvcomp/lib64` folder of installed Python packages, or the system linker path. No
-//! nVCOMP header or library is part of this project.
+//! `nvidia/libnvcomp/lib64` folder of installed Python packages, or the system linker path, and
+//! the one place that calls them: a method per call on [`Algo`], taking a typed batch
+//! ([`BatchMeta`]) instead of raw arrays. No nVCOMP header or library is part of this project.
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
+use cudarc::driver::CudaStream;
 use libloading::Library;
 
+use super::error::GpuError;
+use super::meta::{BatchMeta, Call, Field};
 use crate::codec::{CodecId, GpuMapping, GpuOptions};
 
 /// `nvcompStatus_t`.
@@ -95,23 +99,164 @@ type DecompressAsync = unsafe extern "C" fn(
     Stream,
 ) -> Status;
 
-/// The batched entry points of one algorithm.
+/// The batched entry points of one algorithm, called through its methods.
 #[derive(Clone, Copy)]
 pub struct Algo {
-    /// Compression scratch size.
-    pub compress_temp: CompressGetTempSize,
-    /// Worst-case compressed size of one chunk.
-    pub max_output: CompressGetMaxOutputChunkSize,
-    /// Batched compression.
-    pub compress: CompressAsync,
-    /// Decompression scratch size.
-    pub decompress_temp: DecompressGetTempSize,
-    /// Batched decompression.
-    pub decompress: DecompressAsync,
+    compress_temp: CompressGetTempSize,
+    max_output: CompressGetMaxOutputChunkSize,
+    compress: CompressAsync,
+    decompress_temp: DecompressGetTempSize,
+    decompress: DecompressAsync,
     /// Largest chunk the algorithm compresses.
     pub max_chunk: usize,
     /// Its options struct.
     pub options: GpuOptions,
+}
+
+/// Fails, naming `call`, unless nVCOMP said success.
+pub(super) fn check(call: &'static str, status: Status) -> Result<(), GpuError> {
+    if status == SUCCESS { Ok(()) } else { Err(GpuError::Nvcomp { call, status }) }
+}
+
+fn raw(stream: &CudaStream) -> Stream {
+    stream.cu_stream() as Stream
+}
+
+/// A batch on the device, ready for a batched call: its metadata, filled as `meta` lays it out
+/// and copied whole to device address `meta_at`, and `temp_bytes` of scratch space at `temp_at`.
+pub(super) struct DeviceBatch {
+    pub(super) meta: BatchMeta,
+    pub(super) meta_at: u64,
+    pub(super) temp_at: u64,
+    pub(super) temp_bytes: usize,
+}
+
+impl DeviceBatch {
+    fn array(&self, field: Field) -> *mut c_void {
+        self.meta.device(self.meta_at, field) as *mut c_void
+    }
+}
+
+impl Algo {
+    /// Worst-case compressed bytes of a chunk of `max_chunk` bytes.
+    pub(super) fn max_compressed_chunk(&self, max_chunk: usize, opts: Opts) -> Result<usize, GpuError> {
+        let mut out = 0usize;
+        // SAFETY: the declaration is nVCOMP 6's; the out-pointer is valid for the call.
+        check("CompressGetMaxOutputChunkSize", unsafe { (self.max_output)(max_chunk, opts, &mut out) })?;
+        Ok(out)
+    }
+
+    /// Scratch bytes a compression of `chunks` chunks of at most `max_chunk` bytes, `total` in all,
+    /// needs on the device.
+    pub(super) fn compress_temp_bytes(
+        &self,
+        chunks: usize,
+        max_chunk: usize,
+        opts: Opts,
+        total: usize,
+        stream: &CudaStream,
+    ) -> Result<usize, GpuError> {
+        let mut out = 0usize;
+        // SAFETY: the declaration is nVCOMP 6's; the out-pointer is valid for the call, and the
+        // stream is alive (borrowed).
+        check("CompressGetTempSize", unsafe {
+            (self.compress_temp)(chunks, max_chunk, opts, &mut out, total, raw(stream))
+        })?;
+        Ok(out)
+    }
+
+    /// Scratch bytes a decompression of `chunks` chunks of at most `max_raw` decoded bytes,
+    /// `total` in all, needs on the device.
+    pub(super) fn decompress_temp_bytes(
+        &self,
+        chunks: usize,
+        max_raw: usize,
+        opts: Opts,
+        total: usize,
+        stream: &CudaStream,
+    ) -> Result<usize, GpuError> {
+        let mut out = 0usize;
+        // SAFETY: as in `compress_temp_bytes`.
+        check("DecompressGetTempSize", unsafe {
+            (self.decompress_temp)(chunks, max_raw, opts, &mut out, total, raw(stream))
+        })?;
+        Ok(out)
+    }
+
+    /// Queues the compression of `batch` on `stream`: each chunk's output size and status arrive
+    /// in its `OutSizes` and statuses.
+    ///
+    /// # Safety
+    /// `batch.meta` is a [`Call::Compress`] layout, and at `batch.meta_at` the device holds it
+    /// filled: for each chunk the address and size (at most `max_chunk`) of its input and the
+    /// address of room for [`Self::max_compressed_chunk`] bytes of output, all in device memory.
+    /// `batch.temp_bytes` at `batch.temp_at` are at least [`Self::compress_temp_bytes`] for this
+    /// batch. Every buffer stays allocated, and nothing else writes to it, until `stream` has
+    /// done this work.
+    pub(super) unsafe fn compress_async(
+        &self,
+        batch: &DeviceBatch,
+        max_chunk: usize,
+        opts: Opts,
+        stream: &CudaStream,
+    ) -> Result<(), GpuError> {
+        debug_assert_eq!(batch.meta.call(), Call::Compress);
+        let statuses = batch.meta.device_statuses(batch.meta_at) as *mut Status;
+        // SAFETY: the caller's promise above; the argument order is nVCOMP 6's declaration.
+        let status = unsafe {
+            (self.compress)(
+                batch.array(Field::InPtrs) as *const *const c_void,
+                batch.array(Field::InSizes) as *const usize,
+                max_chunk,
+                batch.meta.chunks(),
+                batch.temp_at as *mut c_void,
+                batch.temp_bytes,
+                batch.array(Field::OutPtrs) as *const *mut c_void,
+                batch.array(Field::OutSizes) as *mut usize,
+                opts,
+                statuses,
+                raw(stream),
+            )
+        };
+        check("CompressAsync", status)
+    }
+
+    /// Queues the decompression of `batch` on `stream`: each chunk's decoded size and status
+    /// arrive in its `OutSizes` and statuses.
+    ///
+    /// # Safety
+    /// `batch.meta` is a [`Call::Decompress`] layout, and at `batch.meta_at` the device holds it
+    /// filled: for each chunk the address and size of its compressed input, and the address and
+    /// room (`OutCaps`) of its output, all in device memory. The inputs were checked on the CPU
+    /// first (nVCOMP does not validate them). `batch.temp_bytes` at `batch.temp_at` are at least
+    /// [`Self::decompress_temp_bytes`] for this batch. Every buffer stays allocated, and nothing
+    /// else writes to it, until `stream` has done this work.
+    pub(super) unsafe fn decompress_async(
+        &self,
+        batch: &DeviceBatch,
+        opts: Opts,
+        stream: &CudaStream,
+    ) -> Result<(), GpuError> {
+        debug_assert_eq!(batch.meta.call(), Call::Decompress);
+        let statuses = batch.meta.device_statuses(batch.meta_at) as *mut Status;
+        // SAFETY: the caller's promise above; the argument order is nVCOMP 6's declaration.
+        let status = unsafe {
+            (self.decompress)(
+                batch.array(Field::InPtrs) as *const *const c_void,
+                batch.array(Field::InSizes) as *const usize,
+                batch.array(Field::OutCaps) as *const usize,
+                batch.array(Field::OutSizes) as *mut usize,
+                batch.meta.chunks(),
+                batch.temp_at as *mut c_void,
+                batch.temp_bytes,
+                batch.array(Field::OutPtrs) as *const *mut c_void,
+                opts,
+                statuses,
+                raw(stream),
+            )
+        };
+        check("DecompressAsync", status)
+    }
 }
 
 /// Why nVCOMP could not be loaded.
