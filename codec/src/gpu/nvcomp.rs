@@ -2,7 +2,7 @@
 //! the path the caller gives (`GpuConfig::nvcomp_lib`; the binary's `SHRINKFS_NVCOMP_LIB`), the
 //! `nvidia/libnvcomp/lib64` folder of installed Python packages, or the system linker path, and
 //! the one place that calls them: a method per call on [`Algo`], taking a typed batch
-//! ([`BatchMeta`]) instead of raw arrays. No nVCOMP header or library is part of this project.
+//! (`BatchMeta`) instead of raw arrays. No nVCOMP header or library is part of this project.
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
