@@ -464,8 +464,9 @@ impl Upload {
     async fn append_off_thread(&mut self, file: Arc<File>, pieces: [(u64, Bytes); 2]) {
         let turn = self.append_turn.clone();
         self.appends.spawn_blocking(move || {
-            // One append into the file at a time: the file system would let only one in anyway
-            // (the inode's lock), and the others would spin in the kernel waiting for it.
+            // One append into the file at a time: a local file system lets one buffered write
+            // into a file at a time anyway (the inode's lock), and the others would spin in the
+            // kernel waiting for it.
             let _turn = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let res = write_all_vectored_at(&file, &pieces);
             (pieces, res)
@@ -818,21 +819,9 @@ fn write_all_vectored_at(file: &File, pieces: &[(u64, Bytes)]) -> std::io::Resul
     let total: usize = pieces.iter().map(|(_, b)| b.len()).sum();
     let mut done = 0usize;
     while done < total {
-        // What is left of the pieces from byte `done` on.
-        let mut skip = done;
-        let slices: Vec<std::io::IoSlice<'_>> = pieces
-            .iter()
-            .filter_map(|(_, b)| {
-                if skip >= b.len() {
-                    skip -= b.len();
-                    return None;
-                }
-                let s = std::io::IoSlice::new(&b[skip..]);
-                skip = 0;
-                Some(s)
-            })
-            .collect();
-        match nix::sys::uio::pwritev(file, &slices, (start + done as u64) as i64) {
+        let at =
+            i64::try_from(start + done as u64).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        match nix::sys::uio::pwritev(file, &remaining(pieces, done), at) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
             Err(nix::errno::Errno::EINTR) => {}
@@ -842,9 +831,38 @@ fn write_all_vectored_at(file: &File, pieces: &[(u64, Bytes)]) -> std::io::Resul
     Ok(())
 }
 
+/// What is left of `pieces` once their first `done` bytes are written: the pieces not yet
+/// reached, the first of them cut short.
+fn remaining(pieces: &[(u64, Bytes)], done: usize) -> Vec<std::io::IoSlice<'_>> {
+    let mut skip = done;
+    pieces
+        .iter()
+        .filter_map(|(_, b)| {
+            if skip >= b.len() {
+                skip -= b.len();
+                return None;
+            }
+            let s = std::io::IoSlice::new(&b[skip..]);
+            skip = 0;
+            Some(s)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_write_resumes_where_it_stopped() {
+        let pieces = [(8, Bytes::from_static(b"head")), (12, Bytes::from_static(b"payload"))];
+        let left = |done| remaining(&pieces, done).iter().map(|s| s.to_vec()).collect::<Vec<_>>();
+        assert_eq!(left(0), [b"head".to_vec(), b"payload".to_vec()]);
+        assert_eq!(left(2), [b"ad".to_vec(), b"payload".to_vec()], "inside the header");
+        assert_eq!(left(4), [b"payload".to_vec()], "at the end of the header");
+        assert_eq!(left(7), [b"load".to_vec()], "inside the payload");
+        assert!(left(11).is_empty(), "all written");
+    }
 
     #[test]
     fn pieces_written_with_one_call_land_end_to_end_at_their_offset() {

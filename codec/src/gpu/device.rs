@@ -49,9 +49,10 @@ fn zstd_frames(payload: &[u8]) -> Option<Vec<(&[u8], Option<usize>)>> {
     (!frames.is_empty()).then_some(frames)
 }
 
-/// Whether the CUDA driver library (`libcuda.so.1`) can be opened: cheap, and starts nothing.
+/// Whether the CUDA driver library (`libcuda.so.1` or another name cudarc knows) can be opened;
+/// makes no CUDA call, so no context or device is set up.
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to open the library; no CUDA call is made.
+    // SAFETY: only tries to open the library (running its initialisers); no CUDA call is made.
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
@@ -360,10 +361,11 @@ impl Gpu {
         Phases::mark(&phases, 2, cs)?;
         let t = Instant::now();
         let done = Events::new(2)?;
-        // Output sizes and statuses (the end of the buffer) come back.
-        let back = meta.range(Field::OutSizes).start;
+        // Output sizes and statuses come back, in one copy: a compression's layout ends with them.
+        let back = meta.range(Field::OutSizes).start..meta.statuses().end;
+        debug_assert_eq!(meta.range(Field::OutSizes).end, meta.statuses().start);
         // SAFETY: sizes and statuses into pinned memory; our stream.
-        unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[back..], d_meta + back as u64, cs))? };
+        unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[back.clone()], d_meta + back.start as u64, cs))? };
         done.record(0, cs)?;
         done.wait(0)?;
         let t_wait = t.elapsed();

@@ -191,8 +191,10 @@ impl Algo {
     /// filled: for each chunk the address and size (at most `max_chunk`) of its input and the
     /// address of room for [`Self::max_compressed_chunk`] bytes of output, all in device memory.
     /// `batch.temp_bytes` at `batch.temp_at` are at least [`Self::compress_temp_bytes`] for this
-    /// batch. Every buffer stays allocated, and nothing else writes to it, until `stream` has
-    /// done this work.
+    /// batch, with the same `opts` (which [`Self::max_compressed_chunk`] was given too). Inputs and
+    /// outputs start on nVCOMP's alignment (the lanes' buffers align each to 256 bytes). The
+    /// stream's CUDA context is current on this thread. Every buffer stays allocated, and nothing
+    /// else writes to it, until `stream` has done this work.
     pub(super) unsafe fn compress_async(
         &self,
         batch: &DeviceBatch,
@@ -229,8 +231,10 @@ impl Algo {
     /// filled: for each chunk the address and size of its compressed input, and the address and
     /// room (`OutCaps`) of its output, all in device memory. The inputs were checked on the CPU
     /// first (nVCOMP does not validate them). `batch.temp_bytes` at `batch.temp_at` are at least
-    /// [`Self::decompress_temp_bytes`] for this batch. Every buffer stays allocated, and nothing
-    /// else writes to it, until `stream` has done this work.
+    /// [`Self::decompress_temp_bytes`] for this batch, with the same `opts`. Inputs and outputs
+    /// start on nVCOMP's alignment (256 bytes in the lanes' buffers). The stream's CUDA context is
+    /// current on this thread. Every buffer stays allocated, and nothing else writes to it, until
+    /// `stream` has done this work.
     pub(super) unsafe fn decompress_async(
         &self,
         batch: &DeviceBatch,
