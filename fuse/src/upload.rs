@@ -834,19 +834,10 @@ fn write_all_vectored_at(file: &File, pieces: &[(u64, Bytes)]) -> std::io::Resul
 /// What is left of `pieces` once their first `done` bytes are written: the pieces not yet
 /// reached, the first of them cut short.
 fn remaining(pieces: &[(u64, Bytes)], done: usize) -> Vec<std::io::IoSlice<'_>> {
-    let mut skip = done;
-    pieces
-        .iter()
-        .filter_map(|(_, b)| {
-            if skip >= b.len() {
-                skip -= b.len();
-                return None;
-            }
-            let s = std::io::IoSlice::new(&b[skip..]);
-            skip = 0;
-            Some(s)
-        })
-        .collect()
+    let mut slices: Vec<std::io::IoSlice<'_>> = pieces.iter().map(|(_, b)| std::io::IoSlice::new(b)).collect();
+    let mut left = &mut slices[..];
+    std::io::IoSlice::advance_slices(&mut left, done);
+    left.to_vec()
 }
 
 #[cfg(test)]
