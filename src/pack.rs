@@ -1,13 +1,14 @@
 //! `pack` and `unpack` over byte streams: frames are encoded and decoded on every core, in order,
 //! with a bounded number in flight so memory does not grow with the input.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use shrinkfs_codec::dispatch::Dispatcher;
+use shrinkfs_codec::ordered::{Lost, Ordered};
+use shrinkfs_codec::pipeline::EncodeStream;
 use shrinkfs_codec::pool::OrderedPool;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{Codec, Dictionary, EncodeConfig, EncodedFrame, MasterKey, ObjectWriter, decode_payload};
@@ -27,9 +28,9 @@ pub struct Totals {
 }
 
 /// Encodes everything `source` yields into one object written to `sink`. One thread reads (a
-/// file: several, at offsets) and hands each frame to the dispatcher; this thread puts the encoded
-/// frames in order and gives them to the writers, so reading, encoding and writing all overlap
-/// and none waits for another while frames are in flight.
+/// file: several, at offsets) and hands each frame to the ordered encode pipeline; this thread
+/// takes the encoded frames back in order and gives them to the writers, so reading, encoding and
+/// writing all overlap and none waits for another while frames are in flight.
 pub fn pack_stream(
     source: Source<'_>,
     sink: Sink<'_>,
@@ -39,24 +40,23 @@ pub fn pack_stream(
 ) -> anyhow::Result<Totals> {
     let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object());
+    let stream = EncodeStream::new(ctx.clone(), codec, config.params.codec);
     let in_flight = dispatcher.stream_window(config.frame_size as usize);
     // A slot per frame in flight: taken before a frame is read, given back once it is written.
     let (slot_tx, slot_rx) = crossbeam_channel::bounded::<()>(in_flight);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Option<EncodedFrame>)>();
-    // The reader's end: the number of frames, or its first error as soon as it has one.
+    // The reader's end: the number of frames, or its first error.
     let (end_tx, end_rx) = crossbeam_channel::bounded::<anyhow::Result<u64>>(1);
     let began = Instant::now();
     Writing::run(sink, |out| {
-        let mut writer = ObjectWriter::new(ctx.clone());
+        let mut writer = ObjectWriter::new(ctx);
         out.put(writer.header_bytes().to_vec())?;
         std::thread::scope(|s| {
-            let (ctx, codec, gpu_codec) = (&ctx, &codec, config.params.codec);
+            let stream = &stream;
             s.spawn(move || {
+                // However the reading ends (a panic too), no frame is promised after it.
+                let _closed = Closing(stream.frames());
                 let slot = || slot_tx.send(()).is_ok();
-                let frame = |k, raw| {
-                    let reply = Reply { k, tx: Some(done_tx.clone()) };
-                    dispatcher.submit(ctx.clone(), codec.clone(), gpu_codec, k, raw, move |f| reply.send(f));
-                };
+                let frame = |k, raw| stream.submit(dispatcher, k, raw, ());
                 let fail = |e| {
                     let _ = end_tx.try_send(Err(e));
                 };
@@ -66,35 +66,21 @@ pub fn pack_stream(
             });
             // Leaving early (an error) drops `slot_rx`, which stops the readers.
             let slot_rx = slot_rx;
-            let (mut next, mut total, mut early) = (0u64, None, BTreeMap::new());
-            // The reading side's end, until it has said how many frames there are; the encoded
-            // frames, until every sender is gone (the reader's and each frame's).
-            let (mut end, mut done, mut all_done) = (end_rx, done_rx, false);
-            while total != Some(next) {
-                if let (true, Some(total)) = (all_done, total) {
-                    anyhow::bail!("frame {next} of {total} never came back from the encoder");
-                }
-                crossbeam_channel::select! {
-                    recv(done) -> got => match got {
-                        Ok((k, Some(f))) => {
-                            early.insert(k, f);
-                        }
-                        Ok((k, None)) => anyhow::bail!("frame {k} was lost: its encoder failed"),
-                        Err(_) => (done, all_done) = (crossbeam_channel::never(), true),
-                    },
-                    recv(end) -> got => {
-                        total = Some(got.map_err(|_| anyhow::anyhow!("the input reader stopped"))??);
-                        end = crossbeam_channel::never();
-                    }
-                }
-                while let Some(f) = early.remove(&next) {
-                    writer.push(&f);
-                    on_progress(f.header.raw_len as u64);
-                    out.put(f.head().to_vec())?;
-                    out.put(f.payload)?;
-                    let _ = slot_rx.recv();
-                    next += 1;
-                }
+            while let Some(f) = stream.frames().wait_next() {
+                let f = f.map_err(|lost| anyhow::anyhow!("frame {} was lost: its encoder failed", lost.0))?;
+                writer.push(&f);
+                on_progress(f.header.raw_len as u64);
+                out.put(f.head().to_vec())?;
+                out.put(f.payload)?;
+                let _ = slot_rx.recv();
+            }
+            // Every frame promised is written; the reading side has said how it ended.
+            let next = stream.frames().next_number();
+            match end_rx.try_recv() {
+                Ok(Ok(total)) if total == next => {}
+                Ok(Ok(total)) => anyhow::bail!("frame {next} of {total} never came back from the encoder"),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => anyhow::bail!("the input reader stopped"),
             }
             tracing::debug!(frames = next, in_flight, ms = began.elapsed().as_millis() as u64, "frames encoded");
             let (raw, frames, body) = (writer.raw_len(), writer.next_frame(), writer.stored_len());
@@ -106,27 +92,12 @@ pub fn pack_stream(
     })
 }
 
-/// Hands frame `k`'s encoding back to the ordering loop. Dropped unused (an encoder that failed
-/// and let go of its callback), it says the frame was lost, so `pack` fails instead of waiting
-/// for it forever.
-struct Reply {
-    k: u64,
-    tx: Option<crossbeam_channel::Sender<(u64, Option<EncodedFrame>)>>,
-}
+/// Closes the pipeline's frames to new promises when the reading side ends, however it ends.
+struct Closing<'a>(&'a Ordered<EncodedFrame>);
 
-impl Reply {
-    fn send(mut self, f: EncodedFrame) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send((self.k, Some(f)));
-        }
-    }
-}
-
-impl Drop for Reply {
+impl Drop for Closing<'_> {
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send((self.k, None));
-        }
+        self.0.close();
     }
 }
 
@@ -137,11 +108,16 @@ fn first_error(
     later: shrinkfs_codec::Error,
 ) -> shrinkfs_codec::Error {
     while let Some(done) = pool.wait_next() {
-        if let Err(e) = done {
+        if let Err(e) = decoded(done) {
             return e;
         }
     }
     later
+}
+
+/// A decode's result as the pool hands it back: a decode whose worker stopped is an error too.
+fn decoded(done: Result<shrinkfs_codec::Result<Vec<u8>>, Lost>) -> shrinkfs_codec::Result<Vec<u8>> {
+    done?
 }
 
 /// Decodes the object `input` yields (or copies plain bytes) to `output`, checking everything.
@@ -173,7 +149,7 @@ pub fn unpack_stream(
                 Item::Plain(bytes) => write_out(&bytes, &mut totals)?,
                 Item::Frame { frame, header, payload } => {
                     while pool.is_full() {
-                        write_out(&pool.wait_next().expect("pool is full")?, &mut totals)?;
+                        write_out(&decoded(pool.wait_next().expect("pool is full"))?, &mut totals)?;
                     }
                     let ctx = dec.context().expect("frames follow the header").clone();
                     pool.submit(move || {
@@ -185,7 +161,7 @@ pub fn unpack_stream(
                 Item::End => {}
             }
             while let Some(done) = pool.ready() {
-                write_out(&done?, &mut totals)?;
+                write_out(&decoded(done)?, &mut totals)?;
             }
         }
         if n == 0 {
@@ -193,7 +169,7 @@ pub fn unpack_stream(
         }
     }
     while let Some(done) = pool.wait_next() {
-        write_out(&done?, &mut totals)?;
+        write_out(&decoded(done)?, &mut totals)?;
     }
     let rest = dec.finish().map_err(|e| first_error(&mut pool, e))?;
     write_out(&rest, &mut totals)?;
@@ -268,17 +244,5 @@ mod tests {
             let e = got.unwrap_err();
             assert!(e.contains("did it shrink"), "{e}");
         });
-    }
-
-    #[test]
-    fn a_frame_whose_encoder_let_go_of_it_fails_the_pack() {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        drop(Reply { k: 7, tx: Some(tx.clone()) });
-        assert_eq!(rx.try_recv().map(|(k, f)| (k, f.is_none())), Ok((7, true)));
-        let ctx = EncodeConfig::default().new_object();
-        let codec = shrinkfs_codec::codec::NoneCodec;
-        Reply { k: 8, tx: Some(tx) }.send(shrinkfs_codec::frame::encode_frame(&ctx, &codec, 8, b"x"));
-        assert_eq!(rx.try_recv().map(|(k, f)| (k, f.is_some())), Ok((8, true)), "sent once, not again on drop");
-        assert!(rx.try_recv().is_err());
     }
 }

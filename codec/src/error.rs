@@ -118,6 +118,9 @@ pub enum Error {
     /// An encoder option is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// A frame's encoder or decoder stopped without a result (a bug, logged where it happened).
+    #[error("frame {}: its worker stopped without a result (see the log)", .0.0)]
+    Lost(#[from] crate::ordered::Lost),
 }
 
 impl Error {
@@ -146,7 +149,8 @@ impl Error {
             | Error::KeyRequired
             | Error::InvalidKey(_)
             | Error::MetaNeedsVersion { .. }
-            | Error::InvalidOption(_) => None,
+            | Error::InvalidOption(_)
+            | Error::Lost(_) => None,
         }
     }
 }

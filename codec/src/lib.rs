@@ -19,6 +19,8 @@ pub mod gpuconfig;
 pub mod id;
 pub mod lz4frame;
 pub mod meta;
+pub mod ordered;
+pub mod pipeline;
 pub mod pool;
 pub mod reader;
 pub mod seal;

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::codec::{Codec, CodecParams, Dictionary};
+use crate::dispatch::Dispatcher;
 use crate::error::{Error, Result};
 use crate::format::{
     FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, Version, checksum, index_body,
 };
-use crate::frame::{EncodedFrame, ObjectContext, encode_frame};
+use crate::frame::{EncodedFrame, ObjectContext};
+use crate::pipeline::EncodeStream;
 use crate::seal::MasterKey;
 
 /// Default raw frame size: 1 MiB. See docs/FORMAT.md ("Choosing the frame size") for the measurements.
@@ -211,20 +211,29 @@ pub fn encode_all(config: &EncodeConfig, data: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Like `encode_all`, recording file metadata, in the oldest format version that stores it:
-/// version 1 unless ctime or atime is set.
+/// version 1 unless ctime or atime is set. Frames go through the ordered encode pipeline on the CPU
+/// workers, two per worker in flight.
 pub fn encode_all_with(config: &EncodeConfig, data: &[u8], meta: &FileMeta) -> Result<Vec<u8>> {
-    let codec = config.codec()?;
+    let codec: Arc<dyn Codec> = Arc::from(config.codec()?);
     let ctx = Arc::new(config.new_object_in(meta.min_version()));
-    let frames: Vec<EncodedFrame> = data
-        .par_chunks(config.frame_size as usize)
-        .enumerate()
-        .map(|(i, raw)| encode_frame(&ctx, codec.as_ref(), i as u64, raw))
-        .collect();
+    let stream = EncodeStream::new(ctx.clone(), codec, config.params.codec);
+    let cpu = Dispatcher::cpu_only("encode_all");
+    let window = 2 * crate::workers::threads() + 1;
+    let mut raw = data.chunks(config.frame_size as usize).zip(0u64..);
     let mut w = ObjectWriter::new(ctx);
     let mut out = Vec::with_capacity(data.len() / 2 + 1024);
     out.extend_from_slice(&w.header_bytes());
-    for f in &frames {
-        w.push(f);
+    loop {
+        while stream.frames().in_flight() < window
+            && let Some((frame, k)) = raw.next()
+        {
+            stream.submit(&cpu, k, frame.to_vec(), ());
+        }
+        if stream.frames().in_flight() == 0 {
+            break;
+        }
+        let f = stream.frames().wait_next().expect("a frame in flight")?;
+        w.push(&f);
         f.put_into(&mut out);
     }
     out.extend_from_slice(&w.finish_with(meta)?);

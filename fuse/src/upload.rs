@@ -29,12 +29,11 @@ use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::format::FRAME_HEADER_LEN;
+use shrinkfs_codec::pipeline::EncodeStream;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
-    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectContext, ObjectWriter, Version,
-    decode_payload,
+    Codec, EncodeConfig, EncodedFrame, FileMeta, FrameCutter, Layout, ObjectWriter, Version, decode_payload,
 };
-use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::budget::Budget;
@@ -205,13 +204,6 @@ pub struct Sink {
     pub record: bool,
 }
 
-/// An encoded frame on its way to the spill: still encoding, or encoded but not yet appended (the
-/// append failed, e.g. a full staging disk, and is tried again on the next drain).
-enum Pending {
-    Encoding(oneshot::Receiver<EncodedFrame>),
-    Ready(EncodedFrame),
-}
-
 /// Largest file whose bytes an upload keeps for reads of the version it writes ([`Written::raw`]):
 /// small files, so a copy of a tree of them does not push the frames readers use out of the
 /// frame cache.
@@ -221,15 +213,14 @@ const KEPT_RAW_MAX: usize = 64 << 10;
 pub struct Upload {
     sink: Sink,
     path: Path,
-    ctx: Arc<ObjectContext>,
-    codec: Arc<dyn Codec>,
-    gpu_codec: shrinkfs_codec::CodecId,
+    /// Frames handed to the dispatcher, taken back encoded in order.
+    frames: EncodeStream,
     frame_size: u32,
     cutter: FrameCutter,
     writer: ObjectWriter,
     next_frame: u64,
     raw_in: u64,
-    pending: VecDeque<Pending>,
+    /// Frames in flight (encoding, or encoded and not yet taken) beyond which a write waits.
     max_pending: usize,
     /// Header and every frame so far, in order (the index and footer are built by `finish`).
     spill: SpillBuf,
@@ -294,21 +285,19 @@ impl Upload {
         // ctime and atime, which version 1 cannot store.
         let ctx = Arc::new(config.new_object_in(Version::V2));
         let writer = ObjectWriter::new(ctx.clone());
+        let frames = EncodeStream::new(ctx, codec, config.params.codec);
         let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
         spill.append_in_memory(&header);
         Ok(Upload {
             sink,
             path,
-            codec,
-            gpu_codec: config.params.codec,
+            frames,
             frame_size: config.frame_size,
             cutter: FrameCutter::new(config.frame_size),
             writer,
-            ctx,
             next_frame: 0,
             raw_in: 0,
-            pending: VecDeque::new(),
             max_pending,
             spill,
             stored: header.len() as u64,
@@ -366,7 +355,7 @@ impl Upload {
         let mut full = Vec::new();
         self.cutter.push(data, |f| full.push(f));
         self.raw_in += data.len() as u64;
-        // From here the bytes are taken: a frame that cannot be stored now waits in `pending`
+        // From here the bytes are taken: a frame that cannot be stored now waits in the pipeline
         // (at most one request's worth), and the next write or `finish` reports why.
         for f in full {
             self.submit(f).await;
@@ -382,42 +371,30 @@ impl Upload {
     }
 
     async fn submit(&mut self, raw: Vec<u8>) {
+        // The budget's room goes back once the frame is encoded.
         let held = self.sink.budget.take(raw.len() as u64).await;
-        let (tx, rx) = oneshot::channel();
-        let (ctx, codec, n) = (self.ctx.clone(), self.codec.clone(), self.next_frame);
+        self.frames.submit(&self.sink.dispatcher, self.next_frame, raw, held);
         self.next_frame += 1;
-        self.sink.dispatcher.submit(ctx, codec, self.gpu_codec, n, raw, move |f| {
-            drop(held);
-            let _ = tx.send(f);
-        });
-        self.pending.push_back(Pending::Encoding(rx));
     }
 
     /// Moves encoded frames, in order, to the spill; waits for every frame when `all` (else only
     /// while more than the allowed number are in flight).
     async fn collect(&mut self, all: bool) -> Result<()> {
         loop {
-            let wait = all || self.pending.len() > self.max_pending;
-            let frame = match self.pending.pop_front() {
+            let in_flight = self.frames.frames().in_flight();
+            if in_flight == 0 {
+                break;
+            }
+            let got = if all || in_flight > self.max_pending {
+                self.frames.frames().next().await
+            } else {
+                self.frames.frames().try_next()
+            };
+            let frame = match got {
+                Some(Ok(f)) => f,
+                // Not encoded yet (and not waited for), or never promised: nothing to take now.
                 None => break,
-                Some(Pending::Ready(f)) => f,
-                Some(Pending::Encoding(mut rx)) => {
-                    let got = if wait {
-                        (&mut rx).await.map_err(|_| oneshot::error::TryRecvError::Closed)
-                    } else {
-                        rx.try_recv()
-                    };
-                    match got {
-                        Ok(f) => f,
-                        Err(oneshot::error::TryRecvError::Empty) => {
-                            self.pending.push_front(Pending::Encoding(rx));
-                            break;
-                        }
-                        Err(oneshot::error::TryRecvError::Closed) => {
-                            return Err(Error::Stopped("encoder"));
-                        }
-                    }
-                }
+                Some(Err(_lost)) => return Err(Error::Stopped("encoder")),
             };
             let n = frame.len();
             if self.spill.fits_in_memory(n) {
@@ -432,7 +409,7 @@ impl Upload {
                 Ok(kept) if !kept.is_empty() && !self.spill.in_place() => self.recent.push_back((0, kept)),
                 Ok(_) => {}
                 Err(e) => {
-                    self.pending.push_front(Pending::Ready(frame));
+                    self.frames.frames().put_back(frame);
                     return Err(e.into());
                 }
             }
@@ -774,7 +751,8 @@ impl Upload {
             read += n;
             while let Some(item) = dec.next_item().map_err(codec_err)? {
                 if let Item::Frame { frame, header, payload } = item {
-                    decode_payload(&self.ctx, frame, &header, &payload, None, &mut raw).map_err(codec_err)?;
+                    decode_payload(self.writer.context(), frame, &header, &payload, None, &mut raw)
+                        .map_err(codec_err)?;
                     out.write_all_at(&raw, at)?;
                     at += raw.len() as u64;
                 }
