@@ -3,7 +3,6 @@
 
 use cudarc::driver::DriverError;
 
-use super::nvcomp::LoadError;
 use crate::id::CodecId;
 
 /// Why no GPU is used: one line a user can act on (no driver, no device, no nVCOMP).
@@ -74,4 +73,25 @@ pub enum GpuError {
 
 pub(super) fn cuda<T>(r: Result<T, DriverError>) -> Result<T, GpuError> {
     r.map_err(GpuError::Cuda)
+}
+
+/// Why nVCOMP could not be loaded.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// No candidate path opened.
+    #[error("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {tried} places)")]
+    NotFound {
+        /// How many paths were tried.
+        tried: usize,
+        /// Why the last one did not open.
+        #[source]
+        last: Option<libloading::Error>,
+    },
+    /// A library opened, but it is not nVCOMP 6 (none of the batched entry points we use).
+    #[error("{path} has none of nVCOMP 6's batched functions")]
+    NoBatchedApi {
+        /// Where it was loaded from.
+        path: String,
+    },
 }

@@ -18,4 +18,4 @@ mod sync;
 
 pub use crate::gpuconfig::GpuConfig;
 pub use device::{Gpu, GpuError, GpuStats, GpuUnavailable, driver_present};
-pub use nvcomp::LoadError;
+pub use error::LoadError;

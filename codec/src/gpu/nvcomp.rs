@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use cudarc::driver::CudaStream;
 use libloading::Library;
 
-use super::error::GpuError;
+use super::error::{GpuError, LoadError};
 use super::meta::{BatchMeta, Call, Field};
 use crate::codec::{CodecId, GpuMapping, GpuOptions};
 
@@ -261,27 +261,6 @@ impl Algo {
         };
         check("DecompressAsync", status)
     }
-}
-
-/// Why nVCOMP could not be loaded.
-#[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// No candidate path opened.
-    #[error("libnvcomp.so.6 not found (set SHRINKFS_NVCOMP_LIB; tried {tried} places)")]
-    NotFound {
-        /// How many paths were tried.
-        tried: usize,
-        /// Why the last one did not open.
-        #[source]
-        last: Option<libloading::Error>,
-    },
-    /// A library opened, but it is not nVCOMP 6 (none of the batched entry points we use).
-    #[error("{path} has none of nVCOMP 6's batched functions")]
-    NoBatchedApi {
-        /// Where it was loaded from.
-        path: String,
-    },
 }
 
 /// The loaded library.
