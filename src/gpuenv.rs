@@ -35,6 +35,9 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> GpuConfig {
     if let Some(mib) = number("SHRINKFS_GPU_PART_MIB", 1..=4096) {
         cfg.part_bytes = mib << 20;
     }
+    if let Some(n) = number("SHRINKFS_GPU_FRAME_BUFFERS", 0..=65536) {
+        cfg.frame_buffers = n;
+    }
     cfg.batch_copy = switch("SHRINKFS_GPU_BATCH_COPY").is_none_or(|v| v != "0");
     cfg.streaming_copy = switch("SHRINKFS_GPU_STREAMING_COPY").is_none_or(|v| v != "0");
     cfg.fail = switch("SHRINKFS_GPU_FAULT").is_some_and(|v| v == "1");
@@ -59,6 +62,7 @@ mod tests {
             ("SHRINKFS_GPU_BATCH_COPY", "0"),
             ("SHRINKFS_GPU_STREAMING_COPY", "0"),
             ("SHRINKFS_GPU_FAULT", "1"),
+            ("SHRINKFS_GPU_FRAME_BUFFERS", "0"),
         ]);
         assert_eq!(
             cfg,
@@ -69,6 +73,8 @@ mod tests {
                 streaming_copy: false,
                 fail: true,
                 nvcomp_lib: Some("/opt/nv/libnvcomp.so.6".into()),
+                frame_buffers: 0,
+                ..GpuConfig::default()
             }
         );
         for (name, bad) in [("SHRINKFS_GPU_LANES", "9"), ("SHRINKFS_GPU_LANES", "many"), ("SHRINKFS_GPU_PART_MIB", "0")]

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use shrinkfs_codec::dispatch::Dispatcher;
+use shrinkfs_codec::format::TAG_LEN;
 use shrinkfs_codec::ordered::{Lost, Ordered};
 use shrinkfs_codec::pipeline::EncodeStream;
 use shrinkfs_codec::pool::OrderedPool;
@@ -60,7 +61,10 @@ pub fn pack_stream(
                 let fail = |e| {
                     let _ = end_tx.try_send(Err(e));
                 };
-                if let Some(n) = source.frames(config.frame_size as usize, &slot, &frame, &fail) {
+                // Frames are read into the GPU's page-locked buffers, once it runs, while it has
+                // them free; each with room for a GCM tag, so a frame stored as it is is sealed in place.
+                let new_buf = |n| dispatcher.buffers().get(n + TAG_LEN);
+                if let Some(n) = source.frames(config.frame_size as usize, &new_buf, &slot, &frame, &fail) {
                     let _ = end_tx.send(Ok(n));
                 }
             });

@@ -9,7 +9,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use bytes::Bytes;
 use crossbeam_channel::Sender;
+use shrinkfs_codec::framebuf::FrameBuf;
 
 use crate::fileio::{Input, Output, read_full};
 
@@ -37,7 +39,8 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// Calls `frame(k, bytes)` for every frame of `frame_size` bytes (the last may be shorter; an
+    /// Calls `frame(k, bytes)` for every frame (a file's in buffers `new_buf` gives for a number
+    /// of bytes) of `frame_size` bytes (the last may be shorter; an
     /// empty input has none), in order of `k` as far as one thread goes, on up to
     /// [`file_threads`] threads for a file. `slot()` is called before each frame is read and
     /// returns false to stop. Returns the number of frames once every one was handed over;
@@ -46,8 +49,9 @@ impl<'a> Source<'a> {
     pub fn frames(
         self,
         frame_size: usize,
+        new_buf: &(dyn Fn(usize) -> FrameBuf + Sync),
         slot: &(dyn Fn() -> bool + Sync),
-        frame: &(dyn Fn(u64, Vec<u8>) + Sync),
+        frame: &(dyn Fn(u64, FrameBuf) + Sync),
         fail: &(dyn Fn(anyhow::Error) + Sync),
     ) -> Option<u64> {
         match self {
@@ -68,7 +72,7 @@ impl<'a> Source<'a> {
                     if n == 0 {
                         return Some(k);
                     }
-                    frame(k, buf);
+                    frame(k, buf.into());
                     k += 1;
                     if n < frame_size {
                         return Some(k);
@@ -91,7 +95,9 @@ impl<'a> Source<'a> {
                                     return;
                                 }
                                 let at = k * frame_size as u64;
-                                let mut buf = vec![0u8; (len - at).min(frame_size as u64) as usize];
+                                let n = (len - at).min(frame_size as u64) as usize;
+                                let mut buf = new_buf(n);
+                                buf.resize_zeroed(n);
                                 if let Err(e) = file.read_exact_at(&mut buf, at) {
                                     if !failed.swap(true, Ordering::Relaxed) {
                                         fail(
@@ -137,7 +143,7 @@ impl<'a> Sink<'a> {
 /// Writes the buffers given to [`Writing::put`] in order of arrival, as one stream, on a thread
 /// of its own, so the thread that puts them goes on at once.
 pub struct Writing<'f> {
-    tx: Option<Sender<(u64, Vec<u8>)>>,
+    tx: Option<Sender<(u64, Bytes)>>,
     at: u64,
     /// The writer's first error, once it has one: the body stops at its next `put` instead of
     /// encoding the rest.
@@ -151,7 +157,7 @@ impl Writing<'_> {
         let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
         let result = std::thread::scope(|s| {
             // (A frame is two buffers, its header and its payload: 64 frames.)
-            let (tx, rx) = crossbeam_channel::bounded::<(u64, Vec<u8>)>(128);
+            let (tx, rx) = crossbeam_channel::bounded::<(u64, Bytes)>(128);
             let fail = |e: std::io::Error| {
                 failed.lock().expect("error slot").get_or_insert(e);
             };
@@ -182,7 +188,8 @@ impl Writing<'_> {
     }
 
     /// Writes `buf` after everything put before it.
-    pub fn put(&mut self, buf: Vec<u8>) -> anyhow::Result<()> {
+    pub fn put(&mut self, buf: impl Into<Bytes>) -> anyhow::Result<()> {
+        let buf = buf.into();
         let len = buf.len() as u64;
         let tx = self.tx.as_ref().expect("open while the body runs");
         if self.failed.lock().expect("error slot").is_some() {
@@ -197,11 +204,19 @@ impl Writing<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shrinkfs_codec::framebuf::Buffers;
+    use shrinkfs_codec::framebuf::testing::CountingPool;
 
+    /// The frames `source` gives, a file's read into buffers lent by a pool of 8 (given back).
     fn collect(source: Source<'_>, frame_size: usize) -> Vec<(u64, Vec<u8>)> {
+        let pool = std::sync::Arc::new(CountingPool::new(8, frame_size));
+        let buffers = Buffers::from_pool(pool.clone());
         let got = Mutex::new(Vec::new());
         let fail = |e: anyhow::Error| panic!("{e:#}");
-        let n = source.frames(frame_size, &|| true, &|k, b| got.lock().unwrap().push((k, b)), &fail).unwrap();
+        let new_buf = |n| buffers.get(n);
+        let frame = |k, b: FrameBuf| got.lock().unwrap().push((k, b.into_vec()));
+        let n = source.frames(frame_size, &new_buf, &|| true, &frame, &fail).unwrap();
+        assert_eq!(pool.out.load(std::sync::atomic::Ordering::SeqCst), 0, "every buffer given back");
         let mut got = got.into_inner().unwrap();
         got.sort();
         assert_eq!(got.len() as u64, n);
@@ -232,7 +247,16 @@ mod tests {
         let file = File::open(&path).unwrap();
         let failed = Mutex::new(Vec::new());
         let fail = |e: anyhow::Error| failed.lock().unwrap().push(format!("{e:#}"));
-        assert_eq!(Source::File { file: &file, len: 20_000 }.frames(4096, &|| true, &|_, _| {}, &fail), None);
+        assert_eq!(
+            Source::File { file: &file, len: 20_000 }.frames(
+                4096,
+                &|n| Buffers::default().get(n),
+                &|| true,
+                &|_, _| {},
+                &fail
+            ),
+            None
+        );
         let failed = failed.into_inner().unwrap();
         assert_eq!(failed.len(), 1, "one error, said once: {failed:?}");
         assert!(failed[0].contains("did it shrink"), "{failed:?}");

@@ -16,6 +16,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::codec::{Codec, CodecId, ZstdCodec};
 use crate::frame::{EncodedFrame, ObjectContext, encode_frame_owned, finish_payload};
+use crate::framebuf::{Buffers, FrameBuf};
 
 /// Whether to use the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,7 +246,7 @@ struct Job {
     codec: Arc<dyn Codec>,
     gpu_codec: CodecId,
     frame: u64,
-    raw: Vec<u8>,
+    raw: FrameBuf,
     done: Done,
 }
 
@@ -385,6 +386,8 @@ struct Started {
 struct Outcome {
     codecs: Vec<CodecId>,
     describe: String,
+    /// Where new frames get their buffers (the GPU's page-locked pool).
+    buffers: Buffers,
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
 }
@@ -405,6 +408,8 @@ pub struct Backend {
     pub codecs: Vec<CodecId>,
     /// What it is, for logs and `describe`.
     pub describe: String,
+    /// Where new frames get their buffers while it runs (a pool it copies from directly).
+    pub buffers: Buffers,
     /// The GPU itself, which also decodes (`--gpu on`).
     #[cfg(feature = "gpu")]
     gpu: Option<Arc<crate::gpu::Gpu>>,
@@ -417,6 +422,7 @@ impl Backend {
             batches,
             codecs,
             describe: describe.to_owned(),
+            buffers: Buffers::default(),
             #[cfg(feature = "gpu")]
             gpu: None,
         }
@@ -426,7 +432,13 @@ impl Backend {
     #[cfg(feature = "gpu")]
     fn gpu(gpu: crate::gpu::Gpu) -> Self {
         let gpu = Arc::new(gpu);
-        Backend { batches: gpu.clone(), codecs: gpu.codecs(), describe: gpu.describe.clone(), gpu: Some(gpu) }
+        Backend {
+            batches: gpu.clone(),
+            codecs: gpu.codecs(),
+            describe: gpu.describe.clone(),
+            buffers: gpu.frame_buffers(),
+            gpu: Some(gpu),
+        }
     }
 }
 
@@ -479,6 +491,7 @@ impl Dispatcher {
         started.finish(Outcome {
             codecs: vec![],
             describe: why.to_owned(),
+            buffers: Buffers::default(),
             #[cfg(feature = "gpu")]
             gpu: None,
         });
@@ -584,6 +597,7 @@ impl Dispatcher {
                     outcome.finish(Outcome {
                         codecs: vec![],
                         describe: "stopped while starting".into(),
+                        buffers: Buffers::default(),
                         #[cfg(feature = "gpu")]
                         gpu: None,
                     });
@@ -607,6 +621,7 @@ impl Dispatcher {
                     outcome.finish(Outcome {
                         codecs: b.codecs,
                         describe: b.describe,
+                        buffers: b.buffers,
                         #[cfg(feature = "gpu")]
                         gpu: b.gpu,
                     });
@@ -623,6 +638,7 @@ impl Dispatcher {
                 Err(why) => outcome.finish(Outcome {
                     codecs: vec![],
                     describe: why,
+                    buffers: Buffers::default(),
                     #[cfg(feature = "gpu")]
                     gpu: None,
                 }),
@@ -651,6 +667,13 @@ impl Dispatcher {
     /// What the GPU (or other batch back end) is, or why none is used, or that it is starting.
     pub fn describe(&self) -> String {
         self.started.outcome.get().map_or_else(|| self.before.clone(), |o| o.describe.clone())
+    }
+
+    /// Where a producer gets the buffer of its next frame: the GPU's page-locked pool once the GPU
+    /// runs (its launches then copy the frame to the device without staging it), while the
+    /// pool has one free; the heap otherwise.
+    pub fn buffers(&self) -> Buffers {
+        self.started.outcome.get().map(|o| o.buffers.clone()).unwrap_or_default()
     }
 
     /// Frames a producer should keep in flight: two per CPU worker; with the GPU taking every
@@ -727,7 +750,7 @@ impl Dispatcher {
         codec: Arc<dyn Codec>,
         gpu_codec: CodecId,
         frame: u64,
-        raw: Vec<u8>,
+        raw: FrameBuf,
         done: impl FnOnce(EncodedFrame) + Send + 'static,
     ) {
         let done: Done = Box::new(done);
@@ -762,7 +785,7 @@ impl Dispatcher {
 /// waking a pool thread (whose idle spinning cost small-file workloads a fifth of the CPU).
 pub const INLINE_MAX: usize = 64 << 10;
 
-fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: Vec<u8>, done: Done) {
+fn cpu(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, frame: u64, raw: FrameBuf, done: Done) {
     if raw.len() <= INLINE_MAX {
         return done(encode_frame_owned(&ctx, codec.as_ref(), frame, raw));
     }
@@ -985,7 +1008,7 @@ fn batch_loop(
         if matches!(decision, Decision::Try) {
             // A try measures the back end on copies: the frames themselves go to the CPU at once,
             // so a back end slower than hoped holds up no stream.
-            let copies: Vec<(CodecId, Vec<u8>)> = batch.iter().map(|j| (j.gpu_codec, j.raw.clone())).collect();
+            let copies: Vec<(CodecId, Vec<u8>)> = batch.iter().map(|j| (j.gpu_codec, j.raw.to_vec())).collect();
             for j in batch {
                 c.cpu_frames.fetch_add(1, Ordering::Relaxed);
                 cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
@@ -1044,7 +1067,7 @@ fn run_batch(
 ) -> bool {
     let start = Instant::now();
     tracing::debug!(frames = jobs.len(), codec = %id, "GPU batch launching");
-    let chunks: Vec<&[u8]> = jobs.iter().map(|j| j.raw.as_slice()).collect();
+    let chunks: Vec<&[u8]> = jobs.iter().map(|j| &j.raw[..]).collect();
     let result = backend.compress_batch_in(slot, id, &chunks, data_type);
     c.gpu_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let ok = result.is_ok();
@@ -1090,7 +1113,7 @@ mod tests {
             let done_tx = done_tx.clone();
             let done: Done = Box::new(move |_| done_tx.send(frame).unwrap());
             let codec = cpu_equivalent(CodecId::Zstd, 1);
-            tx.send(Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![7; 1000], done })
+            tx.send(Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![7; 1000].into(), done })
                 .unwrap();
         };
         let (c, share) = (Arc::new(Counters::default()), Arc::new(Share::default()));

@@ -1,6 +1,9 @@
 //! Encoding one frame (detect, compress, fall back, seal, checksum) and decoding it back (verify,
 //! open, decompress, verify). Pure functions of their inputs, safe to call from any thread.
 
+use bytes::Bytes;
+
+use crate::framebuf::FrameBuf;
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
@@ -87,8 +90,9 @@ impl ObjectContext {
 /// them down one after the other, or as two chunks of a part.
 #[derive(Debug, Clone)]
 pub struct EncodedFrame {
-    /// The stored payload: compressed (or the raw bytes), then the GCM tag when sealed.
-    pub payload: Vec<u8>,
+    /// The stored payload: compressed (or the raw bytes, in the buffer they were cut into), then
+    /// the GCM tag when sealed.
+    pub payload: Bytes,
     /// The frame header's fields.
     pub header: FrameHeader,
 }
@@ -130,12 +134,12 @@ impl EncodedFrame {
 pub fn encode_frame(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: &[u8]) -> EncodedFrame {
     match compress(codec, raw) {
         Some((id, payload)) => finish_payload(ctx, frame, raw, id, payload),
-        None => stored_as_is(ctx, frame, raw.to_vec()),
+        None => stored_as_is(ctx, frame, FrameBuf::from(raw.to_vec())),
     }
 }
 
 /// [`encode_frame`] of raw bytes it may keep: a frame stored as it is takes `raw` as its payload.
-pub fn encode_frame_owned(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: Vec<u8>) -> EncodedFrame {
+pub fn encode_frame_owned(ctx: &ObjectContext, codec: &dyn Codec, frame: u64, raw: FrameBuf) -> EncodedFrame {
     match compress(codec, &raw) {
         Some((id, payload)) => finish_payload(ctx, frame, &raw, id, payload),
         None => stored_as_is(ctx, frame, raw),
@@ -153,7 +157,7 @@ fn compress(codec: &dyn Codec, raw: &[u8]) -> Option<(CodecId, Vec<u8>)> {
 
 /// A frame storing `raw` as it is (sealed in place when the object has a key; a buffer from
 /// `FrameCutter` has room for the tag, so sealing it does not move the bytes).
-fn stored_as_is(ctx: &ObjectContext, frame: u64, raw: Vec<u8>) -> EncodedFrame {
+fn stored_as_is(ctx: &ObjectContext, frame: u64, raw: FrameBuf) -> EncodedFrame {
     let sealed = ctx.key.is_some();
     let raw_crc = if sealed { 0 } else { checksum(&raw) };
     let raw_len = raw.len();
@@ -171,7 +175,7 @@ pub fn finish_payload(
     payload: Vec<u8>,
 ) -> EncodedFrame {
     let raw_crc = if ctx.key.is_some() { 0 } else { checksum(raw) };
-    seal_and_head(ctx, frame, raw.len(), raw_crc, codec_id, payload)
+    seal_and_head(ctx, frame, raw.len(), raw_crc, codec_id, FrameBuf::from(payload))
 }
 
 fn seal_and_head(
@@ -180,7 +184,7 @@ fn seal_and_head(
     raw_len: usize,
     raw_crc: u32,
     codec_id: CodecId,
-    mut payload: Vec<u8>,
+    mut payload: FrameBuf,
 ) -> EncodedFrame {
     let sealed = ctx.key.is_some();
     let mut header = FrameHeader {
@@ -197,7 +201,7 @@ fn seal_and_head(
     }
     // Stored as is and unsealed: the payload is the raw bytes, whose checksum is already known.
     header.stored_crc = if codec_id == CodecId::None && !sealed { raw_crc } else { checksum(&payload) };
-    EncodedFrame { payload, header }
+    EncodedFrame { payload: payload.into_bytes(), header }
 }
 
 /// Decodes frame number `frame` from its stored bytes (header and payload) into `out`.

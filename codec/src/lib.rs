@@ -13,6 +13,7 @@ pub mod dispatch;
 pub mod error;
 pub mod format;
 pub mod frame;
+pub mod framebuf;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod gpuconfig;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::codec::{Codec, CodecId};
 use crate::dispatch::Dispatcher;
 use crate::frame::{EncodedFrame, ObjectContext};
+use crate::framebuf::FrameBuf;
 use crate::ordered::Ordered;
 
 /// One object's frames on their way through the dispatcher.
@@ -32,9 +33,9 @@ impl EncodeStream {
 
     /// Hands frame `k` (each number once) to `dispatcher`; `hold` (memory budget room, a slot in
     /// a window) is let go as soon as the frame is encoded, before it is taken.
-    pub fn submit(&self, dispatcher: &Dispatcher, k: u64, raw: Vec<u8>, hold: impl Send + 'static) {
+    pub fn submit(&self, dispatcher: &Dispatcher, k: u64, raw: impl Into<FrameBuf>, hold: impl Send + 'static) {
         let promise = self.done.promise(k);
-        dispatcher.submit(self.ctx.clone(), self.codec.clone(), self.gpu_codec, k, raw, move |f| {
+        dispatcher.submit(self.ctx.clone(), self.codec.clone(), self.gpu_codec, k, raw.into(), move |f| {
             drop(hold);
             promise.fulfil(f);
         });

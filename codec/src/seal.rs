@@ -6,6 +6,7 @@
 //! frame to its position; the sealed index binds the frame count, so frames cannot be swapped,
 //! dropped or reordered undetected.
 
+use crate::framebuf::FrameBuf;
 use std::fmt;
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
@@ -88,8 +89,9 @@ impl ObjectKey {
         self.check
     }
 
-    /// Encrypts `buf` in place and appends the tag.
-    pub fn seal_frame(&self, object_id: &[u8; 16], frame: u64, header12: &[u8; 12], buf: &mut Vec<u8>) {
+    /// Encrypts `buf` in place and appends the tag (a lent buffer has room for it: frame
+    /// buffers are asked for with it).
+    pub fn seal_frame(&self, object_id: &[u8; 16], frame: u64, header12: &[u8; 12], buf: &mut FrameBuf) {
         let aad = frame_aad(object_id, frame, header12);
         let tag = self
             .cipher
@@ -135,8 +137,9 @@ mod tests {
     #[test]
     fn a_frame_opens_only_at_its_own_position() {
         let k = ObjectKey::derive(&MasterKey([1; 32]), &[2; 16]);
-        let mut buf = b"hello frame".to_vec();
-        k.seal_frame(&[2; 16], 5, &[0; 12], &mut buf);
+        let mut sealed = FrameBuf::from(b"hello frame".to_vec());
+        k.seal_frame(&[2; 16], 5, &[0; 12], &mut sealed);
+        let mut buf = sealed.into_vec();
         let mut moved = buf.clone();
         assert!(matches!(k.open_frame(&[2; 16], 6, &[0; 12], &mut moved), Err(Error::Decrypt { frame: 6 })));
         k.open_frame(&[2; 16], 5, &[0; 12], &mut buf).unwrap();

@@ -10,6 +10,7 @@ use crate::format::{
     FOOTER_LEN, FileMeta, Footer, HEADER_LEN, IndexEntry, MAX_FRAME_SIZE, MIN_FRAME_SIZE, Version, checksum, index_body,
 };
 use crate::frame::{EncodedFrame, ObjectContext};
+use crate::framebuf::{Buffers, FrameBuf};
 use crate::pipeline::EncodeStream;
 use crate::seal::MasterKey;
 
@@ -66,50 +67,52 @@ impl EncodeConfig {
     }
 }
 
-/// Cuts a stream of bytes, pushed in pieces of any size, into frames of exactly `size` bytes.
+/// Cuts a stream of bytes, pushed in pieces of any size, into frames of exactly `size` bytes, each
+/// in a buffer from where the caller says ([`Buffers`]: the GPU's pool, or the heap).
 #[derive(Debug)]
 pub struct FrameCutter {
     size: usize,
-    buf: Vec<u8>,
+    /// The frame being filled, once a byte of it came.
+    buf: Option<FrameBuf>,
 }
 
 impl FrameCutter {
     /// A cutter producing frames of `size` bytes.
     pub fn new(size: u32) -> Self {
-        FrameCutter { size: size as usize, buf: Self::frame_buf(size as usize) }
+        FrameCutter { size: size as usize, buf: None }
     }
 
-    /// Adds bytes; calls `emit` with every frame that fills up.
-    pub fn push(&mut self, mut data: &[u8], mut emit: impl FnMut(Vec<u8>)) {
+    /// Adds bytes; calls `emit` with every frame that fills up. A frame's buffer comes from
+    /// `buffers` when its first byte does, with room for a GCM tag after the frame: a frame
+    /// stored as it is becomes its own payload, sealed in place.
+    pub fn push(&mut self, mut data: &[u8], buffers: &Buffers, mut emit: impl FnMut(FrameBuf)) {
+        let size = self.size;
         while !data.is_empty() {
-            let take = (self.size - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
+            let buf = self.buf.get_or_insert_with(|| buffers.get(size + crate::format::TAG_LEN));
+            let take = (size - buf.len()).min(data.len());
+            buf.extend_from_slice(&data[..take]);
             data = &data[take..];
-            if self.buf.len() == self.size {
-                emit(std::mem::replace(&mut self.buf, Self::frame_buf(self.size)));
+            if buf.len() == size
+                && let Some(full) = self.buf.take()
+            {
+                emit(full);
             }
         }
     }
 
-    /// A frame's buffer, with room for a GCM tag after it: a frame stored as it is becomes its own
-    /// payload, sealed in place.
-    fn frame_buf(size: usize) -> Vec<u8> {
-        Vec::with_capacity(size + crate::format::TAG_LEN)
-    }
-
     /// Bytes waiting for a frame to fill.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.pending().len()
     }
 
     /// The bytes waiting for a frame to fill, without taking them.
     pub fn pending(&self) -> &[u8] {
-        &self.buf
+        self.buf.as_deref().unwrap_or_default()
     }
 
     /// The last, short frame, if any bytes are left.
-    pub fn finish(self) -> Option<Vec<u8>> {
-        (!self.buf.is_empty()).then_some(self.buf)
+    pub fn finish(self) -> Option<FrameBuf> {
+        self.buf.filter(|b| !b.is_empty())
     }
 }
 
@@ -246,15 +249,21 @@ mod tests {
 
     #[test]
     fn cutter_makes_full_frames_from_any_pieces() {
-        let mut c = FrameCutter::new(4096);
-        let mut frames = Vec::new();
-        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        for piece in data.chunks(777) {
-            c.push(piece, |f| frames.push(f));
+        let pool = Arc::new(crate::framebuf::testing::CountingPool::new(2, 4096 + crate::format::TAG_LEN));
+        for buffers in [Buffers::default(), Buffers::from_pool(pool.clone())] {
+            let mut c = FrameCutter::new(4096);
+            let mut frames = Vec::new();
+            let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+            for piece in data.chunks(777) {
+                c.push(piece, &buffers, |f| frames.push(f));
+            }
+            frames.extend(c.finish());
+            assert_eq!(frames.iter().map(|f| f.len()).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
+            assert_eq!(frames.iter().flat_map(|f| f.iter().copied()).collect::<Vec<u8>>(), data);
         }
-        frames.extend(c.finish());
-        assert_eq!(frames.iter().map(Vec::len).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
-        assert_eq!(frames.concat(), data);
+        // Two frames in the pool's buffers, the third from the heap; all given back.
+        assert_eq!(pool.lent.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(pool.out.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -183,3 +183,38 @@ fn a_piece_that_cannot_shrink_is_stored_and_the_rest_of_its_frame_compressed() {
         assert!(b == f, "frame {i}: the GPU decodes other bytes");
     }
 }
+
+#[test]
+#[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
+fn frames_in_the_gpus_page_locked_buffers_cross_without_staging_and_decode_on_the_cpu() {
+    let gpu = gpu();
+    let buffers = gpu.frame_buffers();
+    // 40 frames of up to 1 MiB in the GPU's own buffers (as a mount's cutter and `pack` fill
+    // them), then the same bytes on the heap, then a launch mixing both (staged as before).
+    let data: Vec<Vec<u8>> = (0..40)
+        .map(|i| vector_input(i % 4).iter().copied().cycle().skip(i * 331).take((1 << 20) - (i % 5) * 999).collect())
+        .collect();
+    let lent: Vec<_> = data
+        .iter()
+        .map(|d| {
+            let mut b = buffers.get(d.len() + shrinkfs_codec::format::TAG_LEN);
+            assert!(b.is_lent(), "the GPU lends its page-locked buffers");
+            b.extend_from_slice(d);
+            b
+        })
+        .collect();
+    let heap: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let pinned: Vec<&[u8]> = lent.iter().map(|b| &b[..]).collect();
+    let mixed: Vec<&[u8]> = pinned.iter().zip(&heap).map(|(p, h)| if p.len() % 2 == 0 { *p } else { *h }).collect();
+    for codec in [shrinkfs_codec::CodecId::Zstd, shrinkfs_codec::CodecId::Lz4] {
+        for (name, chunks) in [("pinned", &pinned), ("heap", &heap), ("mixed", &mixed)] {
+            let outs = gpu.compress_batch(codec, chunks, 0).unwrap_or_else(|e| panic!("{codec} {name}: {e}"));
+            for (i, (raw, out)) in data.iter().zip(&outs).enumerate() {
+                let stored = out.as_ref().unwrap_or_else(|| panic!("{codec} {name} frame {i} did not compress"));
+                let mut back = Vec::new();
+                decompress_cpu(codec, stored, raw.len(), None, &mut back).unwrap();
+                assert!(back == *raw, "{codec} {name} frame {i}: the CPU decodes other bytes");
+            }
+        }
+    }
+}

@@ -25,7 +25,7 @@ struct Fake {
     frames: AtomicU64,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Outcome {
     Compress,
     Fail,
@@ -118,7 +118,7 @@ fn a_fast_back_end_takes_what_busy_cores_cannot() {
     let (tx, rx) = channel();
     for (i, raw) in (0..64u64).zip(frames) {
         let tx = tx.clone();
-        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw, move |f| {
+        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw.into(), move |f| {
             tx.send((i, f.header.codec)).unwrap()
         });
     }
@@ -491,7 +491,7 @@ fn launching_threads_that_die_leave_no_frame_behind() {
     for i in 0..200u64 {
         let tx = tx.clone();
         let raw = format!("frame {i} ").repeat(20_000).into_bytes();
-        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw, move |f| {
+        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw.into(), move |f| {
             tx.send(f.header.codec).unwrap()
         });
     }
@@ -505,4 +505,67 @@ fn launching_threads_that_die_leave_no_frame_behind() {
     assert!(fake.panicked.load(Ordering::SeqCst) >= 1, "a launching thread died");
     assert!(back >= 200 - 2 * 16, "{back} of 200 frames came back within 5 s");
     assert!(std::time::Instant::now() < deadline, "the callbacks of every frame were called or dropped");
+}
+
+#[test]
+fn frames_in_a_back_ends_lent_buffers_take_every_path_and_all_go_back() {
+    use shrinkfs_codec::format::TAG_LEN;
+    use shrinkfs_codec::framebuf::Buffers;
+    use shrinkfs_codec::framebuf::testing::CountingPool;
+    use shrinkfs_codec::{MasterKey, decode_payload};
+    const FRAME: usize = 100_000;
+    let compressible = |i: u64| format!("frame {i}: the quick brown fox ").repeat(FRAME / 30).into_bytes();
+    // Bytes that look compressed (a CPU-encoded zstd payload): stored as they are, never launched.
+    let incompressible = |i: u64| {
+        let mut z = Vec::new();
+        let noise: Vec<u8> = (0..FRAME * 2).map(|k| ((k as u64 * 2_654_435_761) ^ i).to_le_bytes()[3]).collect();
+        ZstdCodec::new(19, None).unwrap().compress(&noise, &mut z);
+        z.truncate(FRAME);
+        z
+    };
+    for (outcome, sealed) in
+        [(Outcome::Compress, false), (Outcome::Compress, true), (Outcome::NotSmaller, true), (Outcome::Fail, false)]
+    {
+        let pool = Arc::new(CountingPool::new(64, FRAME + TAG_LEN));
+        let fake = Fake::new(Duration::ZERO, outcome);
+        let mut backend = Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in");
+        backend.buffers = Buffers::from_pool(pool.clone());
+        let cfg = DispatchConfig {
+            policy: GpuPolicy::On,
+            min_items: 4,
+            batch_window: Duration::from_millis(2),
+            ..DispatchConfig::default()
+        };
+        let d = Dispatcher::with_backend(backend, cfg).unwrap();
+        let config =
+            EncodeConfig { key: sealed.then(|| MasterKey::from_bytes(&[9; 32]).unwrap()), ..EncodeConfig::default() };
+        let ctx = Arc::new(config.new_object());
+        let data: Vec<Vec<u8>> =
+            (0..48u64).map(|i| if i % 3 == 0 { incompressible(i) } else { compressible(i) }).collect();
+        let (tx, rx) = channel();
+        for (i, bytes) in (0..48u64).zip(&data) {
+            let mut raw = d.buffers().get(bytes.len() + TAG_LEN);
+            assert!(raw.is_lent(), "the back end's pool lends the frame's buffer");
+            raw.extend_from_slice(bytes);
+            let tx = tx.clone();
+            d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw, move |f| {
+                tx.send((i, f)).unwrap()
+            });
+        }
+        drop(tx);
+        let mut got: Vec<_> = rx.iter().collect();
+        assert_eq!(got.len(), 48);
+        got.sort_by_key(|g| g.0);
+        for (i, f) in &got {
+            let mut out = Vec::new();
+            decode_payload(&ctx, *i, &f.header, &f.payload, None, &mut out).unwrap();
+            assert!(out == data[*i as usize], "frame {i} decodes to its input");
+        }
+        let stored_raw = got.iter().filter(|(_, f)| f.header.codec == CodecId::None).count();
+        assert!(stored_raw >= 16, "the frames that look compressed are stored as they are");
+        assert!(pool.out.load(Ordering::SeqCst) > 0, "frames stored as they are keep their buffers");
+        drop(got);
+        assert_eq!(pool.out.load(Ordering::SeqCst), 0, "every buffer went back ({outcome:?}, sealed {sealed})");
+        assert_eq!(pool.lent.load(Ordering::SeqCst), 48);
+    }
 }

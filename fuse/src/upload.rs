@@ -29,6 +29,7 @@ use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult};
 use shrinkfs_codec::dispatch::Dispatcher;
 use shrinkfs_codec::format::FRAME_HEADER_LEN;
+use shrinkfs_codec::framebuf::FrameBuf;
 use shrinkfs_codec::pipeline::EncodeStream;
 use shrinkfs_codec::stream::{Item, StreamDecoder};
 use shrinkfs_codec::{
@@ -353,7 +354,8 @@ impl Upload {
         self.collect(false).await?;
         taken.now();
         let mut full = Vec::new();
-        self.cutter.push(data, |f| full.push(f));
+        // Frames are cut into the GPU's page-locked buffers while it has them free.
+        self.cutter.push(data, &self.sink.dispatcher.buffers(), |f| full.push(f));
         self.raw_in += data.len() as u64;
         // From here the bytes are taken: a frame that cannot be stored now waits in the pipeline
         // (at most one request's worth), and the next write or `finish` reports why.
@@ -370,7 +372,7 @@ impl Upload {
         Ok(())
     }
 
-    async fn submit(&mut self, raw: Vec<u8>) {
+    async fn submit(&mut self, raw: FrameBuf) {
         // The budget's room goes back once the frame is encoded.
         let held = self.sink.budget.take(raw.len() as u64).await;
         self.frames.submit(&self.sink.dispatcher, self.next_frame, raw, held);
@@ -417,10 +419,7 @@ impl Upload {
             self.record(&frame);
             // Header and payload stay apart: the payload keeps the encoder's buffer (for a frame
             // stored as it is, the buffer its bytes were cut into), with no copy behind a header.
-            let pieces = [
-                (at, Bytes::copy_from_slice(&frame.head())),
-                (at + FRAME_HEADER_LEN as u64, Bytes::from(frame.payload)),
-            ];
+            let pieces = [(at, Bytes::copy_from_slice(&frame.head())), (at + FRAME_HEADER_LEN as u64, frame.payload)];
             if !self.spill.in_place() {
                 self.recent.extend(pieces.iter().cloned());
             }

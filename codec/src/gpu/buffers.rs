@@ -211,6 +211,36 @@ pub(super) fn stage_upload(
     Ok(staging)
 }
 
+/// Sends `datas`, which lie in page-locked (registered) host memory, to `d_in` at `offsets`
+/// without staging them: one copy per run of them that lies end to end both here and there
+/// (the pieces of one frame).
+pub(super) fn upload_direct(
+    d_in: CUdeviceptr,
+    datas: &[&[u8]],
+    offsets: &[usize],
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), GpuError> {
+    let mut i = 0;
+    while i < datas.len() {
+        let start = datas[i].as_ptr() as usize;
+        let mut len = datas[i].len();
+        let mut j = i + 1;
+        while j < datas.len() && datas[j].as_ptr() as usize == start + len && offsets[j] == offsets[i] + len {
+            len += datas[j].len();
+            j += 1;
+        }
+        // SAFETY: `len` bytes from `start` are the slices i..j, end to end, in registered host
+        // memory the caller holds until it synchronises the stream; d_in holds offsets[i] + len.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(d_in + offsets[i] as u64, start as *const _, len, stream)
+                .result()
+                .map_err(|source| GpuError::CudaCall { call: "cuMemcpyHtoDAsync", source })?;
+        }
+        i = j;
+    }
+    Ok(())
+}
+
 /// Groups consecutive units `(range, bytes)` into parts of at least `target` bytes each.
 pub(super) fn group_parts(
     units: impl Iterator<Item = (std::ops::Range<usize>, usize)>,

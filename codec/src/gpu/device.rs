@@ -16,6 +16,7 @@ use super::error::cuda;
 pub use super::error::{GpuError, GpuUnavailable};
 use super::meta::{BatchMeta, Call, Field};
 use super::nvcomp::{Algo, DeviceBatch, Nvcomp, Opts, SUCCESS, check};
+use super::pinned::PinnedFrames;
 use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::{CodecId, GpuLayout};
 use crate::gpuconfig::GpuConfig;
@@ -90,6 +91,8 @@ pub struct Gpu {
     streaming: bool,
     /// Every launch fails (`GpuConfig::fail`).
     fail: bool,
+    /// Page-locked frame buffers lent to frame producers (`GpuConfig::frame_buffers`).
+    frames: Option<Arc<PinnedFrames>>,
     /// "NVIDIA H100 80GB HBM3 (nVCOMP from /path)".
     pub describe: String,
 }
@@ -142,6 +145,8 @@ impl Gpu {
             let stream = ctx.new_stream().map_err(|source| GpuUnavailable::Cuda { what: "stream", source })?;
             lanes.push(Lane { stream, bufs: Mutex::new(Buffers::empty()) });
         }
+        let frames = (cfg.frame_buffers > 0)
+            .then(|| Arc::new(PinnedFrames::new(ctx.clone(), cfg.frame_buffer_bytes, cfg.frame_buffers)));
         Ok(Gpu {
             ctx,
             lanes,
@@ -151,8 +156,18 @@ impl Gpu {
             batch_copy: AtomicBool::new(cfg.batch_copy),
             streaming: cfg.streaming_copy,
             fail: cfg.fail,
+            frames,
             describe,
         })
+    }
+
+    /// Where frame producers get buffers this GPU copies from directly: its page-locked pool
+    /// while it has one free, the heap otherwise (and without a pool).
+    pub fn frame_buffers(&self) -> crate::framebuf::Buffers {
+        match &self.frames {
+            Some(pool) => crate::framebuf::Buffers::from_pool(pool.clone()),
+            None => crate::framebuf::Buffers::default(),
+        }
     }
 
     /// Codecs this GPU can run.
@@ -351,7 +366,13 @@ impl Gpu {
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
-        let t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, (part, self.streaming), cs)?;
+        // Frames in the page-locked pool cross as they are; others are staged first.
+        let t_stage = if self.frames.as_ref().is_some_and(|f| f.holds(chunks)) {
+            upload_direct(d_in, chunks, &in_offsets, cs)?;
+            std::time::Duration::ZERO
+        } else {
+            stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, (part, self.streaming), cs)?
+        };
         Phases::mark(&phases, 1, cs)?;
         // SAFETY: the metadata just copied (on this stream, before the launch) holds each chunk's
         // input in d_in, staged above, and room for max_out bytes of output in d_out; d_temp

@@ -4,8 +4,9 @@
 //! Every `unsafe` of the project's GPU work is in this module (but for a measuring example,
 //! `codec/examples/gpu_register_cost.rs`): `nvcomp` declares nVCOMP's C functions and calls
 //! them, one method each, on a typed batch (`meta`); `buffers` owns device and pinned
-//! allocations; `copy` the host copies with streaming stores; `sync` CUDA events; and `device`
-//! queues a launch's copies between them. Settings come in as a [`GpuConfig`]; only the
+//! allocations; `pinned` the page-locked frame buffers lent to frame producers; `copy` the host
+//! copies with streaming stores; `sync` CUDA events; and `device` queues a launch's copies
+//! between them. Settings come in as a [`GpuConfig`]; only the
 //! search for nVCOMP's library reads the environment (`HOME`, `VIRTUAL_ENV`), as a linker would.
 
 mod buffers;
@@ -13,7 +14,9 @@ mod copy;
 mod device;
 mod error;
 mod meta;
+
 pub mod nvcomp;
+mod pinned;
 mod sync;
 
 pub use crate::gpuconfig::GpuConfig;

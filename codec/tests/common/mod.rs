@@ -22,9 +22,14 @@ pub fn dispatch_and_check(d: &Dispatcher, data: &[Vec<u8>]) -> Vec<CodecId> {
     let (tx, rx) = channel();
     for (i, raw) in data.iter().enumerate() {
         let tx = tx.clone();
-        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i as u64, raw.clone(), move |f| {
-            tx.send((i, f)).unwrap()
-        });
+        d.submit(
+            ctx.clone(),
+            cpu_equivalent(CodecId::Zstd, 1),
+            CodecId::Zstd,
+            i as u64,
+            raw.clone().into(),
+            move |f| tx.send((i, f)).unwrap(),
+        );
     }
     drop(tx);
     let mut got: Vec<_> = rx.iter().collect();
