@@ -207,14 +207,18 @@ fn frames_in_the_gpus_page_locked_buffers_cross_without_staging_and_decode_on_th
     let pinned: Vec<&[u8]> = lent.iter().map(|b| &b[..]).collect();
     let mixed: Vec<&[u8]> = pinned.iter().zip(&heap).map(|(p, h)| if p.len() % 2 == 0 { *p } else { *h }).collect();
     for codec in [shrinkfs_codec::CodecId::Zstd, shrinkfs_codec::CodecId::Lz4] {
-        for (name, chunks) in [("pinned", &pinned), ("heap", &heap), ("mixed", &mixed)] {
+        let staged = gpu.compress_batch(codec, &heap, 0).unwrap_or_else(|e| panic!("{codec} heap: {e}"));
+        assert!(staged.iter().filter(|o| o.is_some()).count() >= 20, "{codec}: most frames compress");
+        for (i, (raw, out)) in data.iter().zip(&staged).enumerate() {
+            let Some(stored) = out else { continue };
+            let mut back = Vec::new();
+            decompress_cpu(codec, stored, raw.len(), None, &mut back).unwrap();
+            assert!(back == *raw, "{codec} frame {i}: the CPU decodes other bytes");
+        }
+        // The same bytes give the same output whichever way they crossed.
+        for (name, chunks) in [("pinned", &pinned), ("mixed", &mixed)] {
             let outs = gpu.compress_batch(codec, chunks, 0).unwrap_or_else(|e| panic!("{codec} {name}: {e}"));
-            for (i, (raw, out)) in data.iter().zip(&outs).enumerate() {
-                let stored = out.as_ref().unwrap_or_else(|| panic!("{codec} {name} frame {i} did not compress"));
-                let mut back = Vec::new();
-                decompress_cpu(codec, stored, raw.len(), None, &mut back).unwrap();
-                assert!(back == *raw, "{codec} {name} frame {i}: the CPU decodes other bytes");
-            }
+            assert!(outs == staged, "{codec}: {name} frames compress to other bytes than staged ones");
         }
     }
 }

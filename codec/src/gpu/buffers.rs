@@ -241,6 +241,18 @@ pub(super) fn upload_direct(
     Ok(())
 }
 
+/// The runs of equal values in `flags`, as index ranges in order.
+pub(super) fn runs(flags: &[bool]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, f) in flags.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if flags[last.start] == *f => last.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
 /// Groups consecutive units `(range, bytes)` into parts of at least `target` bytes each.
 pub(super) fn group_parts(
     units: impl Iterator<Item = (std::ops::Range<usize>, usize)>,
@@ -264,6 +276,13 @@ pub(super) fn group_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_split_where_the_flag_changes() {
+        assert_eq!(runs(&[]), vec![]);
+        assert_eq!(runs(&[true, true, false, true]), vec![0..2, 2..3, 3..4]);
+        assert_eq!(runs(&[false; 3]), vec![0..3]);
+    }
 
     #[test]
     fn buffers_are_laid_out_aligned() {

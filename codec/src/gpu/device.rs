@@ -366,13 +366,18 @@ impl Gpu {
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
-        // Frames in the page-locked pool cross as they are; others are staged first.
-        let t_stage = if self.frames.as_ref().is_some_and(|f| f.holds(chunks)) {
-            upload_direct(d_in, chunks, &in_offsets, cs)?;
-            std::time::Duration::ZERO
-        } else {
-            stage_upload(b.h_in.ensure(in_total)?, d_in, chunks, &in_offsets, (part, self.streaming), cs)?
-        };
+        // Chunks in the page-locked pool cross as they are; runs of others are staged first.
+        let pinned = self.frames.as_ref().map_or_else(|| vec![false; n], |f| f.holds(chunks));
+        let mut t_stage = std::time::Duration::ZERO;
+        for run in runs(&pinned) {
+            if pinned[run.start] {
+                upload_direct(d_in, &chunks[run.clone()], &in_offsets[run], cs)?;
+            } else {
+                let h_in = b.h_in.ensure(in_total)?;
+                let (datas, offsets) = (&chunks[run.clone()], &in_offsets[run]);
+                t_stage += stage_upload(h_in, d_in, datas, offsets, (part, self.streaming), cs)?;
+            }
+        }
         Phases::mark(&phases, 1, cs)?;
         // SAFETY: the metadata just copied (on this stream, before the launch) holds each chunk's
         // input in d_in, staged above, and room for max_out bytes of output in d_out; d_temp

@@ -40,16 +40,18 @@ impl PinnedFrames {
         }
     }
 
-    /// Whether every slice lies within one of the pool's buffers (so the device can copy it
-    /// directly while its buffer is lent; the caller holds the slices for the copy's duration).
-    pub(super) fn holds(&self, slices: &[&[u8]]) -> bool {
+    /// Which slices lie within one of the pool's buffers (the device can copy those directly
+    /// while their buffers are lent; the caller holds the slices for the copies' duration).
+    pub(super) fn holds(&self, slices: &[&[u8]]) -> Vec<bool> {
         let ranges = self.ranges.read().unwrap_or_else(PoisonError::into_inner);
-        !ranges.is_empty()
-            && slices.iter().all(|s| {
+        slices
+            .iter()
+            .map(|s| {
                 let at = s.as_ptr() as usize;
                 let i = ranges.partition_point(|&(start, _)| start <= at);
                 i > 0 && at + s.len() <= ranges[i - 1].1
             })
+            .collect()
     }
 
     fn register(&self, buf: &mut Vec<u8>) -> Result<(), GpuError> {
