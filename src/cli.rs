@@ -426,7 +426,7 @@ impl GpuArgs {
             expected_bytes,
             one_stream: true,
             gpu_first: mount,
-            gpu: crate::gpuenv::gpu_config(),
+            gpu: if mount { crate::gpuenv::gpu_config() } else { crate::gpuenv::pack_config() },
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {

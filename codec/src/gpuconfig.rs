@@ -24,9 +24,9 @@ pub struct GpuConfig {
     /// nVCOMP's library, tried before the places searched (`nvcomp::Nvcomp::load`).
     pub nvcomp_lib: Option<PathBuf>,
     /// Most page-locked frame buffers the GPU lends to frame producers (the cutters of a mount's
-    /// files, `pack`'s readers), registered with the driver as they are first needed and kept:
-    /// launches copy frames in them to the device directly instead of staging them first. 0:
-    /// none, every frame is staged.
+    /// files, `pack`'s readers), registered with the driver as they are first needed (about
+    /// 0.16 ms per MiB, once) and kept: launches copy frames in them to the device directly
+    /// instead of staging them first. 0 (the default): none, every frame is staged.
     pub frame_buffers: usize,
     /// Bytes of each (frames up to this size, with a GCM tag, take them; larger ones are cut on
     /// the heap).
@@ -47,7 +47,7 @@ impl Default for GpuConfig {
             streaming_copy: true,
             fail: false,
             nvcomp_lib: None,
-            frame_buffers: 256,
+            frame_buffers: 0,
             frame_buffer_bytes: crate::writer::DEFAULT_FRAME_SIZE as usize + crate::format::TAG_LEN,
         }
     }
