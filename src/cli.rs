@@ -369,18 +369,28 @@ pub struct GpuArgs {
 }
 
 impl CodecArgs {
+    /// What a dispatcher for these arguments serves: a mount with `mount_in_flight` bytes of
+    /// budget for frames in flight, or a `pack`.
+    pub fn serves(&self, mount_in_flight: Option<u64>) -> Serves {
+        let frame_size = self.frame_size as usize;
+        match mount_in_flight {
+            Some(in_flight) => Serves::Mount { frame_size, in_flight },
+            None => Serves::Pack { frame_size },
+        }
+    }
+
     /// Starts the dispatcher for these arguments, for `expected` bytes of input where known (with
     /// `--gpu auto`, too little for a GPU to pay for its start keeps it off, unless the codec
-    /// needs one), for a mount's many streams or one ordered stream (`mount`: see
-    /// `DispatchConfig::gpu_first`); warns when a GPU-only codec will be written as zstd because
-    /// no GPU is in use.
+    /// needs one), for a mount's many streams (`mount_in_flight`: its budget of bytes in flight)
+    /// or one ordered stream (see `DispatchConfig::gpu_first`); warns when a GPU-only codec will
+    /// be written as zstd because no GPU is in use.
     pub fn dispatcher(
         &self,
         expected: Option<u64>,
-        mount: bool,
+        mount_in_flight: Option<u64>,
     ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         let id = self.codec;
-        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()), mount)?;
+        let d = self.gpu.dispatcher(expected.filter(|_| !id.gpu_only()), self.serves(mount_in_flight))?;
         if id.gpu_only() {
             // Its frames cannot start on the cores while the GPU starts: wait for it.
             d.wait_started();
@@ -404,7 +414,7 @@ impl GpuArgs {
     pub fn dispatcher(
         &self,
         expected_bytes: Option<u64>,
-        mount: bool,
+        serves: Serves,
     ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
         use shrinkfs_codec::dispatch::{DispatchConfig, DispatchError, Dispatcher, GpuPolicy};
         let data_type = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"]
@@ -425,8 +435,11 @@ impl GpuArgs {
             data_type,
             expected_bytes,
             one_stream: true,
-            gpu_first: mount,
-            gpu: if mount { crate::gpuenv::gpu_config() } else { crate::gpuenv::pack_config() },
+            gpu_first: matches!(serves, Serves::Mount { .. }),
+            gpu: match serves {
+                Serves::Mount { frame_size, in_flight } => crate::gpuenv::mount_config(frame_size, in_flight),
+                Serves::Pack { frame_size } => crate::gpuenv::pack_config(frame_size),
+            },
             ..DispatchConfig::default()
         };
         Dispatcher::new(cfg).map_err(|e| match e {
@@ -435,6 +448,23 @@ impl GpuArgs {
             _ => anyhow::Error::new(e).context(UsageError("--gpu on".into())),
         })
     }
+}
+
+/// What a dispatcher serves: one `pack`'s ordered stream, or a mount's many streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    /// A `pack` of `frame_size` frames.
+    Pack {
+        /// Raw bytes per frame.
+        frame_size: usize,
+    },
+    /// A mount of `frame_size` frames, with a budget of `in_flight` bytes for those in flight.
+    Mount {
+        /// Raw bytes per frame.
+        frame_size: usize,
+        /// The mount's budget for bytes in flight (`--memory-limit` less its frame cache).
+        in_flight: u64,
+    },
 }
 
 /// How frames are encoded (shared by `pack` and, later, `mount`).

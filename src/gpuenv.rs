@@ -5,28 +5,50 @@
 
 use shrinkfs_codec::gpuconfig::GpuConfig;
 
-/// Page-locked frame buffers a mount lends its GPU unless `SHRINKFS_GPU_FRAME_BUFFERS` says
-/// otherwise: registered as frames in flight first need them, so the memory budget (which
-/// bounds those frames) bounds how many a mount ends up with. With 1024 on the H100 host, 8
-/// writers under `--gpu auto` moved 1.3x more than with none (BENCHMARKS.md §9). A `pack` lends
-/// none: registering them cost it more than the staging they save (`pack_config`).
+/// Most page-locked frame buffers a mount lends its GPU (unless `SHRINKFS_GPU_FRAME_BUFFERS` says
+/// otherwise), and never more than its budget of bytes in flight holds frames: they are
+/// registered as frames first need them and kept. With 1024 on the H100 host, `--gpu on` with
+/// 8 writers beside 16 busy loops moved 18-24% more at a fifth less CPU than with none
+/// (BENCHMARKS.md §9, session 20). A `pack` lends none: registering them cost one `pack` more
+/// than the staging they save.
 pub const MOUNT_FRAME_BUFFERS: usize = 1024;
 
-/// `GpuConfig` for a `pack`: as [`gpu_config`], without page-locked frame buffers unless
+/// `GpuConfig` for a `pack` of `frame_size` frames: no page-locked frame buffers unless
 /// `SHRINKFS_GPU_FRAME_BUFFERS` asks for them.
-pub fn pack_config() -> GpuConfig {
-    let set = std::env::var("SHRINKFS_GPU_FRAME_BUFFERS").is_ok_and(|v| !v.trim().is_empty());
-    GpuConfig { frame_buffers: if set { gpu_config().frame_buffers } else { 0 }, ..gpu_config() }
+pub fn pack_config(frame_size: usize) -> GpuConfig {
+    with_frame_buffers(frame_size, env().1.unwrap_or(0))
 }
 
-/// `GpuConfig` from this process's environment, read (and warned about) once.
+/// `GpuConfig` for a mount of `frame_size` frames with `in_flight` bytes of budget for them.
+pub fn mount_config(frame_size: usize, in_flight: u64) -> GpuConfig {
+    with_frame_buffers(frame_size, env().1.unwrap_or_else(|| mount_frame_buffers(frame_size, in_flight)))
+}
+
+/// `GpuConfig` from this process's environment, without page-locked frame buffers unless
+/// `SHRINKFS_GPU_FRAME_BUFFERS` asks for them (of the default frame size).
 pub fn gpu_config() -> GpuConfig {
-    static CONFIG: std::sync::OnceLock<GpuConfig> = std::sync::OnceLock::new();
-    CONFIG.get_or_init(|| from_vars(|name| std::env::var(name).ok())).clone()
+    pack_config(shrinkfs_codec::DEFAULT_FRAME_SIZE as usize)
 }
 
-/// `GpuConfig` from the variables `var` gives.
-fn from_vars(var: impl Fn(&str) -> Option<String>) -> GpuConfig {
+fn with_frame_buffers(frame_size: usize, n: usize) -> GpuConfig {
+    let bytes = frame_size + shrinkfs_codec::format::TAG_LEN;
+    GpuConfig { frame_buffers: n, frame_buffer_bytes: bytes, ..env().0.clone() }
+}
+
+/// The default for a mount: [`MOUNT_FRAME_BUFFERS`], at most what its budget holds.
+fn mount_frame_buffers(frame_size: usize, in_flight: u64) -> usize {
+    let fit = in_flight / (frame_size + shrinkfs_codec::format::TAG_LEN) as u64;
+    MOUNT_FRAME_BUFFERS.min(usize::try_from(fit).unwrap_or(usize::MAX))
+}
+
+/// The environment's settings and `SHRINKFS_GPU_FRAME_BUFFERS`, read (and warned about) once.
+fn env() -> &'static (GpuConfig, Option<usize>) {
+    static CONFIG: std::sync::OnceLock<(GpuConfig, Option<usize>)> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| from_vars(|name| std::env::var(name).ok()))
+}
+
+/// `GpuConfig` from the variables `var` gives, and the number of frame buffers asked for.
+fn from_vars(var: impl Fn(&str) -> Option<String>) -> (GpuConfig, Option<usize>) {
     let mut cfg = GpuConfig {
         nvcomp_lib: var("SHRINKFS_NVCOMP_LIB").filter(|p| !p.is_empty()).map(Into::into),
         ..GpuConfig::default()
@@ -49,24 +71,24 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> GpuConfig {
     if let Some(mib) = number("SHRINKFS_GPU_PART_MIB", 1..=4096) {
         cfg.part_bytes = mib << 20;
     }
-    cfg.frame_buffers = number("SHRINKFS_GPU_FRAME_BUFFERS", 0..=65536).unwrap_or(MOUNT_FRAME_BUFFERS);
+    let frame_buffers = number("SHRINKFS_GPU_FRAME_BUFFERS", 0..=65536);
     cfg.batch_copy = switch("SHRINKFS_GPU_BATCH_COPY").is_none_or(|v| v != "0");
     cfg.streaming_copy = switch("SHRINKFS_GPU_STREAMING_COPY").is_none_or(|v| v != "0");
     cfg.fail = switch("SHRINKFS_GPU_FAULT").is_some_and(|v| v == "1");
-    cfg
+    (cfg, frame_buffers)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with(vars: &[(&str, &str)]) -> GpuConfig {
+    fn with(vars: &[(&str, &str)]) -> (GpuConfig, Option<usize>) {
         from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
     }
 
     #[test]
     fn each_variable_sets_its_field_and_a_bad_value_leaves_the_default() {
-        assert_eq!(with(&[]), GpuConfig { frame_buffers: MOUNT_FRAME_BUFFERS, ..GpuConfig::default() });
+        assert_eq!(with(&[]), (GpuConfig::default(), None));
         let cfg = with(&[
             ("SHRINKFS_NVCOMP_LIB", "/opt/nv/libnvcomp.so.6"),
             ("SHRINKFS_GPU_LANES", "2"),
@@ -76,31 +98,43 @@ mod tests {
             ("SHRINKFS_GPU_FAULT", "1"),
             ("SHRINKFS_GPU_FRAME_BUFFERS", "0"),
         ]);
-        assert_eq!(
-            cfg,
-            GpuConfig {
-                lanes: 2,
-                part_bytes: 4 << 20,
-                batch_copy: false,
-                streaming_copy: false,
-                fail: true,
-                nvcomp_lib: Some("/opt/nv/libnvcomp.so.6".into()),
-                frame_buffers: 0,
-                ..GpuConfig::default()
-            }
-        );
-        let mount_default = GpuConfig { frame_buffers: MOUNT_FRAME_BUFFERS, ..GpuConfig::default() };
+        let want = GpuConfig {
+            lanes: 2,
+            part_bytes: 4 << 20,
+            batch_copy: false,
+            streaming_copy: false,
+            fail: true,
+            nvcomp_lib: Some("/opt/nv/libnvcomp.so.6".into()),
+            ..GpuConfig::default()
+        };
+        assert_eq!(cfg, (want, Some(0)));
         for (name, bad) in [
             ("SHRINKFS_GPU_LANES", "9"),
             ("SHRINKFS_GPU_LANES", "many"),
             ("SHRINKFS_GPU_PART_MIB", "0"),
             ("SHRINKFS_GPU_FRAME_BUFFERS", "-1"),
+            ("SHRINKFS_GPU_FRAME_BUFFERS", "abc"),
         ] {
-            assert_eq!(with(&[(name, bad)]), mount_default, "{name}={bad}");
+            assert_eq!(with(&[(name, bad)]), (GpuConfig::default(), None), "{name}={bad}");
         }
         assert_eq!(
             with(&[("SHRINKFS_GPU_FAULT", "0"), ("SHRINKFS_GPU_BATCH_COPY", "1"), ("SHRINKFS_NVCOMP_LIB", "")]),
-            mount_default
+            (GpuConfig::default(), None)
         );
+    }
+
+    #[test]
+    fn a_mount_lends_at_most_what_its_budget_holds_and_a_pack_none() {
+        let frame = 1 << 20;
+        assert_eq!(mount_frame_buffers(frame, 768 << 20), 767, "the default budget: 767 frames and tags");
+        assert_eq!(mount_frame_buffers(frame, 64 << 30), MOUNT_FRAME_BUFFERS);
+        assert_eq!(mount_frame_buffers(64 << 10, 768 << 20), MOUNT_FRAME_BUFFERS);
+        assert_eq!(mount_frame_buffers(frame, 100), 0);
+        // (Without SHRINKFS_GPU_FRAME_BUFFERS in the test's environment.)
+        if std::env::var_os("SHRINKFS_GPU_FRAME_BUFFERS").is_none() {
+            assert_eq!(pack_config(frame).frame_buffers, 0);
+            let m = mount_config(4 << 20, 768 << 20);
+            assert_eq!((m.frame_buffers, m.frame_buffer_bytes), (191, (4 << 20) + 16), "sized for the mount's frames");
+        }
     }
 }

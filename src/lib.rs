@@ -59,7 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let config = a.codec.to_config()?;
             // A file's size says how much there is to compress (not known for stdin or a URL).
             let expected = std::fs::metadata(&a.input).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let dispatcher = a.codec.dispatcher(expected, false)?;
+            let dispatcher = a.codec.dispatcher(expected, None)?;
             transform(&a.input, &a.output, &a.s3, "pack", |input, out, progress| {
                 let source = pack_io::Source::of(input, config.frame_size as usize);
                 let sink = pack_io::Sink::of(out);

@@ -262,7 +262,7 @@ fn serve(
 ) -> anyhow::Result<()> {
     // The dispatcher (and its GPU thread) starts here, after a --daemon fork: threads and CUDA
     // contexts do not survive fork.
-    let dispatcher = mount_dispatcher(&a.codec, kernel.read_only)?;
+    let dispatcher = mount_dispatcher(&a.codec, kernel.read_only, cfg.io_budget)?;
     let services = Services { dispatcher: Arc::new(dispatcher), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3))?;
@@ -398,11 +398,12 @@ fn mount_gpu(codec: &crate::cli::CodecArgs, read_only: bool) -> crate::cli::GpuA
 fn mount_dispatcher(
     codec: &crate::cli::CodecArgs,
     read_only: bool,
+    in_flight: u64,
 ) -> anyhow::Result<shrinkfs_codec::dispatch::Dispatcher> {
     if read_only {
-        return mount_gpu(codec, true).dispatcher(None, true);
+        return mount_gpu(codec, true).dispatcher(None, codec.serves(Some(in_flight)));
     }
-    codec.dispatcher(None, true)
+    codec.dispatcher(None, Some(in_flight))
 }
 
 #[cfg(test)]

@@ -58,11 +58,14 @@ pub fn pack_stream(
                 let _closed = Closing(stream.frames());
                 let slot = || slot_tx.send(()).is_ok();
                 let frame = |k, raw| stream.submit(dispatcher, k, raw, ());
+                // A failed read closes at once: the frames after it may be waiting for slots that
+                // only the writing side, which waits for the failed frame, would give back.
                 let fail = |e| {
                     let _ = end_tx.try_send(Err(e));
+                    stream.frames().close();
                 };
-                // Frames are read into the GPU's page-locked buffers, once it runs, while it has
-                // them free; each with room for a GCM tag, so a frame stored as it is is sealed in place.
+                // Each frame's buffer has room for a GCM tag, so a frame stored as it is is sealed in
+                // place (from the GPU's page-locked pool where it lends one: not by default).
                 let new_buf = |n| dispatcher.buffers().get(n + TAG_LEN);
                 if let Some(n) = source.frames(config.frame_size as usize, &new_buf, &slot, &frame, &fail) {
                     let _ = end_tx.send(Ok(n));

@@ -1,15 +1,15 @@
 //! Encoding one frame (detect, compress, fall back, seal, checksum) and decoding it back (verify,
 //! open, decompress, verify). Pure functions of their inputs, safe to call from any thread.
 
-use bytes::Bytes;
-
-use crate::framebuf::FrameBuf;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use crate::codec::{Codec, CodecId, DecodeFailure, Dictionary, decompress_cpu};
 use crate::detect;
 use crate::error::{Error, Result, Rule};
 use crate::format::{FRAME_FLAG_SEALED, FRAME_HEADER_LEN, FrameHeader, Header, IndexEntry, Version, checksum};
+use crate::framebuf::FrameBuf;
 use crate::seal::{MasterKey, ObjectKey};
 
 /// What every frame of one object shares: its header, its key and its dictionary.

@@ -33,6 +33,11 @@ impl Buffers {
         Buffers(Some(pool))
     }
 
+    /// Whether a pool lends the buffers (else they come from the heap).
+    pub fn is_pool(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// An empty buffer with room for `capacity` bytes.
     pub fn get(&self, capacity: usize) -> FrameBuf {
         if let Some(pool) = &self.0

@@ -31,7 +31,9 @@ impl<T: Send + 'static> OrderedPool<T> {
         self.done.in_flight()
     }
 
-    /// Starts a job. A job that panics is handed back as [`Lost`] in its turn.
+    /// Starts a job. A job that panics on a worker thread is handed back as
+    /// [`crate::ordered::Lost`] in its turn (where no worker thread could start, jobs run on the
+    /// caller's thread, and a panic unwinds it).
     pub fn submit<F: FnOnce() -> T + Send + 'static>(&mut self, job: F) {
         let promise = self.done.promise(self.next_submit);
         self.next_submit += 1;

@@ -6,7 +6,6 @@
 //! frame to its position; the sealed index binds the frame count, so frames cannot be swapped,
 //! dropped or reordered undetected.
 
-use crate::framebuf::FrameBuf;
 use std::fmt;
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
@@ -16,6 +15,7 @@ use sha2::Sha256;
 
 use crate::error::{Error, Result};
 use crate::format::TAG_LEN;
+use crate::framebuf::FrameBuf;
 
 /// Length of a master key.
 pub const KEY_LEN: usize = 32;

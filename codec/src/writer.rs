@@ -82,13 +82,18 @@ impl FrameCutter {
         FrameCutter { size: size as usize, buf: None }
     }
 
-    /// Adds bytes; calls `emit` with every frame that fills up. A frame's buffer comes from
-    /// `buffers` when its first byte does, with room for a GCM tag after the frame: a frame
-    /// stored as it is becomes its own payload, sealed in place.
+    /// Adds bytes; calls `emit` with every frame that fills up. Each frame's buffer has room for
+    /// a GCM tag after the frame (a frame stored as it is becomes its own payload, sealed in
+    /// place), and comes from `buffers` when this push fills the whole frame, else from the heap:
+    /// a pool's buffer is never held by a frame that waits for more writes.
     pub fn push(&mut self, mut data: &[u8], buffers: &Buffers, mut emit: impl FnMut(FrameBuf)) {
         let size = self.size;
         while !data.is_empty() {
-            let buf = self.buf.get_or_insert_with(|| buffers.get(size + crate::format::TAG_LEN));
+            let whole = data.len() >= size;
+            let buf = self.buf.get_or_insert_with(|| {
+                let capacity = size + crate::format::TAG_LEN;
+                if whole { buffers.get(capacity) } else { Buffers::default().get(capacity) }
+            });
             let take = (size - buf.len()).min(data.len());
             buf.extend_from_slice(&data[..take]);
             data = &data[take..];
@@ -249,21 +254,25 @@ mod tests {
 
     #[test]
     fn cutter_makes_full_frames_from_any_pieces() {
-        let pool = Arc::new(crate::framebuf::testing::CountingPool::new(2, 4096 + crate::format::TAG_LEN));
-        for buffers in [Buffers::default(), Buffers::from_pool(pool.clone())] {
-            let mut c = FrameCutter::new(4096);
-            let mut frames = Vec::new();
-            let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-            for piece in data.chunks(777) {
-                c.push(piece, &buffers, |f| frames.push(f));
+        let pool = Arc::new(crate::framebuf::testing::CountingPool::new(4, 4096 + crate::format::TAG_LEN));
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        // Small pieces: no push fills a whole frame, so no frame takes a pool's buffer. One piece
+        // of it all: the two whole frames do, the rest is cut on the heap.
+        for (piece, lent) in [(777, 0), (10_000, 2)] {
+            for buffers in [Buffers::default(), Buffers::from_pool(pool.clone())] {
+                let mut c = FrameCutter::new(4096);
+                let mut frames = Vec::new();
+                for piece in data.chunks(piece) {
+                    c.push(piece, &buffers, |f| frames.push(f));
+                }
+                frames.extend(c.finish());
+                assert_eq!(frames.iter().map(|f| f.len()).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
+                assert_eq!(frames.iter().flat_map(|f| f.iter().copied()).collect::<Vec<u8>>(), data);
+                assert_eq!(frames.iter().filter(|f| f.is_lent()).count(), if buffers.is_pool() { lent } else { 0 });
             }
-            frames.extend(c.finish());
-            assert_eq!(frames.iter().map(|f| f.len()).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
-            assert_eq!(frames.iter().flat_map(|f| f.iter().copied()).collect::<Vec<u8>>(), data);
         }
-        // Two frames in the pool's buffers, the third from the heap; all given back.
         assert_eq!(pool.lent.load(std::sync::atomic::Ordering::SeqCst), 2);
-        assert_eq!(pool.out.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(pool.out.load(std::sync::atomic::Ordering::SeqCst), 0, "all given back");
     }
 
     #[test]

@@ -187,7 +187,12 @@ fn a_piece_that_cannot_shrink_is_stored_and_the_rest_of_its_frame_compressed() {
 #[test]
 #[ignore = "needs a GPU: run with --run-ignored on the GPU host"]
 fn frames_in_the_gpus_page_locked_buffers_cross_without_staging_and_decode_on_the_cpu() {
-    let gpu = gpu();
+    let cfg = GpuConfig {
+        nvcomp_lib: std::env::var_os("SHRINKFS_NVCOMP_LIB").map(Into::into),
+        frame_buffers: 64,
+        ..GpuConfig::default()
+    };
+    let gpu = Gpu::probe(&cfg).unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
     let buffers = gpu.frame_buffers();
     // 40 frames of up to 1 MiB in the GPU's own buffers (as a mount's cutter and `pack` fill
     // them), then the same bytes on the heap, then a launch mixing both (staged as before).

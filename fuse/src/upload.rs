@@ -215,7 +215,7 @@ pub struct Upload {
     sink: Sink,
     path: Path,
     /// Frames handed to the dispatcher, taken back encoded in order.
-    frames: EncodeStream,
+    encoding: EncodeStream,
     frame_size: u32,
     cutter: FrameCutter,
     writer: ObjectWriter,
@@ -242,6 +242,8 @@ pub struct Upload {
     released: u64,
     /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
+    /// A frame whose encoder stopped without it (a bug, logged): this upload can only fail.
+    lost_frame: Option<u64>,
     /// Stored bytes not shipped yet, in order from their offset on, kept in memory so parts are
     /// shipped from here rather than read back from the spill file (empty for in-place and
     /// in-memory spills).
@@ -286,14 +288,14 @@ impl Upload {
         // ctime and atime, which version 1 cannot store.
         let ctx = Arc::new(config.new_object_in(Version::V2));
         let writer = ObjectWriter::new(ctx.clone());
-        let frames = EncodeStream::new(ctx, codec, config.params.codec);
+        let encoding = EncodeStream::new(ctx, codec, config.params.codec);
         let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
         spill.append_in_memory(&header);
         Ok(Upload {
             sink,
             path,
-            frames,
+            encoding,
             frame_size: config.frame_size,
             cutter: FrameCutter::new(config.frame_size),
             writer,
@@ -310,6 +312,7 @@ impl Upload {
             confirmed: 0,
             released: 0,
             broken: false,
+            lost_frame: None,
             recent: VecDeque::new(),
             appends: JoinSet::new(),
             append_turn: Arc::default(),
@@ -375,28 +378,35 @@ impl Upload {
     async fn submit(&mut self, raw: FrameBuf) {
         // The budget's room goes back once the frame is encoded.
         let held = self.sink.budget.take(raw.len() as u64).await;
-        self.frames.submit(&self.sink.dispatcher, self.next_frame, raw, held);
+        self.encoding.submit(&self.sink.dispatcher, self.next_frame, raw, held);
         self.next_frame += 1;
     }
 
     /// Moves encoded frames, in order, to the spill; waits for every frame when `all` (else only
     /// while more than the allowed number are in flight).
     async fn collect(&mut self, all: bool) -> Result<()> {
+        if self.lost_frame.is_some() {
+            return Err(Error::Stopped("encoder"));
+        }
         loop {
-            let in_flight = self.frames.frames().in_flight();
+            let in_flight = self.encoding.frames().in_flight();
             if in_flight == 0 {
                 break;
             }
             let got = if all || in_flight > self.max_pending {
-                self.frames.frames().next().await
+                self.encoding.frames().next().await
             } else {
-                self.frames.frames().try_next()
+                self.encoding.frames().try_next()
             };
             let frame = match got {
                 Some(Ok(f)) => f,
                 // Not encoded yet (and not waited for), or never promised: nothing to take now.
                 None => break,
-                Some(Err(_lost)) => return Err(Error::Stopped("encoder")),
+                Some(Err(lost)) => {
+                    tracing::error!(key = %self.path, frame = lost.0, "a frame's encoder stopped without it: the file cannot be stored");
+                    self.lost_frame = Some(lost.0);
+                    return Err(Error::Stopped("encoder"));
+                }
             };
             let n = frame.len();
             if self.spill.fits_in_memory(n) {
@@ -411,7 +421,7 @@ impl Upload {
                 Ok(kept) if !kept.is_empty() && !self.spill.in_place() => self.recent.push_back((0, kept)),
                 Ok(_) => {}
                 Err(e) => {
-                    self.frames.frames().put_back(frame);
+                    self.encoding.frames().put_back(frame);
                     return Err(e.into());
                 }
             }

@@ -17,7 +17,7 @@ pub use super::error::{GpuError, GpuUnavailable};
 use super::meta::{BatchMeta, Call, Field};
 use super::nvcomp::{Algo, DeviceBatch, Nvcomp, Opts, SUCCESS, check};
 use super::pinned::PinnedFrames;
-use super::sync::{Events, Phases, Timings, Turn, Turns, on_threads};
+use super::sync::{Drained, Events, Phases, Timings, Turn, Turns, on_threads};
 use crate::codec::{CodecId, GpuLayout};
 use crate::gpuconfig::GpuConfig;
 use crate::{lz4frame, zstdstored};
@@ -339,6 +339,8 @@ impl Gpu {
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
+        // (Dropped before the lock on an early return: the copies queued so far end first.)
+        let _drained = Drained(cs);
         let b = &mut *guard;
         let max_out = algo.max_compressed_chunk(max_chunk, opts)?;
         let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
@@ -380,7 +382,7 @@ impl Gpu {
         }
         Phases::mark(&phases, 1, cs)?;
         // SAFETY: the metadata just copied (on this stream, before the launch) holds each chunk's
-        // input in d_in, staged above, and room for max_out bytes of output in d_out; d_temp
+        // input in d_in, copied or staged above, and room for max_out bytes of output in d_out; d_temp
         // holds temp bytes; the lane's buffers stay put (its lock is held) until the stream is
         // synchronised below.
         unsafe { algo.compress_async(&batch, max_chunk, opts, &lane.stream)? };
@@ -573,6 +575,8 @@ impl Gpu {
         let cs = lane.stream.cu_stream();
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
+        // (Dropped before the lock on an early return: the copies queued so far end first.)
+        let _drained = Drained(cs);
         let b = &mut *guard;
         let (in_offsets, in_total) = aligned_offsets(gpu.iter().map(|p| p.data.len()));
         let (out_offsets, out_total) = aligned_offsets(pieces.iter().map(|p| p.raw));

@@ -14,7 +14,6 @@ mod copy;
 mod device;
 mod error;
 mod meta;
-
 pub mod nvcomp;
 mod pinned;
 mod sync;

@@ -1,8 +1,8 @@
 //! Page-locked frame buffers the GPU lends to whatever cuts or reads frames
 //! ([`crate::framebuf::Slots`]): heap buffers registered with the driver when first needed, lent
-//! out and given back, never grown, moved or freed while registered. A launch whose frames all
-//! lie in them copies them to the device directly, without staging them in its own page-locked
-//! memory first (issue 15: that copy was 15-16% of a GPU `pack`'s CPU, on its launching thread).
+//! out and given back, never grown, moved or freed while registered. A launch copies the frames
+//! that lie in them to the device directly, without staging them in its own page-locked memory
+//! first (issue 15: that copy was 15-16% of a GPU `pack`'s CPU, on its launching thread).
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -81,7 +81,8 @@ impl crate::framebuf::Slots for PinnedFrames {
             }
             free.made += 1;
         }
-        // Registered outside the lock (about 0.15 ms per MiB, once per buffer).
+        // Registered outside the lock (about 0.16 ms per MiB, once per buffer; on the thread that
+        // asks, a mount's writer, which that once waits for it).
         let mut buf = Vec::with_capacity(self.capacity);
         match self.register(&mut buf) {
             Ok(()) => {

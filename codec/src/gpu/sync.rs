@@ -179,6 +179,19 @@ impl Drop for Events {
     }
 }
 
+/// Waits, when dropped, for the work queued on a launch's stream: a launch that returns early
+/// (an error) must not let its caller reuse the host memory its copies read from (a lent frame
+/// buffer), nor another launch its lane's buffers, while those copies may still run.
+pub(super) struct Drained(pub(super) cudarc::driver::sys::CUstream);
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        // SAFETY: the stream of a lane of this GPU, which outlives the launch; the launching
+        // thread, where this runs, has the context bound. A failure here is the context's own.
+        let _ = unsafe { cudarc::driver::sys::cuStreamSynchronize(self.0) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
