@@ -340,7 +340,7 @@ impl Gpu {
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
         // (Dropped before the lock on an early return: the copies queued so far end first.)
-        let _drained = Drained(cs);
+        let drained = Drained(cs);
         let b = &mut *guard;
         let max_out = algo.max_compressed_chunk(max_chunk, opts)?;
         let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
@@ -445,6 +445,7 @@ impl Gpu {
             })
             .collect();
         let t_collect = t.elapsed();
+        drained.waited();
         drop(guard);
         Timings {
             setup: t_setup,
@@ -576,7 +577,7 @@ impl Gpu {
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
         // (Dropped before the lock on an early return: the copies queued so far end first.)
-        let _drained = Drained(cs);
+        let drained = Drained(cs);
         let b = &mut *guard;
         let (in_offsets, in_total) = aligned_offsets(gpu.iter().map(|p| p.data.len()));
         let (out_offsets, out_total) = aligned_offsets(pieces.iter().map(|p| p.raw));
@@ -682,6 +683,7 @@ impl Gpu {
             out.extend(got);
             t_collect += t.elapsed();
         }
+        drained.waited();
         drop(guard);
         let back = std::time::Duration::ZERO;
         Timings {

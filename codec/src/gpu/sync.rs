@@ -184,6 +184,13 @@ impl Drop for Events {
 /// buffer), nor another launch its lane's buffers, while those copies may still run.
 pub(super) struct Drained(pub(super) cudarc::driver::sys::CUstream);
 
+impl Drained {
+    /// The launch waited for all its work itself: nothing to wait for.
+    pub(super) fn waited(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Drained {
     fn drop(&mut self) {
         // SAFETY: the stream of a lane of this GPU, which outlives the launch; the launching
