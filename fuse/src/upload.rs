@@ -9,7 +9,8 @@
 //! Failure never loses bytes: the spill keeps every stored byte until the upload is finished or
 //! dropped, so a failed part (or a failed `finish`) only starts shipping again from the first byte
 //! with a new multipart upload — at the next write or the retried `finish`, reading back from the
-//! spill what is no longer in memory — and `recover_into` can always rebuild the file. A part
+//! spill what is no longer in memory — and `recover_into` can always rebuild the file (but after a
+//! frame's encoder stopped without it, a bug that fails the upload, its write and its rebuild). A part
 //! failure during a write is not the write's error (its bytes are safe in the spill): it is
 //! reported by `finish` if shipping again fails too. An append to the spill that fails (a full
 //! staging disk) keeps its bytes in memory and is written again before the next write takes any.
@@ -852,5 +853,67 @@ mod tests {
         file.read_exact_at(&mut back, 0).unwrap();
         assert_eq!(&back, b"012abcdefgh");
         write_all_vectored_at(&file, &[]).unwrap();
+    }
+
+    /// A batch back end whose every launch panics: the frames it took are lost (their encoders
+    /// let go of them without a result).
+    struct PanickingLaunches;
+
+    impl shrinkfs_codec::dispatch::BatchBackend for PanickingLaunches {
+        fn compress_batch(
+            &self,
+            _: shrinkfs_codec::CodecId,
+            _: &[&[u8]],
+            _: i32,
+        ) -> shrinkfs_codec::dispatch::BatchResult {
+            panic!("a launch that panics (test)");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_that_lost_a_frame_is_never_finished_without_it() {
+        use shrinkfs_codec::dispatch::{Backend, DispatchConfig, GpuPolicy};
+        let backend = Backend::new(Arc::new(PanickingLaunches), vec![shrinkfs_codec::CodecId::Zstd], "panics");
+        let cfg = DispatchConfig {
+            policy: GpuPolicy::On,
+            min_items: 1,
+            batch_window: std::time::Duration::from_millis(1),
+            ..DispatchConfig::default()
+        };
+        let metrics = Arc::new(Metrics::new());
+        let sink = Sink {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            dispatcher: Arc::new(Dispatcher::with_backend(backend, cfg).unwrap()),
+            budget: Budget::new(256 << 20, metrics.clone()),
+            metrics,
+            tracked: None,
+            local: None,
+            sizes: UploadConfig::default(),
+            record: false,
+        };
+        let staging = tempfile::tempdir().unwrap();
+        let config = EncodeConfig { frame_size: 64 << 10, ..EncodeConfig::default() };
+        let mut up = Upload::new(sink, Path::from("f"), &config, staging.path()).unwrap();
+        let text = b"a line of a log that compresses well\n".repeat(2_000);
+        // Writes go on until one of them meets a lost frame (the panicking launches take the
+        // first frames, then the dispatcher gives the rest to the cores).
+        let mut failed = false;
+        for _ in 0..200 {
+            if up.write(&text, &mut Taken::default()).await.is_err() {
+                failed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(failed, "a write met the lost frame");
+        // (Bounded: with `--gpu on` a frame left in the dead launchers' queue would be waited
+        // for without end, had the upload gone past the lost frame.)
+        let finished = tokio::time::timeout(std::time::Duration::from_secs(20), up.finish(&FileMeta::default())).await;
+        assert!(
+            matches!(finished, Ok(Err(Error::Stopped("encoder")))),
+            "finished without the lost frame, or waited on: {finished:?}"
+        );
+        let out = tempfile::tempfile().unwrap();
+        assert!(up.recover_into(&out).await.is_err(), "a file rebuilt without the lost frame");
     }
 }
