@@ -377,6 +377,9 @@ struct Started {
     outcome: OnceLock<Outcome>,
     /// Set when the dispatcher is dropped: a start still under way skips its warm-up.
     stop: std::sync::atomic::AtomicBool,
+    /// Set when every launching thread has died (a panic in the back end): frames no longer go
+    /// to the GPU's queue, and what waits there goes to the CPU.
+    gone: std::sync::atomic::AtomicBool,
     /// Set with `outcome`, for [`Dispatcher::wait_started`].
     done: Mutex<bool>,
     signal: Condvar,
@@ -626,12 +629,19 @@ impl Dispatcher {
                         gpu: b.gpu,
                     });
                     let measured = Mutex::new(Measured::default());
+                    let alive = AtomicUsize::new(threads);
                     std::thread::scope(|s| {
                         for k in 1..threads {
                             let (batches, cfg, c, shared) = (batches.clone(), cfg.clone(), c.clone(), shared.clone());
                             let (backend, measured) = (b.batches.as_ref(), &measured);
-                            s.spawn(move || batch_loop(backend, batches, &cfg, (k, threads), &c, &shared, measured));
+                            let dying =
+                                Dying { alive: &alive, started: &outcome, queue: batches.clone(), c: c.clone() };
+                            s.spawn(move || {
+                                let _dying = dying;
+                                batch_loop(backend, batches, &cfg, (k, threads), &c, &shared, measured)
+                            });
                         }
+                        let _dying = Dying { alive: &alive, started: &outcome, queue: batches.clone(), c: c.clone() };
                         batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &shared, &measured);
                     });
                 }
@@ -734,7 +744,9 @@ impl Dispatcher {
 
     /// Whether frames of `codec` can go to the GPU.
     pub fn gpu_for(&self, codec: CodecId) -> bool {
-        self.gpu_tx.is_some() && self.started.outcome.get().is_some_and(|o| o.codecs.contains(&codec))
+        self.gpu_tx.is_some()
+            && !self.started.gone.load(Ordering::SeqCst)
+            && self.started.outcome.get().is_some_and(|o| o.codecs.contains(&codec))
     }
 
     /// The counters.
@@ -759,6 +771,12 @@ impl Dispatcher {
             // writer's thread; the CPU's encoder checks for itself.)
             match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done }) {
                 Ok(()) => {
+                    if self.started.gone.load(Ordering::SeqCst) {
+                        // Every launching thread died since the check above: nobody else may
+                        // take what waits (this frame too).
+                        drain_to_cpu(rx, &self.counters);
+                        return;
+                    }
                     if self.gpu_only {
                         return;
                     }
@@ -778,6 +796,35 @@ impl Dispatcher {
         }
         self.counters.cpu_frames.fetch_add(1, Ordering::Relaxed);
         cpu(ctx, codec, frame, raw, done)
+    }
+}
+
+/// Watches a launching thread: if it dies by a panic (the back end's), and it was the last one,
+/// the GPU is marked gone and the frames waiting for it go to the CPU, so none waits for a
+/// launch that will never come (with `--gpu on` the cores take no frame from the queue).
+struct Dying<'a> {
+    alive: &'a AtomicUsize,
+    started: &'a Started,
+    queue: Receiver<Job>,
+    c: Arc<Counters>,
+}
+
+impl Drop for Dying<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.alive.fetch_sub(1, Ordering::SeqCst) == 1 {
+            tracing::error!("the GPU's launching threads died; compressing on the CPU from now on");
+            // Marked first: a frame sent after this drain is drained by its sender (`submit`).
+            self.started.gone.store(true, Ordering::SeqCst);
+            drain_to_cpu(&self.queue, &self.c);
+        }
+    }
+}
+
+/// Sends every frame waiting in the GPU's queue to the CPU.
+fn drain_to_cpu(queue: &Receiver<Job>, c: &Counters) {
+    while let Ok(j) = queue.try_recv() {
+        c.fallback_error.fetch_add(1, Ordering::Relaxed);
+        cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
     }
 }
 

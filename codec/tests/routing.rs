@@ -569,3 +569,46 @@ fn frames_in_a_back_ends_lent_buffers_take_every_path_and_all_go_back() {
         assert_eq!(pool.lent.load(Ordering::SeqCst), 48);
     }
 }
+
+#[test]
+fn with_the_gpu_required_frames_go_to_the_cores_once_its_launching_threads_died() {
+    // `--gpu on`: the cores take no frame from the GPU's queue, so frames waiting there when the
+    // last launching thread dies would wait for ever; they go to the cores instead, and so does
+    // every frame after.
+    let fake = Arc::new(Switchable::default());
+    fake.panics.store(true, Ordering::SeqCst);
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::On,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        one_stream: true,
+        ..DispatchConfig::default()
+    };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
+    let send = |range: std::ops::Range<u64>| {
+        let (tx, rx) = channel();
+        for i in range.clone() {
+            let tx = tx.clone();
+            let raw = format!("frame {i} ").repeat(20_000).into_bytes();
+            d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw.into(), move |f| {
+                tx.send(f.header.codec).unwrap()
+            });
+        }
+        drop(tx);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut back = 0;
+        while rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok() {
+            back += 1;
+        }
+        // Every callback was called or dropped (the frames of the launches that panicked).
+        assert!(std::time::Instant::now() < deadline, "frames {range:?} still wait after 10 s");
+        back
+    };
+    // (The frames of the two launches that panicked, up to 128 each, are lost with them.)
+    let first = send(0..200);
+    assert!(fake.panicked.load(Ordering::SeqCst) >= 2, "both launching threads died");
+    assert!(first > 0, "the frames the dead launches did not hold came back");
+    assert!(!d.gpu_for(CodecId::Zstd), "the GPU is no longer used");
+    assert_eq!(send(200..300), 100, "every later frame is encoded on the cores");
+}

@@ -906,8 +906,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         assert!(failed, "a write met the lost frame");
-        // (Bounded: with `--gpu on` a frame left in the dead launchers' queue would be waited
-        // for without end, had the upload gone past the lost frame.)
+        // (Bounded: a wait that does not end fails the test instead of hanging it.)
         let finished = tokio::time::timeout(std::time::Duration::from_secs(20), up.finish(&FileMeta::default())).await;
         assert!(
             matches!(finished, Ok(Err(Error::Stopped("encoder")))),
