@@ -1127,7 +1127,14 @@ fn run_batch(
                     Some(payload) => {
                         c.gpu_frames.fetch_add(1, Ordering::Relaxed);
                         c.gpu_bytes_out.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                        crate::workers::spawn(move || (j.done)(finish_payload(&j.ctx, j.frame, &j.raw, id, payload)));
+                        crate::workers::spawn(move || {
+                            let Job { ctx, frame, raw, done, .. } = j;
+                            let encoded = finish_payload(&ctx, frame, &raw, id, payload);
+                            // The raw frame's buffer goes back (to a pool that lent it) before
+                            // the frame is handed on.
+                            drop(raw);
+                            done(encoded);
+                        });
                     }
                     None => {
                         c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
