@@ -32,7 +32,11 @@ pub fn gpu_config() -> GpuConfig {
 
 fn with_frame_buffers(frame_size: usize, n: usize) -> GpuConfig {
     let bytes = frame_size + shrinkfs_codec::format::TAG_LEN;
-    GpuConfig { frame_buffers: n, frame_buffer_bytes: bytes, ..env().0.clone() }
+    let (cfg, _, at_start) = env();
+    // All of them at the GPU's start unless told otherwise: registered later, on the threads that
+    // cut frames, they held writers and launches back (BENCHMARKS.md §9, session 21).
+    let frame_buffers_at_start = at_start.unwrap_or(n).min(n);
+    GpuConfig { frame_buffers: n, frame_buffer_bytes: bytes, frame_buffers_at_start, ..cfg.clone() }
 }
 
 /// The default for a mount: [`MOUNT_FRAME_BUFFERS`], at most what its budget holds.
@@ -41,14 +45,16 @@ fn mount_frame_buffers(frame_size: usize, in_flight: u64) -> usize {
     MOUNT_FRAME_BUFFERS.min(usize::try_from(fit).unwrap_or(usize::MAX))
 }
 
-/// The environment's settings and `SHRINKFS_GPU_FRAME_BUFFERS`, read (and warned about) once.
-fn env() -> &'static (GpuConfig, Option<usize>) {
-    static CONFIG: std::sync::OnceLock<(GpuConfig, Option<usize>)> = std::sync::OnceLock::new();
+/// The environment's settings, `SHRINKFS_GPU_FRAME_BUFFERS` and
+/// `SHRINKFS_GPU_FRAME_BUFFERS_AT_START`, read (and warned about) once.
+fn env() -> &'static (GpuConfig, Option<usize>, Option<usize>) {
+    static CONFIG: std::sync::OnceLock<(GpuConfig, Option<usize>, Option<usize>)> = std::sync::OnceLock::new();
     CONFIG.get_or_init(|| from_vars(|name| std::env::var(name).ok()))
 }
 
-/// `GpuConfig` from the variables `var` gives, and the number of frame buffers asked for.
-fn from_vars(var: impl Fn(&str) -> Option<String>) -> (GpuConfig, Option<usize>) {
+/// `GpuConfig` from the variables `var` gives, the number of frame buffers asked for, and how many
+/// of them to register at the GPU's start.
+fn from_vars(var: impl Fn(&str) -> Option<String>) -> (GpuConfig, Option<usize>, Option<usize>) {
     let mut cfg = GpuConfig {
         nvcomp_lib: var("SHRINKFS_NVCOMP_LIB").filter(|p| !p.is_empty()).map(Into::into),
         ..GpuConfig::default()
@@ -72,23 +78,24 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> (GpuConfig, Option<usize>)
         cfg.part_bytes = mib << 20;
     }
     let frame_buffers = number("SHRINKFS_GPU_FRAME_BUFFERS", 0..=65536);
+    let at_start = number("SHRINKFS_GPU_FRAME_BUFFERS_AT_START", 0..=65536);
     cfg.batch_copy = switch("SHRINKFS_GPU_BATCH_COPY").is_none_or(|v| v != "0");
     cfg.streaming_copy = switch("SHRINKFS_GPU_STREAMING_COPY").is_none_or(|v| v != "0");
     cfg.fail = switch("SHRINKFS_GPU_FAULT").is_some_and(|v| v == "1");
-    (cfg, frame_buffers)
+    (cfg, frame_buffers, at_start)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with(vars: &[(&str, &str)]) -> (GpuConfig, Option<usize>) {
+    fn with(vars: &[(&str, &str)]) -> (GpuConfig, Option<usize>, Option<usize>) {
         from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
     }
 
     #[test]
     fn each_variable_sets_its_field_and_a_bad_value_leaves_the_default() {
-        assert_eq!(with(&[]), (GpuConfig::default(), None));
+        assert_eq!(with(&[]), (GpuConfig::default(), None, None));
         let cfg = with(&[
             ("SHRINKFS_NVCOMP_LIB", "/opt/nv/libnvcomp.so.6"),
             ("SHRINKFS_GPU_LANES", "2"),
@@ -97,6 +104,7 @@ mod tests {
             ("SHRINKFS_GPU_STREAMING_COPY", "0"),
             ("SHRINKFS_GPU_FAULT", "1"),
             ("SHRINKFS_GPU_FRAME_BUFFERS", "0"),
+            ("SHRINKFS_GPU_FRAME_BUFFERS_AT_START", "12"),
         ]);
         let want = GpuConfig {
             lanes: 2,
@@ -107,19 +115,20 @@ mod tests {
             nvcomp_lib: Some("/opt/nv/libnvcomp.so.6".into()),
             ..GpuConfig::default()
         };
-        assert_eq!(cfg, (want, Some(0)));
+        assert_eq!(cfg, (want, Some(0), Some(12)));
         for (name, bad) in [
             ("SHRINKFS_GPU_LANES", "9"),
             ("SHRINKFS_GPU_LANES", "many"),
             ("SHRINKFS_GPU_PART_MIB", "0"),
             ("SHRINKFS_GPU_FRAME_BUFFERS", "-1"),
             ("SHRINKFS_GPU_FRAME_BUFFERS", "abc"),
+            ("SHRINKFS_GPU_FRAME_BUFFERS_AT_START", "x"),
         ] {
-            assert_eq!(with(&[(name, bad)]), (GpuConfig::default(), None), "{name}={bad}");
+            assert_eq!(with(&[(name, bad)]), (GpuConfig::default(), None, None), "{name}={bad}");
         }
         assert_eq!(
             with(&[("SHRINKFS_GPU_FAULT", "0"), ("SHRINKFS_GPU_BATCH_COPY", "1"), ("SHRINKFS_NVCOMP_LIB", "")]),
-            (GpuConfig::default(), None)
+            (GpuConfig::default(), None, None)
         );
     }
 
@@ -135,6 +144,10 @@ mod tests {
             assert_eq!(pack_config(frame).frame_buffers, 0);
             let m = mount_config(4 << 20, 768 << 20);
             assert_eq!((m.frame_buffers, m.frame_buffer_bytes), (191, (4 << 20) + 16), "sized for the mount's frames");
+            if std::env::var_os("SHRINKFS_GPU_FRAME_BUFFERS_AT_START").is_none() {
+                assert_eq!(m.frame_buffers_at_start, 191, "a mount registers them all at the GPU's start");
+                assert_eq!(pack_config(frame).frame_buffers_at_start, 0);
+            }
         }
     }
 }

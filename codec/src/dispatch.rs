@@ -229,6 +229,7 @@ impl BatchBackend for crate::gpu::Gpu {
         // Zeros: the kernels are quick, and the buffers grow to the launches' size (growing them
         // later, during launches, would wait for every lane: freeing device memory synchronises).
         // (zstd, the default, at full size; the buffers then fit LZ4's launches too.)
+        self.register_frame_buffers();
         let frame = vec![0u8; 1 << 20];
         for codec in [CodecId::Zstd, CodecId::Lz4].into_iter().filter(|c| self.codecs().contains(c)) {
             let batch = vec![&frame[..]; if codec == CodecId::Zstd { frames.max(1) } else { 1 }];

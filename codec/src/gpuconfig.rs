@@ -24,13 +24,17 @@ pub struct GpuConfig {
     /// nVCOMP's library, tried before the places searched (`nvcomp::Nvcomp::load`).
     pub nvcomp_lib: Option<PathBuf>,
     /// Most page-locked frame buffers the GPU lends to frame producers (the cutters of a mount's
-    /// files, `pack`'s readers), registered with the driver as they are first needed (about
-    /// 0.16 ms per MiB, once) and kept: launches copy frames in them to the device directly
-    /// instead of staging them first. 0 (the default): none, every frame is staged.
+    /// files, `pack`'s readers), registered with the driver (about 0.16-0.6 ms per MiB, once;
+    /// `frame_buffers_at_start` of them when the GPU starts, the rest as they are first needed)
+    /// and kept: launches copy frames in them to the device directly instead of staging them
+    /// first. 0 (the default): none, every frame is staged.
     pub frame_buffers: usize,
     /// Bytes of each (frames up to this size, with a GCM tag, take them; larger ones are cut on
     /// the heap).
     pub frame_buffer_bytes: usize,
+    /// Frame buffers registered when the GPU warms up, before any frame comes; the rest are
+    /// registered as frames first need them.
+    pub frame_buffers_at_start: usize,
 }
 
 impl GpuConfig {
@@ -49,6 +53,7 @@ impl Default for GpuConfig {
             nvcomp_lib: None,
             frame_buffers: 0,
             frame_buffer_bytes: crate::writer::DEFAULT_FRAME_SIZE as usize + crate::format::TAG_LEN,
+            frame_buffers_at_start: 0,
         }
     }
 }

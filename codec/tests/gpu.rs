@@ -190,9 +190,13 @@ fn frames_in_the_gpus_page_locked_buffers_cross_without_staging_and_decode_on_th
     let cfg = GpuConfig {
         nvcomp_lib: std::env::var_os("SHRINKFS_NVCOMP_LIB").map(Into::into),
         frame_buffers: 64,
+        frame_buffers_at_start: 32,
         ..GpuConfig::default()
     };
     let gpu = Gpu::probe(&cfg).unwrap_or_else(|why| panic!("this test needs a GPU and found none: {why}"));
+    assert_eq!(gpu.frame_buffers_registered(), 0, "none before the start asks");
+    gpu.register_frame_buffers();
+    assert_eq!(gpu.frame_buffers_registered(), 32, "the buffers asked for at start");
     let buffers = gpu.frame_buffers();
     // 40 frames of up to 1 MiB in the GPU's own buffers (as a mount's cutter and `pack` fill
     // them), then the same bytes on the heap, then a launch mixing both (staged as before).
@@ -208,6 +212,10 @@ fn frames_in_the_gpus_page_locked_buffers_cross_without_staging_and_decode_on_th
             b
         })
         .collect();
+    assert_eq!(gpu.frame_buffers_registered(), 40, "32 at start, 8 as frames needed them");
+    let beyond: Vec<_> = (0..30).map(|_| buffers.get(1 << 20)).collect();
+    assert_eq!(beyond.iter().filter(|b| b.is_lent()).count(), 24, "no more than 64 lent");
+    drop(beyond);
     let heap: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
     let pinned: Vec<&[u8]> = lent.iter().map(|b| &b[..]).collect();
     let mixed: Vec<&[u8]> = pinned.iter().zip(&heap).map(|(p, h)| if p.len() % 2 == 0 { *p } else { *h }).collect();

@@ -1,5 +1,6 @@
 //! Page-locked frame buffers the GPU lends to whatever cuts or reads frames
-//! ([`crate::framebuf::Slots`]): heap buffers registered with the driver when first needed, lent
+//! ([`crate::framebuf::Slots`]): heap buffers registered with the driver at the GPU's start (as
+//! many as the caller asks; the rest when first needed), lent
 //! out and given back, never grown, moved or freed while registered. A launch copies the frames
 //! that lie in them to the device directly, without staging them in its own page-locked memory
 //! first (issue 15: that copy was 15-16% of a GPU `pack`'s CPU, on its launching thread).
@@ -54,35 +55,42 @@ impl PinnedFrames {
             .collect()
     }
 
-    fn register(&self, buf: &mut Vec<u8>) -> Result<(), GpuError> {
-        cuda(self.ctx.bind_to_thread())?;
-        // SAFETY: the buffer's whole capacity is this allocation's; it stays where it is (a
-        // lent buffer cannot grow, and the pool never frees one) until `Drop` unregisters it.
-        unsafe {
-            sys::cuMemHostRegister_v2(buf.as_mut_ptr().cast(), buf.capacity(), 0)
-                .result()
-                .map_err(|source| GpuError::CudaCall { call: "cuMemHostRegister", source })
+    /// Registers buffers until `n` are made (or `most`), free to lend: done before any frame
+    /// comes, a registration never waits on a writer's thread or beside a launch. Returns how many
+    /// are made.
+    pub(super) fn prefill(&self, n: usize) -> usize {
+        let want = n.min(self.most);
+        let mut made = Vec::new();
+        loop {
+            // (`make` counts what it makes.)
+            if self.free.lock().unwrap_or_else(PoisonError::into_inner).made >= want {
+                break;
+            }
+            match self.make() {
+                Some(buf) => made.push(buf),
+                None => break,
+            }
         }
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        free.bufs.extend(made);
+        free.made
     }
-}
 
-impl crate::framebuf::Slots for PinnedFrames {
-    fn lend(&self, capacity: usize) -> Option<Vec<u8>> {
-        if capacity > self.capacity {
-            return None;
-        }
+    /// Buffers registered so far (lent or free).
+    pub(super) fn made(&self) -> usize {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner).made
+    }
+
+    /// One more registered buffer, counted as made; `None` once a registration failed or `most`
+    /// are made.
+    fn make(&self) -> Option<Vec<u8>> {
         {
             let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(buf) = free.bufs.pop() {
-                return Some(buf);
-            }
             if free.failed || free.made >= self.most {
                 return None;
             }
             free.made += 1;
         }
-        // Registered outside the lock (about 0.16 ms per MiB, once per buffer; on the thread that
-        // asks, a mount's writer, which that once waits for it).
         let mut buf = Vec::with_capacity(self.capacity);
         match self.register(&mut buf) {
             Ok(()) => {
@@ -102,6 +110,29 @@ impl crate::framebuf::Slots for PinnedFrames {
                 None
             }
         }
+    }
+
+    fn register(&self, buf: &mut Vec<u8>) -> Result<(), GpuError> {
+        cuda(self.ctx.bind_to_thread())?;
+        // SAFETY: the buffer's whole capacity is this allocation's; it stays where it is (a
+        // lent buffer cannot grow, and the pool never frees one) until `Drop` unregisters it.
+        unsafe {
+            sys::cuMemHostRegister_v2(buf.as_mut_ptr().cast(), buf.capacity(), 0)
+                .result()
+                .map_err(|source| GpuError::CudaCall { call: "cuMemHostRegister", source })
+        }
+    }
+}
+
+impl crate::framebuf::Slots for PinnedFrames {
+    fn lend(&self, capacity: usize) -> Option<Vec<u8>> {
+        if capacity > self.capacity {
+            return None;
+        }
+        if let Some(buf) = self.free.lock().unwrap_or_else(PoisonError::into_inner).bufs.pop() {
+            return Some(buf);
+        }
+        self.make()
     }
 
     fn give_back(&self, buf: Vec<u8>) {
