@@ -150,8 +150,9 @@ pub struct UploadConfig {
     pub part_size: usize,
     /// Parts of one object uploading at once.
     pub parts_in_flight: usize,
-    /// Frames of one object handed to threads that append them to its spill or staged file (one
-    /// thread writes into the file at a time; the others wait their turn).
+    /// Appends of one object's frames (each the frames found ready together, up to 8 MiB) handed
+    /// to threads that write them into its spill or staged file (one thread writes into the file
+    /// at a time; the others wait their turn).
     pub appends_in_flight: usize,
 }
 

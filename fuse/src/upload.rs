@@ -251,6 +251,8 @@ pub struct Upload {
     recent: VecDeque<(u64, Bytes)>,
     /// Appends to the spill or in-place file in flight.
     appends: JoinSet<Appended>,
+    /// Appends handed to `appends` so far.
+    appends_sent: u64,
     /// Held by the append writing into the file.
     append_turn: Arc<std::sync::Mutex<()>>,
     /// Appends that failed (a full disk), with their offsets: written again before anything else.
@@ -263,7 +265,27 @@ pub struct Upload {
 type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 
 /// What an append to the spill or in-place file reports: its pieces (offset and bytes), how it went.
-type Appended = ([(u64, Bytes); 2], std::io::Result<()>);
+type Appended = (Vec<(u64, Bytes)>, std::io::Result<()>);
+
+/// Contiguous frames `collect` found ready, for one append into `file`.
+#[derive(Default)]
+struct Batch {
+    file: Option<Arc<File>>,
+    pieces: Vec<(u64, Bytes)>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Most bytes in one append (with `UploadConfig::appends_in_flight` of them, what a file's
+    /// encoded frames may hold outside the pipeline while they are written), and most pieces (a
+    /// header and a payload a frame; the kernel takes at most 1,024 in one call).
+    const MAX_BYTES: usize = 8 << 20;
+    const MAX_PIECES: usize = 1024;
+
+    fn full(&self) -> bool {
+        self.bytes >= Self::MAX_BYTES || self.pieces.len() + 2 > Self::MAX_PIECES
+    }
+}
 
 impl std::fmt::Debug for Upload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -316,6 +338,7 @@ impl Upload {
             lost_frame: None,
             recent: VecDeque::new(),
             appends: JoinSet::new(),
+            appends_sent: 0,
             append_turn: Arc::default(),
             unstored: Vec::new(),
             whole_raw: None,
@@ -384,29 +407,35 @@ impl Upload {
     }
 
     /// Moves encoded frames, in order, to the spill; waits for every frame when `all` (else only
-    /// while more than the allowed number are in flight).
+    /// while more than the allowed number are in flight). The frames found ready together go to
+    /// the file in one append: a launch hands back dozens of a file's frames at once, and one
+    /// append each, at most a few in flight, held the writer while they were written in turn.
     async fn collect(&mut self, all: bool) -> Result<()> {
         if self.lost_frame.is_some() {
             return Err(Error::Stopped("encoder"));
         }
-        loop {
+        let mut batch = Batch::default();
+        let res = loop {
             let in_flight = self.encoding.frames().in_flight();
             if in_flight == 0 {
-                break;
+                break Ok(());
             }
-            let got = if all || in_flight > self.max_pending {
-                self.encoding.frames().next().await
-            } else {
-                self.encoding.frames().try_next()
+            let got = match self.encoding.frames().try_next() {
+                None if all || in_flight > self.max_pending => {
+                    // What is gathered goes out before waiting, so it is written meanwhile.
+                    self.append_batch(&mut batch).await;
+                    self.encoding.frames().next().await
+                }
+                got => got,
             };
             let frame = match got {
                 Some(Ok(f)) => f,
                 // Not encoded yet (and not waited for), or never promised: nothing to take now.
-                None => break,
+                None => break Ok(()),
                 Some(Err(lost)) => {
                     tracing::error!(key = %self.path, frame = lost.0, "a frame's encoder stopped without it: the file cannot be stored");
                     self.lost_frame = Some(lost.0);
-                    return Err(Error::Stopped("encoder"));
+                    break Err(Error::Stopped("encoder"));
                 }
             };
             let n = frame.len();
@@ -423,7 +452,7 @@ impl Upload {
                 Ok(_) => {}
                 Err(e) => {
                     self.encoding.frames().put_back(frame);
-                    return Err(e.into());
+                    break Err(e.into());
                 }
             }
             let (file, at) = self.spill.reserve(n).expect("a file spill after overflow");
@@ -434,9 +463,23 @@ impl Upload {
             if !self.spill.in_place() {
                 self.recent.extend(pieces.iter().cloned());
             }
-            self.append_off_thread(file, pieces).await;
+            if batch.file.as_ref().is_some_and(|f| !Arc::ptr_eq(f, &file)) || batch.full() {
+                self.append_batch(&mut batch).await;
+            }
+            batch.file = Some(file);
+            batch.bytes += n;
+            batch.pieces.extend(pieces);
+        };
+        self.append_batch(&mut batch).await;
+        res
+    }
+
+    /// Sends what `batch` gathered to the file in one append.
+    async fn append_batch(&mut self, batch: &mut Batch) {
+        if let Some(file) = batch.file.take() {
+            batch.bytes = 0;
+            self.append_off_thread(file, std::mem::take(&mut batch.pieces)).await;
         }
-        Ok(())
     }
 
     /// Counts a frame whose bytes have their place in the spill, and lists it in the index.
@@ -448,7 +491,8 @@ impl Upload {
 
     /// Writes `pieces` (each at its offset) into the spill or in-place file on a blocking thread,
     /// a bounded number at once.
-    async fn append_off_thread(&mut self, file: Arc<File>, pieces: [(u64, Bytes); 2]) {
+    async fn append_off_thread(&mut self, file: Arc<File>, pieces: Vec<(u64, Bytes)>) {
+        self.appends_sent += 1;
         let turn = self.append_turn.clone();
         self.appends.spawn_blocking(move || {
             // One append into the file at a time: a local file system lets one buffered write
@@ -853,6 +897,60 @@ mod tests {
         file.read_exact_at(&mut back, 0).unwrap();
         assert_eq!(&back, b"012abcdefgh");
         write_all_vectored_at(&file, &[]).unwrap();
+    }
+
+    /// A batch back end that takes launches of many frames and stores each as it is.
+    struct StoresAsIs;
+
+    impl shrinkfs_codec::dispatch::BatchBackend for StoresAsIs {
+        fn compress_batch(
+            &self,
+            _: shrinkfs_codec::CodecId,
+            chunks: &[&[u8]],
+            _: i32,
+        ) -> shrinkfs_codec::dispatch::BatchResult {
+            Ok(vec![None; chunks.len()])
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_a_launch_hands_back_together_go_to_the_file_in_few_appends() {
+        use shrinkfs_codec::dispatch::{Backend, DispatchConfig, GpuPolicy};
+        let backend = Backend::new(Arc::new(StoresAsIs), vec![shrinkfs_codec::CodecId::Zstd], "stores");
+        // Launches of 40 frames, gathered for up to a second: the frames come back together.
+        let cfg = DispatchConfig {
+            policy: GpuPolicy::On,
+            min_items: 40,
+            batch_max_items: 40,
+            batch_window: std::time::Duration::from_secs(1),
+            one_stream: true,
+            ..DispatchConfig::default()
+        };
+        let metrics = Arc::new(Metrics::new());
+        let sink = Sink {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            dispatcher: Arc::new(Dispatcher::with_backend(backend, cfg).unwrap()),
+            budget: Budget::new(256 << 20, metrics.clone()),
+            metrics,
+            tracked: None,
+            local: None,
+            sizes: UploadConfig::default(),
+            record: false,
+        };
+        let store = sink.store.clone();
+        let staging = tempfile::tempdir().unwrap();
+        let config = EncodeConfig { frame_size: 64 << 10, ..EncodeConfig::default() };
+        let mut up = Upload::new(sink, Path::from("f"), &config, staging.path()).unwrap();
+        let data: Vec<u8> =
+            (0..40u32 * (64 << 10) / 4).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
+        up.write(&data, &mut Taken::default()).await.unwrap();
+        up.finish(&FileMeta::default()).await.unwrap();
+        // The frames past what the spill keeps in memory go to its file in one append per group
+        // found ready together (a launch's, or what `finish` found ready before it waited): a
+        // few, where one append a frame made 39.
+        assert!(up.appends_sent <= 8, "{} appends for 40 frames", up.appends_sent);
+        let object = store.get(&Path::from("f")).await.unwrap().bytes().await.unwrap();
+        assert_eq!(shrinkfs_codec::decode_all(&object, None, &[]).unwrap(), data);
     }
 
     /// A batch back end whose every launch panics: the frames it took are lost (their encoders
