@@ -363,6 +363,11 @@ pub struct GpuArgs {
     /// H100: each launches half); a launch goes as soon as its share waits.
     #[arg(long, default_value = "256M", value_parser = values::size_in(1, MAX_DATA))]
     pub gpu_batch_floor_bytes: u64,
+    /// With --gpu auto, files of a mount written at once (each past its first 8 frames) from which
+    /// their zstd frames go to the GPU alone, as with --gpu on; fewer share the GPU and the cores
+    /// as measured. 0: never.
+    #[arg(long, default_value_t = 2, value_parser = values::int_in::<usize>(0, 1_000_000))]
+    pub gpu_many_streams: usize,
     /// nVCOMP data type of the data, for cascaded and bitcomp: char, short, int, longlong (and u* forms).
     #[arg(long, default_value = "char", value_parser = ["char", "uchar", "short", "ushort", "int", "uint", "longlong", "ulonglong"])]
     pub gpu_data_type: String,
@@ -436,6 +441,7 @@ impl GpuArgs {
             expected_bytes,
             one_stream: true,
             gpu_first: matches!(serves, Serves::Mount { .. }),
+            many_streams: if matches!(serves, Serves::Mount { .. }) { self.gpu_many_streams } else { 0 },
             gpu: match serves {
                 Serves::Mount { frame_size, in_flight } => crate::gpuenv::mount_config(frame_size, in_flight),
                 Serves::Pack { frame_size } => crate::gpuenv::pack_config(frame_size),

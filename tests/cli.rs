@@ -389,6 +389,7 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
         ("--gpu-batch-max-items", with(&["0"])),
         ("--gpu-batch-window-ms", with(&["10001"])),
         ("--gpu-batch-floor-bytes", with(&["0", "1X", "16777216T"])),
+        ("--gpu-many-streams", with(&["-1", "1000001", "many"])),
         ("--gpu-data-type", vec!["", "float"]),
         // S3 flags (mount, pack, unpack, inspect).
         (

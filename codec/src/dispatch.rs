@@ -69,6 +69,15 @@ pub struct DispatchConfig {
     /// and 1.4-1.6x with 16 busy loops beside, where `auto` had been 0.8-1.0x. One ordered stream
     /// (`pack`) waits for every frame a launch holds, and was slower that way (0.7-0.9x).
     pub gpu_first: bool,
+    /// With `GpuPolicy::Auto`, once this many streams write at once (see
+    /// [`Dispatcher::stream`]: a mount's files past their first frames), their zstd frames go to
+    /// the GPU alone, as with `GpuPolicy::On`: no CPU turn each, and writers keep `on`'s window.
+    /// Many streams keep full launches coming, and cores that compress beside them slow the
+    /// writers' and the launches' host side: on the H100 host 2 to 8 writers moved 1.04-1.54x
+    /// what the cores alone moved, where sharing as measured gave 0.95-1.4x (BENCHMARKS.md §9,
+    /// session 21). One stream keeps the measured sharing: alone on the GPU one writer moved
+    /// 0.6-0.9x the cores' rate. 0: never.
+    pub many_streams: usize,
     /// Added to the process's nice value for the thread that starts the GPU and launches on it,
     /// and for the threads it starts (which inherit it): a launch's host side (staging copies,
     /// waits) needs a core at each step, and on a busy host it waited behind every CPU-bound
@@ -103,6 +112,7 @@ impl Default for DispatchConfig {
             expected_bytes: None,
             one_stream: false,
             gpu_first: false,
+            many_streams: 0,
             launch_nice: -10,
             gpu: crate::gpuconfig::GpuConfig::default(),
         }
@@ -249,6 +259,18 @@ struct Job {
     frame: u64,
     raw: FrameBuf,
     done: Done,
+    /// Sent without a CPU turn under `auto` (many streams): counted in `Share::turnless` until
+    /// taken.
+    turnless: bool,
+}
+
+impl Job {
+    /// Called by whoever takes this job out of the queue.
+    fn taken(&self, share: &Share) {
+        if self.turnless {
+            share.turnless.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Why a dispatcher could not start.
@@ -297,6 +319,10 @@ pub struct Dispatcher {
     counters: Arc<Counters>,
     /// What the CPU turns and the launching threads agree on (`auto`).
     share: Arc<Share>,
+    /// Streams writing now ([`Self::stream`]), and how many send their frames to the GPU alone
+    /// (`DispatchConfig::many_streams`; 0: never).
+    streams: Arc<AtomicUsize>,
+    many_streams: usize,
     /// What the dispatcher is while its back end starts, or why it has none.
     before: String,
 }
@@ -320,6 +346,10 @@ struct Share {
     /// Set once a launching thread has ended (a panic, or the queue closed): turns take their
     /// frames from then on.
     ended: std::sync::atomic::AtomicBool,
+    /// Waiting frames sent without a CPU turn (many streams, `DispatchConfig::many_streams`):
+    /// while any wait, the launching threads launch whatever the measurements say, so none
+    /// waits for a turn that will never come.
+    turnless: AtomicUsize,
 }
 
 /// A frame's CPU turn: a worker that comes free takes the oldest waiting frame, unless the GPU
@@ -334,6 +364,7 @@ fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
         }
     }
     if let Ok(j) = rx.try_recv() {
+        j.taken(share);
         let started = Instant::now();
         let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
         c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -507,6 +538,8 @@ impl Dispatcher {
             started,
             counters: Arc::default(),
             share: Arc::default(),
+            streams: Arc::default(),
+            many_streams: 0,
             before: why.into(),
         }
     }
@@ -576,8 +609,8 @@ impl Dispatcher {
     /// it has, or if it cannot, the CPU workers take every frame (`before` says what it is
     /// meanwhile).
     pub fn starting(start: Start, before: &str, cfg: DispatchConfig) -> Result<Self, DispatchError> {
-        let (gpu_only, min_items, launch_bytes) =
-            (cfg.policy == GpuPolicy::On, cfg.min_items.max(1), cfg.batch_floor_bytes.max(1));
+        let (gpu_only, min_items, launch_bytes, many_streams) =
+            (cfg.policy == GpuPolicy::On, cfg.min_items.max(1), cfg.batch_floor_bytes.max(1), cfg.many_streams);
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let started: Arc<Started> = Arc::default();
@@ -635,14 +668,25 @@ impl Dispatcher {
                         for k in 1..threads {
                             let (batches, cfg, c, shared) = (batches.clone(), cfg.clone(), c.clone(), shared.clone());
                             let (backend, measured) = (b.batches.as_ref(), &measured);
-                            let dying =
-                                Dying { alive: &alive, started: &outcome, queue: batches.clone(), c: c.clone() };
+                            let dying = Dying {
+                                alive: &alive,
+                                started: &outcome,
+                                queue: batches.clone(),
+                                c: c.clone(),
+                                share: shared.clone(),
+                            };
                             s.spawn(move || {
                                 let _dying = dying;
                                 batch_loop(backend, batches, &cfg, (k, threads), &c, &shared, measured)
                             });
                         }
-                        let _dying = Dying { alive: &alive, started: &outcome, queue: batches.clone(), c: c.clone() };
+                        let _dying = Dying {
+                            alive: &alive,
+                            started: &outcome,
+                            queue: batches.clone(),
+                            c: c.clone(),
+                            share: shared.clone(),
+                        };
                         batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &shared, &measured);
                     });
                 }
@@ -663,6 +707,8 @@ impl Dispatcher {
             started,
             counters,
             share,
+            streams: Arc::default(),
+            many_streams,
             before: before.into(),
         })
     }
@@ -695,7 +741,7 @@ impl Dispatcher {
         let cpu = cores_window();
         match &self.gpu_tx {
             None => cpu,
-            Some(_) if self.gpu_only => cpu.max(512),
+            Some(_) if self.gpu_only || self.many_streams_now() => cpu.max(512),
             Some(_) => cpu.max(2 * self.min_items),
         }
     }
@@ -768,28 +814,36 @@ impl Dispatcher {
     ) {
         let done: Done = Box::new(done);
         if let Some((tx, rx)) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
+            // Many streams at once: the GPU alone, as `on`, but counted, so the launching threads
+            // launch it whatever they measured (see `Share::turnless`). (Counted before it is
+            // sent: a launching thread never sees it waiting uncounted.)
+            let turnless = !self.gpu_only && gpu_codec == CodecId::Zstd && self.many_streams_now();
+            if turnless {
+                self.share.turnless.fetch_add(1, Ordering::SeqCst);
+            }
             // (Frames that look compressed are sorted out where the GPU takes them, off the
             // writer's thread; the CPU's encoder checks for itself.)
-            match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done }) {
+            match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done, turnless }) {
                 Ok(()) => {
                     if self.started.gone.load(Ordering::SeqCst) {
                         // Every launching thread died since the check above: nobody else may
                         // take what waits (this frame too).
-                        drain_to_cpu(rx, &self.counters);
+                        drain_to_cpu(rx, &self.counters, &self.share);
                         return;
                     }
-                    if self.gpu_only {
+                    if self.gpu_only || turnless {
                         return;
                     }
                     // The frame's CPU turn. (Every frame in the queue has a turn still to come, or
-                    // one left to the GPU, given back when it stops coming first: none waits for
-                    // a GPU that no longer launches. A launch that never returns holds its own
-                    // frames and, with `gpu_first`, those left to it.)
+                    // one left to the GPU, given back when it stops coming first, or is counted as
+                    // turnless: none waits for a GPU that no longer launches. A launch that never
+                    // returns holds its own frames and, with `gpu_first`, those left to it.)
                     let (rx, c, share) = (rx.clone(), self.counters.clone(), self.share.clone());
                     crate::workers::spawn(move || cpu_turn(&rx, &c, &share, false));
                     return;
                 }
                 Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
+                    j.taken(&self.share);
                     self.counters.fallback_queue_full.fetch_add(1, Ordering::Relaxed);
                     return cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
                 }
@@ -797,6 +851,29 @@ impl Dispatcher {
         }
         self.counters.cpu_frames.fetch_add(1, Ordering::Relaxed);
         cpu(ctx, codec, frame, raw, done)
+    }
+
+    /// Marks a stream of frames (a mount's file being written) as writing until the guard is
+    /// dropped: with `DispatchConfig::many_streams` of them at once, `auto` sends their frames
+    /// to the GPU alone.
+    pub fn stream(&self) -> StreamGuard {
+        self.streams.fetch_add(1, Ordering::SeqCst);
+        StreamGuard(self.streams.clone())
+    }
+
+    /// Whether enough streams write now for their frames to go to the GPU alone.
+    fn many_streams_now(&self) -> bool {
+        self.many_streams > 0 && self.streams.load(Ordering::Relaxed) >= self.many_streams
+    }
+}
+
+/// A stream that writes (see [`Dispatcher::stream`]).
+#[derive(Debug)]
+pub struct StreamGuard(Arc<AtomicUsize>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -808,6 +885,7 @@ struct Dying<'a> {
     started: &'a Started,
     queue: Receiver<Job>,
     c: Arc<Counters>,
+    share: Arc<Share>,
 }
 
 impl Drop for Dying<'_> {
@@ -816,14 +894,15 @@ impl Drop for Dying<'_> {
             tracing::error!("the GPU's launching threads died; compressing on the CPU from now on");
             // Marked first: a frame sent after this drain is drained by its sender (`submit`).
             self.started.gone.store(true, Ordering::SeqCst);
-            drain_to_cpu(&self.queue, &self.c);
+            drain_to_cpu(&self.queue, &self.c, &self.share);
         }
     }
 }
 
 /// Sends every frame waiting in the GPU's queue to the CPU.
-fn drain_to_cpu(queue: &Receiver<Job>, c: &Counters) {
+fn drain_to_cpu(queue: &Receiver<Job>, c: &Counters, share: &Share) {
     while let Ok(j) = queue.try_recv() {
+        j.taken(share);
         c.fallback_error.fetch_add(1, Ordering::Relaxed);
         cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
     }
@@ -979,7 +1058,10 @@ fn batch_loop(
             match rx.try_recv() {
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return,
                 Err(crossbeam_channel::TryRecvError::Empty) => continue,
-                Ok(j) => cpu(j.ctx, j.codec, j.frame, j.raw, j.done),
+                Ok(j) => {
+                    j.taken(share);
+                    cpu(j.ctx, j.codec, j.frame, j.raw, j.done)
+                }
             }
             continue;
         }
@@ -1003,6 +1085,8 @@ fn batch_loop(
         let waiting = rx.len();
         let decision = match cfg.policy {
             GpuPolicy::On => Decision::Launch,
+            // Frames without a CPU turn wait: launched whatever was measured.
+            _ if share.turnless.load(Ordering::SeqCst) > 0 => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
             _ => {
                 let (d, launch_ns) = {
@@ -1047,6 +1131,7 @@ fn batch_loop(
         let mut bytes = 0;
         while batch.len() < most && bytes < most_bytes {
             let Ok(j) = rx.try_recv() else { break };
+            j.taken(share);
             bytes += j.raw.len();
             batch.push(j);
         }
@@ -1168,8 +1253,16 @@ mod tests {
             let done_tx = done_tx.clone();
             let done: Done = Box::new(move |_| done_tx.send(frame).unwrap());
             let codec = cpu_equivalent(CodecId::Zstd, 1);
-            tx.send(Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![7; 1000].into(), done })
-                .unwrap();
+            tx.send(Job {
+                ctx: ctx.clone(),
+                codec,
+                gpu_codec: CodecId::Zstd,
+                frame,
+                raw: vec![7; 1000].into(),
+                done,
+                turnless: false,
+            })
+            .unwrap();
         };
         let (c, share) = (Arc::new(Counters::default()), Arc::new(Share::default()));
         share.reserve.store(3, Ordering::Release);

@@ -516,6 +516,68 @@ fn launching_threads_that_die_leave_no_frame_behind() {
 }
 
 #[test]
+fn with_many_streams_writing_auto_gives_the_gpu_every_frame_and_with_fewer_shares_as_measured() {
+    // A back end measured far slower than the cores: alone, `auto` leaves it every frame but a
+    // try's copies.
+    let fake = Fake::new(Duration::from_millis(100), Outcome::Compress);
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::Auto,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        one_stream: true,
+        gpu_first: true,
+        many_streams: 2,
+        ..DispatchConfig::default()
+    };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let cores_window = d.frames_in_flight();
+    let one = d.stream();
+    run(&d, 100);
+    assert_eq!(count(&d, "gpu_frames"), 0, "one stream: the cores took every frame");
+    assert_eq!(d.frames_in_flight(), cores_window);
+    // Two streams write: their frames go to the back end alone, slow as it was measured, and
+    // writers may keep `on`'s window in flight.
+    let two = d.stream();
+    assert_eq!(d.frames_in_flight(), cores_window.max(512));
+    let cpu_before = count(&d, "cpu_frames");
+    // (Bounded: frames left without a CPU turn by a back end that declines would never come back.)
+    let (back, _) = submit_within(&d, 0..100, Duration::from_secs(10));
+    assert_eq!(back, 100, "every frame came back within 10 s");
+    assert_eq!(count(&d, "gpu_frames"), 100, "many streams: the back end took every frame");
+    assert_eq!(count(&d, "cpu_frames"), cpu_before, "and the cores none");
+    // One of them ends: the cores share again.
+    drop(two);
+    run(&d, 100);
+    assert_eq!(count(&d, "gpu_frames"), 100, "fewer streams: the cores took every frame again");
+    assert_eq!(d.frames_in_flight(), cores_window);
+    drop(one);
+}
+
+#[test]
+fn frames_sent_to_the_gpu_alone_come_back_when_its_launching_threads_die() {
+    let fake = Arc::new(Switchable::default());
+    fake.panics.store(true, Ordering::SeqCst);
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::Auto,
+        min_items: 4,
+        batch_window: Duration::from_millis(2),
+        batch_floor_bytes: 32 << 20,
+        one_stream: true,
+        gpu_first: true,
+        many_streams: 1,
+        ..DispatchConfig::default()
+    };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let _stream = d.stream();
+    // No frame has a CPU turn; both launching threads die at their first launch, and every
+    // frame they did not hold goes to the cores.
+    let (back, deadline) = submit_within(&d, 0..200, Duration::from_secs(5));
+    assert!(fake.panicked.load(Ordering::SeqCst) >= 1, "a launching thread died");
+    assert!(back >= 200 - 2 * 16, "{back} of 200 frames came back within 5 s");
+    assert!(std::time::Instant::now() < deadline, "the callbacks of every frame were called or dropped");
+}
+
+#[test]
 fn frames_in_a_back_ends_lent_buffers_take_every_path_and_all_go_back() {
     use shrinkfs_codec::format::TAG_LEN;
     use shrinkfs_codec::framebuf::Buffers;

@@ -222,8 +222,9 @@ pub struct Upload {
     writer: ObjectWriter,
     next_frame: u64,
     raw_in: u64,
-    /// Frames in flight (encoding, or encoded and not yet taken) beyond which a write waits.
-    max_pending: usize,
+    /// Held while this file streams (past its first [`STREAM_FRAMES`] frames, until `finish`):
+    /// the dispatcher counts the streams writing at once (`DispatchConfig::many_streams`).
+    stream: Option<shrinkfs_codec::dispatch::StreamGuard>,
     /// Header and every frame so far, in order (the index and footer are built by `finish`).
     spill: SpillBuf,
     /// Bytes in `spill`.
@@ -266,6 +267,10 @@ type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 
 /// What an append to the spill or in-place file reports: its pieces (offset and bytes), how it went.
 type Appended = (Vec<(u64, Bytes)>, std::io::Result<()>);
+
+/// Frames a file is cut into before it counts as a stream writing (see `Upload::stream`): a
+/// small file's close never waits on the GPU alone.
+const STREAM_FRAMES: u64 = 8;
 
 /// Contiguous frames `collect` found ready, for one append into `file`.
 #[derive(Default)]
@@ -312,7 +317,6 @@ impl Upload {
         let ctx = Arc::new(config.new_object_in(Version::V2));
         let writer = ObjectWriter::new(ctx.clone());
         let encoding = EncodeStream::new(ctx, codec, config.params.codec);
-        let max_pending = sink.dispatcher.frames_in_flight();
         let header = writer.header_bytes();
         spill.append_in_memory(&header);
         Ok(Upload {
@@ -324,7 +328,7 @@ impl Upload {
             writer,
             next_frame: 0,
             raw_in: 0,
-            max_pending,
+            stream: None,
             spill,
             stored: header.len() as u64,
             sealed: false,
@@ -400,6 +404,9 @@ impl Upload {
     }
 
     async fn submit(&mut self, raw: FrameBuf) {
+        if self.stream.is_none() && !self.sealed && self.next_frame >= STREAM_FRAMES {
+            self.stream = Some(self.sink.dispatcher.stream());
+        }
         // The budget's room goes back once the frame is encoded.
         let held = self.sink.budget.take(raw.len() as u64).await;
         self.encoding.submit(&self.sink.dispatcher, self.next_frame, raw, held);
@@ -421,7 +428,8 @@ impl Upload {
                 break Ok(());
             }
             let got = match self.encoding.frames().try_next() {
-                None if all || in_flight > self.max_pending => {
+                // (Frames in flight beyond which a write waits: what the dispatcher says now.)
+                None if all || in_flight > self.sink.dispatcher.frames_in_flight() => {
                     // What is gathered goes out before waiting, so it is written meanwhile.
                     self.append_batch(&mut batch).await;
                     self.encoding.frames().next().await
@@ -712,6 +720,7 @@ impl Upload {
                 self.submit(rest).await;
             }
             self.sealed = true;
+            self.stream = None;
         }
         self.collect(true).await?;
         if self.spill.in_place() {
