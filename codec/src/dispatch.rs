@@ -741,7 +741,7 @@ impl Dispatcher {
         let cpu = cores_window();
         match &self.gpu_tx {
             None => cpu,
-            Some(_) if self.gpu_only || self.many_streams_now() => cpu.max(512),
+            Some(_) if self.gpu_only => cpu.max(512),
             Some(_) => cpu.max(2 * self.min_items),
         }
     }
@@ -812,12 +812,28 @@ impl Dispatcher {
         raw: FrameBuf,
         done: impl FnOnce(EncodedFrame) + Send + 'static,
     ) {
+        self.submit_in(None, ctx, codec, gpu_codec, frame, raw, done)
+    }
+
+    /// [`Self::submit`] for a frame of `stream` (see [`Self::stream`]): while enough streams
+    /// write (`DispatchConfig::many_streams`), a stream's zstd frames go to the GPU alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_in(
+        &self,
+        stream: Option<&StreamGuard>,
+        ctx: Arc<ObjectContext>,
+        codec: Arc<dyn Codec>,
+        gpu_codec: CodecId,
+        frame: u64,
+        raw: FrameBuf,
+        done: impl FnOnce(EncodedFrame) + Send + 'static,
+    ) {
         let done: Done = Box::new(done);
         if let Some((tx, rx)) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
             // Many streams at once: the GPU alone, as `on`, but counted, so the launching threads
             // launch it whatever they measured (see `Share::turnless`). (Counted before it is
             // sent: a launching thread never sees it waiting uncounted.)
-            let turnless = !self.gpu_only && gpu_codec == CodecId::Zstd && self.many_streams_now();
+            let turnless = stream.is_some() && !self.gpu_only && gpu_codec == CodecId::Zstd && self.many_streams_now();
             if turnless {
                 self.share.turnless.fetch_add(1, Ordering::SeqCst);
             }
@@ -854,11 +870,21 @@ impl Dispatcher {
     }
 
     /// Marks a stream of frames (a mount's file being written) as writing until the guard is
-    /// dropped: with `DispatchConfig::many_streams` of them at once, `auto` sends their frames
-    /// to the GPU alone.
+    /// dropped: with `DispatchConfig::many_streams` of them at once, `auto` sends the frames
+    /// submitted with a guard ([`Self::submit_in`]) to the GPU alone; others (a small file's)
+    /// keep the measured sharing.
     pub fn stream(&self) -> StreamGuard {
         self.streams.fetch_add(1, Ordering::SeqCst);
         StreamGuard(self.streams.clone())
+    }
+
+    /// Frames one stream of [`Self::stream`] should keep in flight: [`Self::frames_in_flight`],
+    /// or `--gpu on`'s window while its frames go to the GPU alone.
+    pub fn stream_frames_in_flight(&self) -> usize {
+        match &self.gpu_tx {
+            Some(_) if self.many_streams_now() => self.frames_in_flight().max(512),
+            _ => self.frames_in_flight(),
+        }
     }
 
     /// Whether enough streams write now for their frames to go to the GPU alone.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecId};
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, StreamGuard};
 use crate::frame::{EncodedFrame, ObjectContext};
 use crate::framebuf::FrameBuf;
 use crate::ordered::Ordered;
@@ -16,6 +16,8 @@ pub struct EncodeStream {
     codec: Arc<dyn Codec>,
     gpu_codec: CodecId,
     done: Ordered<EncodedFrame>,
+    /// Held while this object streams (see [`Dispatcher::stream`]).
+    stream: Option<StreamGuard>,
 }
 
 impl std::fmt::Debug for EncodeStream {
@@ -28,17 +30,36 @@ impl EncodeStream {
     /// Frames of the object `ctx` describes, encoded with `codec` on the CPU and `gpu_codec` on
     /// the GPU.
     pub fn new(ctx: Arc<ObjectContext>, codec: Arc<dyn Codec>, gpu_codec: CodecId) -> Self {
-        EncodeStream { ctx, codec, gpu_codec, done: Ordered::new() }
+        EncodeStream { ctx, codec, gpu_codec, done: Ordered::new(), stream: None }
     }
 
     /// Hands frame `k` (each number once) to `dispatcher`; `hold` (memory budget room, a slot in
     /// a window) is let go as soon as the frame is encoded, before it is taken.
     pub fn submit(&self, dispatcher: &Dispatcher, k: u64, raw: impl Into<FrameBuf>, hold: impl Send + 'static) {
         let promise = self.done.promise(k);
-        dispatcher.submit(self.ctx.clone(), self.codec.clone(), self.gpu_codec, k, raw.into(), move |f| {
+        let (ctx, codec, stream) = (self.ctx.clone(), self.codec.clone(), self.stream.as_ref());
+        dispatcher.submit_in(stream, ctx, codec, self.gpu_codec, k, raw.into(), move |f| {
             drop(hold);
             promise.fulfil(f);
         });
+    }
+
+    /// Marks this object as one of the streams `dispatcher` counts (a mount's file being written),
+    /// until [`Self::end_stream`] or the end of this pipeline.
+    pub fn start_stream(&mut self, dispatcher: &Dispatcher) {
+        if self.stream.is_none() {
+            self.stream = Some(dispatcher.stream());
+        }
+    }
+
+    /// Whether this object is counted as a stream.
+    pub fn streams(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// No more frames will come from this object: it no longer counts as a stream.
+    pub fn end_stream(&mut self) {
+        self.stream = None;
     }
 
     /// The encoded frames, taken in frame order; a frame whose encoder stopped without it is

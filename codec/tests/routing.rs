@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use shrinkfs_codec::codec::{Codec, ZstdCodec};
 use shrinkfs_codec::dispatch::{
-    Backend, BatchBackend, BatchResult, DispatchConfig, Dispatcher, GpuPolicy, Start, cpu_equivalent,
+    Backend, BatchBackend, BatchResult, DispatchConfig, Dispatcher, GpuPolicy, Start, StreamGuard, cpu_equivalent,
 };
 use shrinkfs_codec::{CodecId, EncodeConfig, ObjectContext, workers};
 
@@ -480,12 +480,22 @@ fn a_gpu_that_stops_coming_first_gives_back_every_frame_it_was_left() {
 /// before `within` has passed or every callback was called or dropped, whichever is first;
 /// returns the count and the deadline.
 fn submit_within(d: &Dispatcher, range: std::ops::Range<u64>, within: Duration) -> (usize, std::time::Instant) {
+    submit_within_stream(d, None, range, within)
+}
+
+/// [`submit_within`] for frames of `stream`.
+fn submit_within_stream(
+    d: &Dispatcher,
+    stream: Option<&StreamGuard>,
+    range: std::ops::Range<u64>,
+    within: Duration,
+) -> (usize, std::time::Instant) {
     let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
     let (tx, rx) = channel();
     for i in range {
         let tx = tx.clone();
         let raw = format!("frame {i} ").repeat(20_000).into_bytes();
-        d.submit(ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw.into(), move |f| {
+        d.submit_in(stream, ctx.clone(), cpu_equivalent(CodecId::Zstd, 1), CodecId::Zstd, i, raw.into(), move |f| {
             tx.send(f.header.codec).unwrap()
         });
     }
@@ -532,24 +542,28 @@ fn with_many_streams_writing_auto_gives_the_gpu_every_frame_and_with_fewer_share
     let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
     let cores_window = d.frames_in_flight();
     let one = d.stream();
-    run(&d, 100);
+    submit_within_stream(&d, Some(&one), 0..100, Duration::from_secs(10));
     assert_eq!(count(&d, "gpu_frames"), 0, "one stream: the cores took every frame");
-    assert_eq!(d.frames_in_flight(), cores_window);
+    assert_eq!(d.stream_frames_in_flight(), cores_window);
     // Two streams write: their frames go to the back end alone, slow as it was measured, and
-    // writers may keep `on`'s window in flight.
+    // their writers may keep `on`'s window in flight; frames of no stream (a small file's) keep
+    // the sharing.
     let two = d.stream();
-    assert_eq!(d.frames_in_flight(), cores_window.max(512));
+    assert_eq!(d.stream_frames_in_flight(), cores_window.max(512));
+    assert_eq!(d.frames_in_flight(), cores_window);
     let cpu_before = count(&d, "cpu_frames");
     // (Bounded: frames left without a CPU turn by a back end that declines would never come back.)
-    let (back, _) = submit_within(&d, 0..100, Duration::from_secs(10));
+    let (back, _) = submit_within_stream(&d, Some(&two), 0..100, Duration::from_secs(10));
     assert_eq!(back, 100, "every frame came back within 10 s");
     assert_eq!(count(&d, "gpu_frames"), 100, "many streams: the back end took every frame");
     assert_eq!(count(&d, "cpu_frames"), cpu_before, "and the cores none");
+    submit_within_stream(&d, None, 0..100, Duration::from_secs(10));
+    assert_eq!(count(&d, "gpu_frames"), 100, "a frame of no stream: the cores took it");
     // One of them ends: the cores share again.
     drop(two);
-    run(&d, 100);
+    submit_within_stream(&d, Some(&one), 0..100, Duration::from_secs(10));
     assert_eq!(count(&d, "gpu_frames"), 100, "fewer streams: the cores took every frame again");
-    assert_eq!(d.frames_in_flight(), cores_window);
+    assert_eq!(d.stream_frames_in_flight(), cores_window);
     drop(one);
 }
 
@@ -568,10 +582,10 @@ fn frames_sent_to_the_gpu_alone_come_back_when_its_launching_threads_die() {
         ..DispatchConfig::default()
     };
     let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
-    let _stream = d.stream();
+    let stream = d.stream();
     // No frame has a CPU turn; both launching threads die at their first launch, and every
     // frame they did not hold goes to the cores.
-    let (back, deadline) = submit_within(&d, 0..200, Duration::from_secs(5));
+    let (back, deadline) = submit_within_stream(&d, Some(&stream), 0..200, Duration::from_secs(5));
     assert!(fake.panicked.load(Ordering::SeqCst) >= 1, "a launching thread died");
     assert!(back >= 200 - 2 * 16, "{back} of 200 frames came back within 5 s");
     assert!(std::time::Instant::now() < deadline, "the callbacks of every frame were called or dropped");

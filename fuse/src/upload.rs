@@ -222,9 +222,6 @@ pub struct Upload {
     writer: ObjectWriter,
     next_frame: u64,
     raw_in: u64,
-    /// Held while this file streams (past its first [`STREAM_FRAMES`] frames, until `finish`):
-    /// the dispatcher counts the streams writing at once (`DispatchConfig::many_streams`).
-    stream: Option<shrinkfs_codec::dispatch::StreamGuard>,
     /// Header and every frame so far, in order (the index and footer are built by `finish`).
     spill: SpillBuf,
     /// Bytes in `spill`.
@@ -268,8 +265,8 @@ type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
 /// What an append to the spill or in-place file reports: its pieces (offset and bytes), how it went.
 type Appended = (Vec<(u64, Bytes)>, std::io::Result<()>);
 
-/// Frames a file is cut into before it counts as a stream writing (see `Upload::stream`): a
-/// small file's close never waits on the GPU alone.
+/// Frames a file is cut into before it counts as a stream writing (`EncodeStream::start_stream`):
+/// a small file's frames keep the measured sharing, so its close never waits on the GPU alone.
 const STREAM_FRAMES: u64 = 8;
 
 /// Contiguous frames `collect` found ready, for one append into `file`.
@@ -328,7 +325,6 @@ impl Upload {
             writer,
             next_frame: 0,
             raw_in: 0,
-            stream: None,
             spill,
             stored: header.len() as u64,
             sealed: false,
@@ -404,8 +400,9 @@ impl Upload {
     }
 
     async fn submit(&mut self, raw: FrameBuf) {
-        if self.stream.is_none() && !self.sealed && self.next_frame >= STREAM_FRAMES {
-            self.stream = Some(self.sink.dispatcher.stream());
+        // Past its first frames a file counts as a stream writing (`DispatchConfig::many_streams`).
+        if !self.sealed && self.next_frame >= STREAM_FRAMES {
+            self.encoding.start_stream(&self.sink.dispatcher);
         }
         // The budget's room goes back once the frame is encoded.
         let held = self.sink.budget.take(raw.len() as u64).await;
@@ -429,7 +426,7 @@ impl Upload {
             }
             let got = match self.encoding.frames().try_next() {
                 // (Frames in flight beyond which a write waits: what the dispatcher says now.)
-                None if all || in_flight > self.sink.dispatcher.frames_in_flight() => {
+                None if all || in_flight > self.max_pending() => {
                     // What is gathered goes out before waiting, so it is written meanwhile.
                     self.append_batch(&mut batch).await;
                     self.encoding.frames().next().await
@@ -487,6 +484,16 @@ impl Upload {
         if let Some(file) = batch.file.take() {
             batch.bytes = 0;
             self.append_off_thread(file, std::mem::take(&mut batch.pieces)).await;
+        }
+    }
+
+    /// Frames in flight (encoding, or encoded and not yet taken) beyond which a write waits: what
+    /// the dispatcher says now.
+    fn max_pending(&self) -> usize {
+        if self.encoding.streams() {
+            self.sink.dispatcher.stream_frames_in_flight()
+        } else {
+            self.sink.dispatcher.frames_in_flight()
         }
     }
 
@@ -720,7 +727,7 @@ impl Upload {
                 self.submit(rest).await;
             }
             self.sealed = true;
-            self.stream = None;
+            self.encoding.end_stream();
         }
         self.collect(true).await?;
         if self.spill.in_place() {
