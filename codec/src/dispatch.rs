@@ -363,14 +363,20 @@ fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
             return;
         }
     }
-    if let Ok(j) = rx.try_recv() {
+    // A turnless frame taken here is one the GPU would have launched: the turn goes on to the
+    // next, or the frame it was queued for would be left with neither a turn nor a launch.
+    while let Ok(j) = rx.try_recv() {
         j.taken(share);
+        let turnless = j.turnless;
         let started = Instant::now();
         let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
         c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
         c.cpu_frames.fetch_add(1, Ordering::Relaxed);
         (j.done)(frame);
+        if !turnless {
+            break;
+        }
     }
 }
 

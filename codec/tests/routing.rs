@@ -568,6 +568,57 @@ fn with_many_streams_writing_auto_gives_the_gpu_every_frame_and_with_fewer_share
 }
 
 #[test]
+fn frames_of_streams_and_of_small_files_mixed_in_the_queue_all_come_back() {
+    // A back end measured far slower than the cores, two streams (their frames to it alone) and
+    // frames of no stream (each with its CPU turn) queued between theirs. A turn that takes a
+    // stream's frame must not leave its own without a turn: once the streams end, the back end
+    // (too slow, and too few frames waiting to be worth a launch) takes none of them.
+    let fake = Fake::new(Duration::from_millis(30), Outcome::Compress);
+    let cfg = DispatchConfig {
+        policy: GpuPolicy::Auto,
+        min_items: 64,
+        batch_max_items: 8,
+        batch_floor_bytes: 8 << 20,
+        batch_window: Duration::from_millis(2),
+        one_stream: true,
+        gpu_first: true,
+        many_streams: 2,
+        ..DispatchConfig::default()
+    };
+    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    for round in 0..5 {
+        let (one, two) = (d.stream(), d.stream());
+        let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
+        let (tx, rx) = channel();
+        for i in 0..300u64 {
+            let tx = tx.clone();
+            let raw = format!("frame {i} ").repeat(4_000).into_bytes();
+            let stream = match i % 3 {
+                0 => Some(&one),
+                1 => Some(&two),
+                _ => None,
+            };
+            d.submit_in(
+                stream,
+                ctx.clone(),
+                cpu_equivalent(CodecId::Zstd, 1),
+                CodecId::Zstd,
+                i,
+                raw.into(),
+                move |f| tx.send(f.header.codec).unwrap(),
+            );
+        }
+        drop((one, two, tx));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut back = 0;
+        while rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok() {
+            back += 1;
+        }
+        assert_eq!(back, 300, "round {round}: {back} of 300 frames came back within 10 s");
+    }
+}
+
+#[test]
 fn frames_sent_to_the_gpu_alone_come_back_when_its_launching_threads_die() {
     let fake = Arc::new(Switchable::default());
     fake.panics.store(true, Ordering::SeqCst);
