@@ -3,9 +3,11 @@
 //! launches), as many as are waiting. Idle cores take frames at once; when every core is busy the
 //! queue grows and the GPU takes it in large launches, so the GPU adds to what the cores do. On a
 //! mount (`DispatchConfig::gpu_first`) a GPU measured at least as fast as the cores comes first
-//! instead: the cores leave it enough frames for its next launches (see `Share`). A launch with too few frames to pay for
-//! itself, any GPU failure, a full queue, or output not smaller than its input sends frames down
-//! the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
+//! instead: the cores leave it enough frames for its next launches (see `Share`); and while many
+//! of its files write at once (`DispatchConfig::many_streams`) their frames go to a queue of the
+//! GPU's own, launched as they come, as with `--gpu on`. A launch with too few shared frames to pay
+//! for itself, any GPU failure, a full queue, or output not smaller than its input sends frames
+//! down the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
 //! GPU starts on its own thread while the cores take every frame, and joins once warmed up.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -70,8 +72,10 @@ pub struct DispatchConfig {
     /// (`pack`) waits for every frame a launch holds, and was slower that way (0.7-0.9x).
     pub gpu_first: bool,
     /// With `GpuPolicy::Auto`, once this many streams write at once (see
-    /// [`Dispatcher::stream`]: a mount's files past their first frames), their zstd frames go to
-    /// the GPU alone, as with `GpuPolicy::On`: no CPU turn each, and writers keep `on`'s window.
+    /// [`Dispatcher::stream`]: a mount's files past their first frames, each with a frame sent
+    /// within [`STREAM_ACTIVE`]), their zstd frames go to the GPU alone, as with `GpuPolicy::On`:
+    /// through a queue of the GPU's own that no CPU turn takes from, launched whatever was
+    /// measured, and their writers keep `on`'s window.
     /// Many streams keep full launches coming, and cores that compress beside them slow the
     /// writers' and the launches' host side: on the H100 host 2 to 8 writers moved 1.04-1.54x
     /// what the cores alone moved, where sharing as measured gave 0.95-1.4x (BENCHMARKS.md §9,
@@ -259,18 +263,6 @@ struct Job {
     frame: u64,
     raw: FrameBuf,
     done: Done,
-    /// Sent without a CPU turn under `auto` (many streams): counted in `Share::turnless` until
-    /// taken.
-    turnless: bool,
-}
-
-impl Job {
-    /// Called by whoever takes this job out of the queue.
-    fn taken(&self, share: &Share) {
-        if self.turnless {
-            share.turnless.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
 }
 
 /// Why a dispatcher could not start.
@@ -319,9 +311,13 @@ pub struct Dispatcher {
     counters: Arc<Counters>,
     /// What the CPU turns and the launching threads agree on (`auto`).
     share: Arc<Share>,
-    /// Streams writing now ([`Self::stream`]), and how many send their frames to the GPU alone
-    /// (`DispatchConfig::many_streams`; 0: never).
-    streams: Arc<AtomicUsize>,
+    /// The queue of frames for the GPU alone (many streams, `DispatchConfig::many_streams`),
+    /// both ends: no CPU turn takes from it, only the launching threads (and, if they die, the
+    /// drain to the cores).
+    alone: Option<(Sender<Job>, Receiver<Job>)>,
+    /// Streams writing ([`Self::stream`]), and how many at once send their frames to the GPU
+    /// alone (`DispatchConfig::many_streams`; 0: never).
+    streams: Arc<Streams>,
     many_streams: usize,
     /// What the dispatcher is while its back end starts, or why it has none.
     before: String,
@@ -346,10 +342,6 @@ struct Share {
     /// Set once a launching thread has ended (a panic, or the queue closed): turns take their
     /// frames from then on.
     ended: std::sync::atomic::AtomicBool,
-    /// Waiting frames sent without a CPU turn (many streams, `DispatchConfig::many_streams`):
-    /// while any wait, the launching threads launch whatever the measurements say, so none
-    /// waits for a turn that will never come.
-    turnless: AtomicUsize,
 }
 
 /// A frame's CPU turn: a worker that comes free takes the oldest waiting frame, unless the GPU
@@ -363,20 +355,13 @@ fn cpu_turn(rx: &Receiver<Job>, c: &Counters, share: &Share, forced: bool) {
             return;
         }
     }
-    // A turnless frame taken here is one the GPU would have launched: the turn goes on to the
-    // next, or the frame it was queued for would be left with neither a turn nor a launch.
-    while let Ok(j) = rx.try_recv() {
-        j.taken(share);
-        let turnless = j.turnless;
+    if let Ok(j) = rx.try_recv() {
         let started = Instant::now();
         let frame = encode_frame_owned(&j.ctx, j.codec.as_ref(), j.frame, j.raw);
         c.cpu_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         c.cpu_timed_frames.fetch_add(1, Ordering::Relaxed);
         c.cpu_frames.fetch_add(1, Ordering::Relaxed);
         (j.done)(frame);
-        if !turnless {
-            break;
-        }
     }
 }
 
@@ -544,6 +529,7 @@ impl Dispatcher {
             started,
             counters: Arc::default(),
             share: Arc::default(),
+            alone: None,
             streams: Arc::default(),
             many_streams: 0,
             before: why.into(),
@@ -618,10 +604,12 @@ impl Dispatcher {
         let (gpu_only, min_items, launch_bytes, many_streams) =
             (cfg.policy == GpuPolicy::On, cfg.min_items.max(1), cfg.batch_floor_bytes.max(1), cfg.many_streams);
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
+        let (alone_tx, alone_rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
         let started: Arc<Started> = Arc::default();
         let share: Arc<Share> = Arc::default();
         let (c, batches, outcome, shared) = (counters.clone(), rx.clone(), started.clone(), share.clone());
+        let alones = alone_rx.clone();
         let nice = cfg.launch_nice;
         // The CPU workers start now if they have not: threads the GPU's thread started would
         // inherit its priority.
@@ -673,27 +661,20 @@ impl Dispatcher {
                     std::thread::scope(|s| {
                         for k in 1..threads {
                             let (batches, cfg, c, shared) = (batches.clone(), cfg.clone(), c.clone(), shared.clone());
+                            let alones = alones.clone();
                             let (backend, measured) = (b.batches.as_ref(), &measured);
-                            let dying = Dying {
-                                alive: &alive,
-                                started: &outcome,
-                                queue: batches.clone(),
-                                c: c.clone(),
-                                share: shared.clone(),
-                            };
+                            let queues = [batches.clone(), alones.clone()];
+                            let dying = Dying { alive: &alive, started: &outcome, queues, c: c.clone() };
                             s.spawn(move || {
                                 let _dying = dying;
-                                batch_loop(backend, batches, &cfg, (k, threads), &c, &shared, measured)
+                                let queues = Queues { shared: batches, alone: alones };
+                                batch_loop(backend, queues, &cfg, (k, threads), &c, &shared, measured)
                             });
                         }
-                        let _dying = Dying {
-                            alive: &alive,
-                            started: &outcome,
-                            queue: batches.clone(),
-                            c: c.clone(),
-                            share: shared.clone(),
-                        };
-                        batch_loop(b.batches.as_ref(), batches, &cfg, (0, threads), &c, &shared, &measured);
+                        let queues = [batches.clone(), alones.clone()];
+                        let _dying = Dying { alive: &alive, started: &outcome, queues, c: c.clone() };
+                        let queues = Queues { shared: batches, alone: alones };
+                        batch_loop(b.batches.as_ref(), queues, &cfg, (0, threads), &c, &shared, &measured);
                     });
                 }
                 Err(why) => outcome.finish(Outcome {
@@ -713,6 +694,7 @@ impl Dispatcher {
             started,
             counters,
             share,
+            alone: Some((alone_tx, alone_rx)),
             streams: Arc::default(),
             many_streams,
             before: before.into(),
@@ -835,37 +817,43 @@ impl Dispatcher {
         done: impl FnOnce(EncodedFrame) + Send + 'static,
     ) {
         let done: Done = Box::new(done);
+        if let Some(s) = stream {
+            s.touch();
+        }
         if let Some((tx, rx)) = self.gpu_tx.as_ref().filter(|_| self.gpu_for(gpu_codec)) {
-            // Many streams at once: the GPU alone, as `on`, but counted, so the launching threads
-            // launch it whatever they measured (see `Share::turnless`). (Counted before it is
-            // sent: a launching thread never sees it waiting uncounted.)
-            let turnless = stream.is_some() && !self.gpu_only && gpu_codec == CodecId::Zstd && self.many_streams_now();
-            if turnless {
-                self.share.turnless.fetch_add(1, Ordering::SeqCst);
-            }
+            let job = Job { ctx, codec, gpu_codec, frame, raw, done };
+            // Many streams at once: their zstd frames go to the GPU alone, as with `on`, through
+            // a queue no CPU turn takes from.
+            let alone = self.alone.as_ref().filter(|_| {
+                stream.is_some() && gpu_codec == CodecId::Zstd && !self.gpu_only && self.many_streams_now()
+            });
+            let (sent, queue) = match alone {
+                Some((atx, arx)) => (atx.try_send(job), arx),
+                None => (tx.try_send(job), rx),
+            };
             // (Frames that look compressed are sorted out where the GPU takes them, off the
             // writer's thread; the CPU's encoder checks for itself.)
-            match tx.try_send(Job { ctx, codec, gpu_codec, frame, raw, done, turnless }) {
+            match sent {
                 Ok(()) => {
                     if self.started.gone.load(Ordering::SeqCst) {
                         // Every launching thread died since the check above: nobody else may
                         // take what waits (this frame too).
-                        drain_to_cpu(rx, &self.counters, &self.share);
+                        drain_to_cpu(queue, &self.counters);
                         return;
                     }
-                    if self.gpu_only || turnless {
+                    if self.gpu_only || alone.is_some() {
                         return;
                     }
-                    // The frame's CPU turn. (Every frame in the queue has a turn still to come, or
-                    // one left to the GPU, given back when it stops coming first, or is counted as
-                    // turnless: none waits for a GPU that no longer launches. A launch that never
-                    // returns holds its own frames and, with `gpu_first`, those left to it.)
+                    // The frame's CPU turn. (Every frame in the shared queue has a turn still to
+                    // come, or one left to the GPU, given back when it stops coming first: none
+                    // waits for a GPU that no longer launches. A launch that never returns holds
+                    // its own frames and, with `gpu_first`, those left to it; and every frame of
+                    // the GPU's own queue, as with `on`.)
                     let (rx, c, share) = (rx.clone(), self.counters.clone(), self.share.clone());
                     crate::workers::spawn(move || cpu_turn(&rx, &c, &share, false));
                     return;
                 }
                 Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
-                    j.taken(&self.share);
                     self.counters.fallback_queue_full.fetch_add(1, Ordering::Relaxed);
                     return cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
                 }
@@ -875,37 +863,96 @@ impl Dispatcher {
         cpu(ctx, codec, frame, raw, done)
     }
 
-    /// Marks a stream of frames (a mount's file being written) as writing until the guard is
-    /// dropped: with `DispatchConfig::many_streams` of them at once, `auto` sends the frames
-    /// submitted with a guard ([`Self::submit_in`]) to the GPU alone; others (a small file's)
-    /// keep the measured sharing.
+    /// Marks a stream of frames (a mount's file being written) until the guard is dropped: while
+    /// `DispatchConfig::many_streams` of them send frames at once (each within the last
+    /// [`STREAM_ACTIVE`]), `auto` sends the zstd frames submitted with a guard
+    /// ([`Self::submit_in`]) to the GPU alone; others (a small file's) keep the measured sharing.
     pub fn stream(&self) -> StreamGuard {
-        self.streams.fetch_add(1, Ordering::SeqCst);
-        StreamGuard(self.streams.clone())
+        let state = Arc::new(StreamState::default());
+        self.streams.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::downgrade(&state));
+        StreamGuard(state)
     }
 
     /// Frames one stream of [`Self::stream`] should keep in flight: [`Self::frames_in_flight`],
     /// or `--gpu on`'s window while its frames go to the GPU alone.
     pub fn stream_frames_in_flight(&self) -> usize {
-        match &self.gpu_tx {
-            Some(_) if self.many_streams_now() => self.frames_in_flight().max(512),
-            _ => self.frames_in_flight(),
+        if self.alone.is_some() && !self.gpu_only && self.gpu_for(CodecId::Zstd) && self.many_streams_now() {
+            self.frames_in_flight().max(512)
+        } else {
+            self.frames_in_flight()
         }
     }
 
-    /// Whether enough streams write now for their frames to go to the GPU alone.
+    /// Whether enough streams send frames now for theirs to go to the GPU alone.
     fn many_streams_now(&self) -> bool {
-        self.many_streams > 0 && self.streams.load(Ordering::Relaxed) >= self.many_streams
+        self.many_streams > 0 && self.streams.active() >= self.many_streams
     }
 }
 
-/// A stream that writes (see [`Dispatcher::stream`]).
-#[derive(Debug)]
-pub struct StreamGuard(Arc<AtomicUsize>);
+/// How recently a stream must have sent a frame to count as writing: a file left open and idle
+/// does not make the others' frames go to the GPU alone.
+pub const STREAM_ACTIVE: Duration = Duration::from_millis(500);
 
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// The streams of a dispatcher: every guard given out, and how many sent a frame lately
+/// (counted again at most every [`Streams::RECOUNT`]).
+#[derive(Default)]
+struct Streams {
+    all: Mutex<Vec<std::sync::Weak<StreamState>>>,
+    active: AtomicUsize,
+    /// When `active` was last counted, in milliseconds since [`epoch`] (0: never).
+    counted_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Streams {
+    const RECOUNT: u64 = 10;
+
+    fn active(&self) -> usize {
+        let now = now_ms();
+        if now.saturating_sub(self.counted_ms.load(Ordering::Relaxed)) >= Self::RECOUNT
+            || self.counted_ms.load(Ordering::Relaxed) == 0
+        {
+            let mut all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            all.retain(|w| w.strong_count() > 0);
+            let recent = STREAM_ACTIVE.as_millis() as u64;
+            let n = all
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .filter(|s| {
+                    let last = s.last_ms.load(Ordering::Relaxed);
+                    last > 0 && now.saturating_sub(last) <= recent
+                })
+                .count();
+            self.active.store(n, Ordering::Relaxed);
+            self.counted_ms.store(now.max(1), Ordering::Relaxed);
+        }
+        self.active.load(Ordering::Relaxed)
+    }
+}
+
+/// Milliseconds since this process first asked (never 0 once a frame was sent).
+fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// One stream's last frame, in milliseconds since [`now_ms`]'s start (0: none yet).
+#[derive(Default)]
+struct StreamState {
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+/// A stream that writes (see [`Dispatcher::stream`]); dropped, it no longer counts.
+pub struct StreamGuard(Arc<StreamState>);
+
+impl StreamGuard {
+    fn touch(&self) {
+        self.0.last_ms.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for StreamGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StreamGuard(last frame at {} ms)", self.0.last_ms.load(Ordering::Relaxed))
     }
 }
 
@@ -915,9 +962,9 @@ impl Drop for StreamGuard {
 struct Dying<'a> {
     alive: &'a AtomicUsize,
     started: &'a Started,
-    queue: Receiver<Job>,
+    /// The shared queue and the GPU's own.
+    queues: [Receiver<Job>; 2],
     c: Arc<Counters>,
-    share: Arc<Share>,
 }
 
 impl Drop for Dying<'_> {
@@ -926,15 +973,16 @@ impl Drop for Dying<'_> {
             tracing::error!("the GPU's launching threads died; compressing on the CPU from now on");
             // Marked first: a frame sent after this drain is drained by its sender (`submit`).
             self.started.gone.store(true, Ordering::SeqCst);
-            drain_to_cpu(&self.queue, &self.c, &self.share);
+            for queue in &self.queues {
+                drain_to_cpu(queue, &self.c);
+            }
         }
     }
 }
 
 /// Sends every frame waiting in the GPU's queue to the CPU.
-fn drain_to_cpu(queue: &Receiver<Job>, c: &Counters, share: &Share) {
+fn drain_to_cpu(queue: &Receiver<Job>, c: &Counters) {
     while let Ok(j) = queue.try_recv() {
-        j.taken(share);
         c.fallback_error.fetch_add(1, Ordering::Relaxed);
         cpu(j.ctx, j.codec, j.frame, j.raw, j.done);
     }
@@ -1060,11 +1108,13 @@ enum Decision {
 /// The batch thread: waits for frames to pile up in the shared queue (the CPU workers take from
 /// it too, so a queue they keep empty never reaches the GPU), and launches them when enough wait
 /// and the launch is likely to finish them before the CPU would.
-/// This loop is number `slot.0` of `slot.1` that share the queue and what is measured; each
+/// Frames in the GPU's own queue (many streams) are launched whatever was measured, before those
+/// of the shared queue.
+/// This loop is number `slot.0` of `slot.1` that share the queues and what is measured; each
 /// launches at most its share of `batch_floor_bytes`.
 fn batch_loop(
     backend: &dyn BatchBackend,
-    rx: Receiver<Job>,
+    queues: Queues,
     cfg: &DispatchConfig,
     slot: (usize, usize),
     c: &Arc<Counters>,
@@ -1080,20 +1130,34 @@ fn batch_loop(
         if cfg.one_stream { (target, target * slot.1.max(1)) } else { (cfg.batch_max_items.max(1), min_items) };
     // (Never the whole queue: beyond it frames go straight to the CPU, and none would be taken.)
     let reserve = reserve.min(cfg.queue_max / 2);
+    let Queues { shared: rx, alone } = queues;
     let _launching = Launching { share, rx: &rx, c };
     loop {
-        // Until a frame waits (without taking it); a closed, empty queue ends the thread.
+        // Until a frame waits in either queue (without taking it); closed, empty queues end the
+        // thread.
         let mut ready = crossbeam_channel::Select::new();
         ready.recv(&rx);
+        ready.recv(&alone);
         ready.ready();
+        if !alone.is_empty() {
+            // The GPU's own frames: gathered as a stream's, and launched.
+            let (first, mut seen) = (Instant::now(), alone.len());
+            let (mut deadline, last_call) = (first + cfg.batch_window, first + cfg.batch_window * GATHER_WINDOWS);
+            while alone.len() < target && Instant::now() < deadline {
+                std::thread::sleep(cfg.batch_window / 8);
+                if alone.len() > seen {
+                    (seen, deadline) = (alone.len(), (Instant::now() + cfg.batch_window).min(last_call));
+                }
+            }
+            let batch = take_batch(&alone, launch_size, most_bytes);
+            launch(backend, batch, cfg, slot, c, measured);
+            continue;
+        }
         if rx.is_empty() {
             match rx.try_recv() {
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return,
-                Err(crossbeam_channel::TryRecvError::Empty) => continue,
-                Ok(j) => {
-                    j.taken(share);
-                    cpu(j.ctx, j.codec, j.frame, j.raw, j.done)
-                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) if alone.is_empty() => return,
+                Err(_) => continue,
+                Ok(j) => cpu(j.ctx, j.codec, j.frame, j.raw, j.done),
             }
             continue;
         }
@@ -1117,8 +1181,6 @@ fn batch_loop(
         let waiting = rx.len();
         let decision = match cfg.policy {
             GpuPolicy::On => Decision::Launch,
-            // Frames without a CPU turn wait: launched whatever was measured.
-            _ if share.turnless.load(Ordering::SeqCst) > 0 => Decision::Launch,
             _ if waiting < min_items => Decision::Leave,
             _ => {
                 let (d, launch_ns) = {
@@ -1159,14 +1221,7 @@ fn batch_loop(
                 continue;
             }
         };
-        let mut batch = Vec::new();
-        let mut bytes = 0;
-        while batch.len() < most && bytes < most_bytes {
-            let Ok(j) = rx.try_recv() else { break };
-            j.taken(share);
-            bytes += j.raw.len();
-            batch.push(j);
-        }
+        let batch = take_batch(&rx, most, most_bytes);
         if batch.is_empty() {
             continue;
         }
@@ -1190,33 +1245,66 @@ fn batch_loop(
             measured.lock().expect("measurements").launched(slot.0, chunks.len(), took);
             continue;
         }
-        // Frames that look already compressed are stored as they are, without a launch; one
-        // launch per codec present in the rest.
-        let mut by_codec: Vec<(CodecId, Vec<Job>)> = Vec::new();
-        for j in batch {
-            if crate::detect::looks_compressed(&j.raw) {
-                c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
-                cpu(j.ctx, Arc::new(crate::codec::NoneCodec), j.frame, j.raw, j.done);
-                continue;
-            }
-            match by_codec.iter_mut().find(|(id, _)| *id == j.gpu_codec) {
-                Some((_, v)) => v.push(j),
-                None => by_codec.push((j.gpu_codec, vec![j])),
-            }
+        launch(backend, batch, cfg, slot, c, measured);
+    }
+}
+
+/// The two queues a launching thread takes from: the one shared with the CPU workers' turns, and
+/// the GPU's own (frames of many streams, `DispatchConfig::many_streams`).
+struct Queues {
+    shared: Receiver<Job>,
+    alone: Receiver<Job>,
+}
+
+/// Up to `most` frames, and `most_bytes` bytes, of those waiting in `queue`.
+fn take_batch(queue: &Receiver<Job>, most: usize, most_bytes: usize) -> Vec<Job> {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    while batch.len() < most && bytes < most_bytes {
+        let Ok(j) = queue.try_recv() else { break };
+        bytes += j.raw.len();
+        batch.push(j);
+    }
+    batch
+}
+
+/// Launches `batch` on the back end (by launching thread `slot`) and measures the launch: frames
+/// that look already compressed are stored as they are, without a launch; one launch per codec
+/// present in the rest.
+fn launch(
+    backend: &dyn BatchBackend,
+    batch: Vec<Job>,
+    cfg: &DispatchConfig,
+    slot: (usize, usize),
+    c: &Arc<Counters>,
+    measured: &Mutex<Measured>,
+) {
+    // Frames that look already compressed are stored as they are, without a launch; one
+    // launch per codec present in the rest.
+    let mut by_codec: Vec<(CodecId, Vec<Job>)> = Vec::new();
+    for j in batch {
+        if crate::detect::looks_compressed(&j.raw) {
+            c.fallback_not_smaller.fetch_add(1, Ordering::Relaxed);
+            cpu(j.ctx, Arc::new(crate::codec::NoneCodec), j.frame, j.raw, j.done);
+            continue;
         }
-        // Only launches that ran and succeeded say what a launch costs (a failed one counts as
-        // a very slow one, as a failed try does; none ran when every frame looked compressed).
-        let started = Instant::now();
-        let mut ran = (0, true);
-        for (id, jobs) in by_codec {
-            let n = jobs.len();
-            let ok = run_batch(backend, slot, id, jobs, cfg.data_type, c);
-            ran = (ran.0 + n, ran.1 && ok);
+        match by_codec.iter_mut().find(|(id, _)| *id == j.gpu_codec) {
+            Some((_, v)) => v.push(j),
+            None => by_codec.push((j.gpu_codec, vec![j])),
         }
-        if ran.0 > 0 {
-            let took = if ran.1 { started.elapsed() } else { FAILED_LAUNCH };
-            measured.lock().expect("measurements").launched(slot.0, ran.0, took);
-        }
+    }
+    // Only launches that ran and succeeded say what a launch costs (a failed one counts as
+    // a very slow one, as a failed try does; none ran when every frame looked compressed).
+    let started = Instant::now();
+    let mut ran = (0, true);
+    for (id, jobs) in by_codec {
+        let n = jobs.len();
+        let ok = run_batch(backend, slot, id, jobs, cfg.data_type, c);
+        ran = (ran.0 + n, ran.1 && ok);
+    }
+    if ran.0 > 0 {
+        let took = if ran.1 { started.elapsed() } else { FAILED_LAUNCH };
+        measured.lock().expect("measurements").launched(slot.0, ran.0, took);
     }
 }
 
@@ -1285,16 +1373,8 @@ mod tests {
             let done_tx = done_tx.clone();
             let done: Done = Box::new(move |_| done_tx.send(frame).unwrap());
             let codec = cpu_equivalent(CodecId::Zstd, 1);
-            tx.send(Job {
-                ctx: ctx.clone(),
-                codec,
-                gpu_codec: CodecId::Zstd,
-                frame,
-                raw: vec![7; 1000].into(),
-                done,
-                turnless: false,
-            })
-            .unwrap();
+            tx.send(Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![7; 1000].into(), done })
+                .unwrap();
         };
         let (c, share) = (Arc::new(Counters::default()), Arc::new(Share::default()));
         share.reserve.store(3, Ordering::Release);

@@ -150,7 +150,7 @@ pub struct UploadConfig {
     pub part_size: usize,
     /// Parts of one object uploading at once.
     pub parts_in_flight: usize,
-    /// Appends of one object's frames (each the frames found ready together, up to 8 MiB) handed
+    /// Appends of one object's frames (each the frames found ready together, about 8 MiB at most) handed
     /// to threads that write them into its spill or staged file (one thread writes into the file
     /// at a time; the others wait their turn).
     pub appends_in_flight: usize,
