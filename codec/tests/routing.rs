@@ -525,21 +525,29 @@ fn launching_threads_that_die_leave_no_frame_behind() {
     assert!(std::time::Instant::now() < deadline, "the callbacks of every frame were called or dropped");
 }
 
+/// `auto` as a mount's, whose frames of `n` streams writing at once go to the GPU alone.
+fn many_streams(n: usize) -> DispatchConfig {
+    DispatchConfig {
+        policy: GpuPolicy::Auto,
+        batch_window: Duration::from_millis(2),
+        one_stream: true,
+        gpu_first: true,
+        many_streams: n,
+        ..DispatchConfig::default()
+    }
+}
+
+/// A dispatcher of `cfg` sharing its frames with `backend`, started.
+fn auto_streams(backend: Arc<dyn BatchBackend>, cfg: DispatchConfig) -> Dispatcher {
+    Dispatcher::with_backend(Backend::new(backend, vec![CodecId::Zstd], "stand-in"), cfg).unwrap()
+}
+
 #[test]
 fn with_many_streams_writing_auto_gives_the_gpu_their_frames_and_with_fewer_shares_as_measured() {
     // A back end measured far slower than the cores: sharing, `auto` leaves it every frame but a
     // try's copies.
     let fake = Fake::new(Duration::from_millis(100), Outcome::Compress);
-    let cfg = DispatchConfig {
-        policy: GpuPolicy::Auto,
-        min_items: 4,
-        batch_window: Duration::from_millis(2),
-        one_stream: true,
-        gpu_first: true,
-        many_streams: 2,
-        ..DispatchConfig::default()
-    };
-    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let d = auto_streams(fake.clone(), DispatchConfig { min_items: 4, ..many_streams(2) });
     let cores_window = d.frames_in_flight();
     let settle = || std::thread::sleep(Duration::from_millis(50));
     // Two streams open, one of them writing: the cores take every frame.
@@ -587,18 +595,8 @@ fn frames_of_streams_and_of_small_files_mixed_in_the_queue_all_come_back() {
     // stream's frame must not leave its own without a turn: once the streams end, the back end
     // (too slow, and too few frames waiting to be worth a launch) takes none of them.
     let fake = Fake::new(Duration::from_millis(30), Outcome::Compress);
-    let cfg = DispatchConfig {
-        policy: GpuPolicy::Auto,
-        min_items: 64,
-        batch_max_items: 8,
-        batch_floor_bytes: 8 << 20,
-        batch_window: Duration::from_millis(2),
-        one_stream: true,
-        gpu_first: true,
-        many_streams: 2,
-        ..DispatchConfig::default()
-    };
-    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let cfg = DispatchConfig { min_items: 64, batch_max_items: 8, batch_floor_bytes: 8 << 20, ..many_streams(2) };
+    let d = auto_streams(fake.clone(), cfg);
     for round in 0..5 {
         let (one, two) = (d.stream(), d.stream());
         let ctx: Arc<ObjectContext> = Arc::new(EncodeConfig::default().new_object());
@@ -635,17 +633,7 @@ fn frames_of_streams_and_of_small_files_mixed_in_the_queue_all_come_back() {
 fn frames_sent_to_the_gpu_alone_come_back_when_its_launching_threads_die() {
     let fake = Arc::new(Switchable::default());
     fake.panics.store(true, Ordering::SeqCst);
-    let cfg = DispatchConfig {
-        policy: GpuPolicy::Auto,
-        min_items: 4,
-        batch_window: Duration::from_millis(2),
-        batch_floor_bytes: 32 << 20,
-        one_stream: true,
-        gpu_first: true,
-        many_streams: 1,
-        ..DispatchConfig::default()
-    };
-    let d = Dispatcher::with_backend(Backend::new(fake.clone(), vec![CodecId::Zstd], "stand-in"), cfg).unwrap();
+    let d = auto_streams(fake.clone(), DispatchConfig { min_items: 4, batch_floor_bytes: 32 << 20, ..many_streams(1) });
     let stream = d.stream();
     // No frame has a CPU turn; both launching threads die at their first launch, and every
     // frame they did not hold goes to the cores.

@@ -917,6 +917,21 @@ mod tests {
         write_all_vectored_at(&file, &[]).unwrap();
     }
 
+    /// A sink into an in-memory store whose dispatcher shares its frames with `backend`.
+    fn memory_sink(backend: shrinkfs_codec::dispatch::Backend, cfg: shrinkfs_codec::dispatch::DispatchConfig) -> Sink {
+        let metrics = Arc::new(Metrics::new());
+        Sink {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            dispatcher: Arc::new(Dispatcher::with_backend(backend, cfg).unwrap()),
+            budget: Budget::new(256 << 20, metrics.clone()),
+            metrics,
+            tracked: None,
+            local: None,
+            sizes: UploadConfig::default(),
+            record: false,
+        }
+    }
+
     /// A batch back end that takes launches of many frames and stores each as it is.
     struct StoresAsIs;
 
@@ -944,17 +959,7 @@ mod tests {
             one_stream: true,
             ..DispatchConfig::default()
         };
-        let metrics = Arc::new(Metrics::new());
-        let sink = Sink {
-            store: Arc::new(object_store::memory::InMemory::new()),
-            dispatcher: Arc::new(Dispatcher::with_backend(backend, cfg).unwrap()),
-            budget: Budget::new(256 << 20, metrics.clone()),
-            metrics,
-            tracked: None,
-            local: None,
-            sizes: UploadConfig::default(),
-            record: false,
-        };
+        let sink = memory_sink(backend, cfg);
         let store = sink.store.clone();
         let staging = tempfile::tempdir().unwrap();
         let config = EncodeConfig { frame_size: 64 << 10, ..EncodeConfig::default() };
@@ -1004,17 +1009,7 @@ mod tests {
             batch_window: std::time::Duration::from_millis(1),
             ..DispatchConfig::default()
         };
-        let metrics = Arc::new(Metrics::new());
-        let sink = Sink {
-            store: Arc::new(object_store::memory::InMemory::new()),
-            dispatcher: Arc::new(Dispatcher::with_backend(backend, cfg).unwrap()),
-            budget: Budget::new(256 << 20, metrics.clone()),
-            metrics,
-            tracked: None,
-            local: None,
-            sizes: UploadConfig::default(),
-            record: false,
-        };
+        let sink = memory_sink(backend, cfg);
         let staging = tempfile::tempdir().unwrap();
         let config = EncodeConfig { frame_size: 64 << 10, ..EncodeConfig::default() };
         let mut up = Upload::new(sink, Path::from("f"), &config, staging.path()).unwrap();
