@@ -518,6 +518,11 @@ fn launching_threads_that_die_leave_no_frame_behind() {
     // with them (their callers see the callback dropped). Every other frame still comes back,
     // within seconds, though the cores had been leaving frames to the GPU.
     fake.panics.store(true, Ordering::SeqCst);
+    // (Every worker busy for a while first, so a backlog forms and the GPU launches: on a loaded
+    // machine the cores could otherwise take every frame, and no launching thread would die.)
+    for _ in 0..workers::threads() {
+        workers::spawn(|| std::thread::sleep(Duration::from_millis(300)));
+    }
     let (back, deadline) = submit_within(&d, 0..200, Duration::from_secs(5));
     // (At most two launches of 16 frames were lost, or one if a try took the first panic.)
     assert!(fake.panicked.load(Ordering::SeqCst) >= 1, "a launching thread died");
