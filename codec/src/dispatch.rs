@@ -869,7 +869,15 @@ impl Dispatcher {
     /// ([`Self::submit_in`]) to the GPU alone; others (a small file's) keep the measured sharing.
     pub fn stream(&self) -> StreamGuard {
         let state = Arc::new(StreamState::default());
-        self.streams.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::downgrade(&state));
+        // (Counted only where frames may go to the GPU alone; the list is pruned as it grows, so
+        // a mount that never counts keeps no trace of its files.)
+        if self.alone.is_some() && !self.gpu_only && self.many_streams > 0 {
+            let mut all = self.streams.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if all.len() >= 64 && all.len().is_power_of_two() {
+                all.retain(|w| w.strong_count() > 0);
+            }
+            all.push(Arc::downgrade(&state));
+        }
         StreamGuard(state)
     }
 
@@ -1140,7 +1148,12 @@ fn batch_loop(
         ready.recv(&alone);
         ready.ready();
         if !alone.is_empty() {
-            // The GPU's own frames: gathered as a stream's, and launched.
+            // The GPU's own frames: gathered as a stream's, and launched. Meanwhile it serves no
+            // shared frame: turns left to it run now (a small file's close never waits for the
+            // streams to pause).
+            if !rx.is_empty() {
+                share.give_back(&rx, c);
+            }
             let (first, mut seen) = (Instant::now(), alone.len());
             let (mut deadline, last_call) = (first + cfg.batch_window, first + cfg.batch_window * GATHER_WINDOWS);
             while alone.len() < target && Instant::now() < deadline {

@@ -975,11 +975,12 @@ mod tests {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         up.write(&[], &mut Taken::default()).await.unwrap();
-        // The frames past what the spill keeps in memory went to its file in one append, where
-        // one append a frame made 39.
-        assert_eq!(up.appends_sent, 1, "appends for 40 frames found ready together");
+        // The frames past what the spill keeps in memory went to its file in one append (two if
+        // the first write's last look found some ready), where one append a frame made 39.
+        assert!((1..=2).contains(&up.appends_sent), "{} appends for 40 frames found ready together", up.appends_sent);
+        let sent = up.appends_sent;
         up.finish(&FileMeta::default()).await.unwrap();
-        assert_eq!(up.appends_sent, 1, "nothing was left for finish");
+        assert_eq!(up.appends_sent, sent, "nothing was left for finish");
         let object = store.get(&Path::from("f")).await.unwrap().bytes().await.unwrap();
         assert_eq!(shrinkfs_codec::decode_all(&object, None, &[]).unwrap(), data);
     }
