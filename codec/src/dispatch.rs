@@ -907,7 +907,7 @@ pub const STREAM_ACTIVE: Duration = Duration::from_millis(500);
 struct Streams {
     all: Mutex<Vec<std::sync::Weak<StreamState>>>,
     active: AtomicUsize,
-    /// When `active` was last counted, in milliseconds since [`epoch`] (0: never).
+    /// When `active` was last counted, in [`now_ms`] (0: never).
     counted_ms: std::sync::atomic::AtomicU64,
 }
 
