@@ -1415,6 +1415,62 @@ mod tests {
         assert_eq!(c.cpu_frames.load(Ordering::Relaxed), 5);
     }
 
+    /// A back end whose every launch takes 100 ms and shrinks nothing.
+    struct Slow;
+
+    impl BatchBackend for Slow {
+        fn compress_batch(&self, _: CodecId, chunks: &[&[u8]], _: i32) -> BatchResult {
+            std::thread::sleep(Duration::from_millis(100));
+            Ok(vec![None; chunks.len()])
+        }
+    }
+
+    #[test]
+    fn a_launching_thread_busy_with_its_own_queue_gives_back_the_turns_left_to_it() {
+        let ctx = Arc::new(crate::EncodeConfig::default().new_object());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let job = |frame: u64, tag: &'static str| {
+            let done_tx = done_tx.clone();
+            let done: Done = Box::new(move |_| done_tx.send(tag).unwrap());
+            let codec = cpu_equivalent(CodecId::Zstd, 1);
+            Job { ctx: ctx.clone(), codec, gpu_codec: CodecId::Zstd, frame, raw: vec![frame as u8; 1000].into(), done }
+        };
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let (alone_tx, alone_rx) = crossbeam_channel::unbounded::<Job>();
+        let (c, share) = (Arc::new(Counters::default()), Arc::new(Share::default()));
+        // The cores left the GPU its reserve: three small frames' turns deferred to it.
+        share.reserve.store(8, Ordering::Release);
+        for f in 0..3 {
+            tx.send(job(f, "small")).unwrap();
+            cpu_turn(&rx, &c, &share, false);
+        }
+        assert_eq!((rx.len(), share.deferred.load(Ordering::Acquire)), (3, 3));
+        // Its own queue holds 40 frames of streams: ten launches of 4, a second at least.
+        for f in 0..40 {
+            alone_tx.send(job(f, "stream")).unwrap();
+        }
+        let cfg = DispatchConfig {
+            min_items: 4,
+            batch_max_items: 4,
+            batch_window: Duration::from_millis(1),
+            ..DispatchConfig::default()
+        };
+        let launcher = {
+            let (c, share) = (c.clone(), share.clone());
+            std::thread::spawn(move || {
+                let queues = Queues { shared: rx, alone: alone_rx };
+                batch_loop(&Slow, queues, &cfg, (0, 1), &c, &share, &Mutex::new(Measured::default()))
+            })
+        };
+        // The small frames come back at once (their turns given back), not after the streams'.
+        let first: Vec<&str> = (0..3).map(|_| done_rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        assert_eq!(first, ["small"; 3], "the turns left to a GPU busy with its own queue came back");
+        drop((tx, alone_tx));
+        launcher.join().unwrap();
+        let rest = (0..40).filter(|_| done_rx.recv_timeout(Duration::from_secs(10)) == Ok("stream")).count();
+        assert_eq!(rest, 40, "and every stream frame after them");
+    }
+
     #[test]
     fn the_gpu_comes_first_once_its_launches_at_once_keep_up_with_the_cores() {
         let threads = crate::workers::threads() as f64;
