@@ -1154,14 +1154,7 @@ fn batch_loop(
             if !rx.is_empty() {
                 share.give_back(&rx, c);
             }
-            let (first, mut seen) = (Instant::now(), alone.len());
-            let (mut deadline, last_call) = (first + cfg.batch_window, first + cfg.batch_window * GATHER_WINDOWS);
-            while alone.len() < target && Instant::now() < deadline {
-                std::thread::sleep(cfg.batch_window / 8);
-                if alone.len() > seen {
-                    (seen, deadline) = (alone.len(), (Instant::now() + cfg.batch_window).min(last_call));
-                }
-            }
+            gather(&alone, target, cfg.batch_window, true);
             let batch = take_batch(&alone, launch_size, most_bytes);
             launch(backend, batch, cfg, slot, c, measured);
             continue;
@@ -1177,15 +1170,7 @@ fn batch_loop(
         // A window for a backlog to form, or for the CPU workers to take what waits; one stream
         // waits on while the backlog still grows, but no longer than GATHER_WINDOWS windows in
         // all (with `--gpu on` the waiting frames have no CPU turn: a small file's close waits).
-        let first = Instant::now();
-        let (mut seen, mut deadline) = (rx.len(), first + cfg.batch_window);
-        let last_call = first + cfg.batch_window * GATHER_WINDOWS;
-        while rx.len() < target && !rx.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(cfg.batch_window / 8);
-            if cfg.one_stream && rx.len() > seen {
-                (seen, deadline) = (rx.len(), (Instant::now() + cfg.batch_window).min(last_call));
-            }
-        }
+        let deadline = gather(&rx, target, cfg.batch_window, cfg.one_stream);
         // Another launching thread took the launch this one gathered for: gather again while
         // frames still come, rather than launch the few left.
         if cfg.one_stream && rx.len() < min_items && !rx.is_empty() && Instant::now() < deadline {
@@ -1267,6 +1252,22 @@ fn batch_loop(
 struct Queues {
     shared: Receiver<Job>,
     alone: Receiver<Job>,
+}
+
+/// Waits up to `window` for `target` frames to wait in `queue` (or for it to empty); while frames
+/// keep coming and `stream`, a window longer each time, but no more than `GATHER_WINDOWS` windows in
+/// all. Returns when the last window ends.
+fn gather(queue: &Receiver<Job>, target: usize, window: Duration, stream: bool) -> Instant {
+    let first = Instant::now();
+    let (mut seen, mut deadline) = (queue.len(), first + window);
+    let last_call = first + window * GATHER_WINDOWS;
+    while queue.len() < target && !queue.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(window / 8);
+        if stream && queue.len() > seen {
+            (seen, deadline) = (queue.len(), (Instant::now() + window).min(last_call));
+        }
+    }
+    deadline
 }
 
 /// Up to `most` frames, and `most_bytes` bytes, of those waiting in `queue`.
