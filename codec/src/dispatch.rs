@@ -9,6 +9,8 @@
 //! for itself, any GPU failure, a full queue, or output not smaller than its input sends frames
 //! down the CPU path: a write never fails because of the GPU. Every outcome is counted. With `auto` the
 //! GPU starts on its own thread while the cores take every frame, and joins once warmed up.
+//! Reads' batches are decoded on the GPU with `on`, and with `auto` where it is measured to hand
+//! them back sooner than the cores (`crate::decoderoute`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::codec::{Codec, CodecId, ZstdCodec};
+use crate::decoderoute::{DecodeOn, DecodeRoute};
 use crate::frame::{EncodedFrame, ObjectContext, encode_frame_owned, finish_payload};
 use crate::framebuf::{Buffers, FrameBuf};
 
@@ -222,6 +225,18 @@ pub trait BatchBackend: Send + Sync + 'static {
         let _ = slot;
         self.compress_batch(codec, chunks, data_type)
     }
+
+    /// Decompresses each standard `codec` payload to its `raw_lens` bytes (reads); a back end
+    /// that does not decode fails, and its batches are decoded on the CPU.
+    fn decompress_batch(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+    ) -> Result<Vec<Vec<u8>>, BackendError> {
+        let _ = (codec, payloads, raw_lens);
+        Err("this back end does not decode".into())
+    }
 }
 
 #[cfg(feature = "gpu")]
@@ -237,6 +252,15 @@ impl BatchBackend for crate::gpu::Gpu {
     fn compress_batch_in(&self, slot: (usize, usize), codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         crate::gpu::Gpu::compress_batch_in(self, slot, codec, chunks, data_type)
             .map_err(|e| Box::new(e) as BackendError)
+    }
+
+    fn decompress_batch(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+    ) -> Result<Vec<Vec<u8>>, BackendError> {
+        crate::gpu::Gpu::decompress_batch(self, codec, payloads, raw_lens, 0).map_err(|e| Box::new(e) as BackendError)
     }
 
     fn warm_up(&self, slots: usize, frames: usize) {
@@ -319,6 +343,8 @@ pub struct Dispatcher {
     /// alone (`DispatchConfig::many_streams`; 0: never).
     streams: Arc<Streams>,
     many_streams: usize,
+    /// Where reads' batches are decoded under `auto` (see [`Self::decode_on`]).
+    decode: DecodeRoute,
     /// What the dispatcher is while its back end starts, or why it has none.
     before: String,
 }
@@ -414,8 +440,8 @@ struct Outcome {
     describe: String,
     /// Where new frames get their buffers (the GPU's page-locked pool).
     buffers: Buffers,
-    #[cfg(feature = "gpu")]
-    gpu: Option<Arc<crate::gpu::Gpu>>,
+    /// The started back end, which also decodes reads' batches (see [`Dispatcher::decode_on`]).
+    decoder: Option<Arc<dyn BatchBackend>>,
 }
 
 impl Started {
@@ -436,35 +462,19 @@ pub struct Backend {
     pub describe: String,
     /// Where new frames get their buffers while it runs (a pool it copies from directly).
     pub buffers: Buffers,
-    /// The GPU itself, which also decodes (`--gpu on`).
-    #[cfg(feature = "gpu")]
-    gpu: Option<Arc<crate::gpu::Gpu>>,
 }
 
 impl Backend {
     /// `batches`, taking frames of `codecs` (tests pass stand-ins with chosen speeds and failures).
     pub fn new(batches: Arc<dyn BatchBackend>, codecs: Vec<CodecId>, describe: &str) -> Self {
-        Backend {
-            batches,
-            codecs,
-            describe: describe.to_owned(),
-            buffers: Buffers::default(),
-            #[cfg(feature = "gpu")]
-            gpu: None,
-        }
+        Backend { batches, codecs, describe: describe.to_owned(), buffers: Buffers::default() }
     }
 
     /// The GPU as a back end.
     #[cfg(feature = "gpu")]
     fn gpu(gpu: crate::gpu::Gpu) -> Self {
-        let gpu = Arc::new(gpu);
-        Backend {
-            batches: gpu.clone(),
-            codecs: gpu.codecs(),
-            describe: gpu.describe.clone(),
-            buffers: gpu.frame_buffers(),
-            gpu: Some(gpu),
-        }
+        let (codecs, describe, buffers) = (gpu.codecs(), gpu.describe.clone(), gpu.frame_buffers());
+        Backend { batches: Arc::new(gpu), codecs, describe, buffers }
     }
 }
 
@@ -518,8 +528,7 @@ impl Dispatcher {
             codecs: vec![],
             describe: why.to_owned(),
             buffers: Buffers::default(),
-            #[cfg(feature = "gpu")]
-            gpu: None,
+            decoder: None,
         });
         Dispatcher {
             gpu_tx: None,
@@ -532,6 +541,7 @@ impl Dispatcher {
             alone: None,
             streams: Arc::default(),
             many_streams: 0,
+            decode: DecodeRoute::default(),
             before: why.into(),
         }
     }
@@ -629,8 +639,7 @@ impl Dispatcher {
                         codecs: vec![],
                         describe: "stopped while starting".into(),
                         buffers: Buffers::default(),
-                        #[cfg(feature = "gpu")]
-                        gpu: None,
+                        decoder: None,
                     });
                 }
                 Ok(b) => {
@@ -653,8 +662,7 @@ impl Dispatcher {
                         codecs: b.codecs,
                         describe: b.describe,
                         buffers: b.buffers,
-                        #[cfg(feature = "gpu")]
-                        gpu: b.gpu,
+                        decoder: Some(b.batches.clone()),
                     });
                     let measured = Mutex::new(Measured::default());
                     let alive = AtomicUsize::new(threads);
@@ -681,8 +689,7 @@ impl Dispatcher {
                     codecs: vec![],
                     describe: why,
                     buffers: Buffers::default(),
-                    #[cfg(feature = "gpu")]
-                    gpu: None,
+                    decoder: None,
                 }),
             })
             .map_err(DispatchError::Thread)?;
@@ -697,6 +704,7 @@ impl Dispatcher {
             alone: Some((alone_tx, alone_rx)),
             streams: Arc::default(),
             many_streams,
+            decode: DecodeRoute::default(),
             before: before.into(),
         })
     }
@@ -750,31 +758,45 @@ impl Dispatcher {
     }
 
     /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
-    /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted).
+    /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted,
+    /// and with `auto` the GPU is then left until it is tried again, see [`DecodeRoute`]).
     pub fn gpu_decompress(&self, codec: CodecId, payloads: &[&[u8]], raw_lens: &[usize]) -> Option<Vec<Vec<u8>>> {
-        #[cfg(feature = "gpu")]
-        if let Some(gpu) = self.started.outcome.get().and_then(|o| o.gpu.as_ref()).filter(|_| self.gpu_for(codec)) {
-            return match gpu.decompress_batch(codec, payloads, raw_lens, 0) {
-                Ok(out) => {
-                    self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed);
-                    Some(out)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, frames = payloads.len(), "GPU decode failed; decoding on the CPU");
-                    self.counters.gpu_decode_fallback.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-            };
+        let decoder = self.started.outcome.get().and_then(|o| o.decoder.as_ref()).filter(|_| self.gpu_for(codec))?;
+        match decoder.decompress_batch(codec, payloads, raw_lens) {
+            Ok(out) if out.len() == payloads.len() => {
+                self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed);
+                Some(out)
+            }
+            outcome => {
+                let error =
+                    outcome.err().map_or_else(|| "a frame missing from its output".to_owned(), |e| e.to_string());
+                tracing::warn!(%error, frames = payloads.len(), "GPU decode failed; decoding on the CPU");
+                self.counters.gpu_decode_fallback.fetch_add(1, Ordering::Relaxed);
+                self.decode.failed();
+                None
+            }
         }
-        let _ = (codec, payloads, raw_lens);
-        None
     }
 
-    /// Whether reads of `codec` frames should be decoded on the GPU: only with `--gpu on`. With
-    /// `auto` reads decode on the cores, which were faster end to end for every reader count
-    /// measured (BENCHMARKS.md §9); deciding by measurement, as writes do, is still to come.
-    pub fn decodes_on_gpu(&self, codec: CodecId) -> bool {
-        self.gpu_only && self.gpu_for(codec)
+    /// Where a batch of `codec` frames read together is decoded: on the GPU with `--gpu on`;
+    /// with `auto`, on whichever of the GPU and the CPU workers was last measured to hand back a
+    /// batch's bytes sooner (callers report each batch's time to [`Self::decoded`]), the other
+    /// tried again now and then. `None` without a GPU for the codec: there is no choice, and
+    /// nothing to report.
+    pub fn decode_on(&self, codec: CodecId) -> Option<DecodeOn> {
+        if !self.gpu_for(codec) {
+            None
+        } else if self.gpu_only {
+            Some(DecodeOn::Gpu)
+        } else {
+            Some(self.decode.choose())
+        }
+    }
+
+    /// Reports that a batch of `bytes` decoded bytes went `on` and took `took`, from handing it
+    /// over until its last frame was back (what [`Self::decode_on`] compares).
+    pub fn decoded(&self, on: DecodeOn, bytes: u64, took: Duration) {
+        self.decode.record(on, bytes, took);
     }
 
     /// Whether frames of `codec` can go to the GPU.

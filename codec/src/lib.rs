@@ -8,6 +8,7 @@
 //! [`stream::StreamDecoder`] reads front to back when seeking is impossible.
 
 pub mod codec;
+pub mod decoderoute;
 pub mod detect;
 pub mod dispatch;
 pub mod error;

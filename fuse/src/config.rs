@@ -99,7 +99,8 @@ pub struct ReaderConfig {
     pub allow_unsealed: bool,
     /// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
     pub max_fetch: u64,
-    /// Fewest frames in a read batch worth a GPU launch.
+    /// Fewest frames of a GPU codec in a read batch for the GPU to decode it: with `--gpu on`
+    /// always, with `auto` where the GPU is measured to hand batches back sooner than the cores.
     pub gpu_decode_min_frames: usize,
     /// Most frames fetched ahead of a sequential reader (16 MiB at the default frame size).
     pub max_readahead_frames: usize,

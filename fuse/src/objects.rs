@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use shrinkfs_codec::decoderoute::DecodeOn;
 use shrinkfs_codec::format::IndexEntry;
 use shrinkfs_codec::format::{FRAME_HEADER_LEN, FrameHeader};
 use shrinkfs_codec::format::{FileMeta, Header};
@@ -27,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::recorded::Recorded;
 
 /// Frames decoded by number.
-type Decoded = Vec<(usize, Vec<u8>)>;
+type Decoded = Vec<(usize, Bytes)>;
 
 /// One version of one object, ready to read.
 #[derive(Debug, Clone)]
@@ -531,10 +532,17 @@ impl Reader {
         }
         slices.extend(fetched);
         slices.sort_by_key(|s| s.0);
-        if let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices).await? {
+        // A batch of enough frames of a codec the GPU takes goes where the dispatcher says; its
+        // time, from handing it over until its last frame is back, is reported either way.
+        let bytes: u64 = slices.iter().map(|(f, _)| layout.entries[*f].raw_len as u64).sum();
+        let route = self.gpu_codec(layout, ctx, &slices).and_then(|c| self.dispatcher.decode_on(c).map(|on| (c, on)));
+        let began = std::time::Instant::now();
+        if let Some((codec, DecodeOn::Gpu)) = route
+            && let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices, codec, &views).await?
+        {
+            self.dispatcher.decoded(DecodeOn::Gpu, bytes, began.elapsed());
             let mut out = Vec::with_capacity(decoded.len());
             for (f, bytes) in decoded {
-                let bytes = Bytes::from(bytes);
                 self.metrics.frame_decoded();
                 self.chunks.insert(&info.id, f as u32, bytes.clone());
                 cached(f, &bytes);
@@ -542,6 +550,7 @@ impl Reader {
             }
             return Ok(out);
         }
+        let began = std::time::Instant::now();
         let mut jobs = Vec::new();
         {
             for (f, slice) in slices {
@@ -571,51 +580,79 @@ impl Reader {
             cached(f, &bytes);
             out.push((f, bytes));
         }
+        if let Some((_, DecodeOn::Cpu)) = route {
+            self.dispatcher.decoded(DecodeOn::Cpu, bytes, began.elapsed());
+        }
         Ok(out)
     }
 
-    /// Decodes a batch of fetched frames on the GPU when one is in use, the batch is large enough and
-    /// all of one GPU codec: checksums and seals are checked on the CPU first (nVCOMP does not
-    /// validate its input), the decoded bytes checked after. `None`: decode on the CPU instead.
+    /// The GPU codec of a batch worth a choice between the GPU and the CPU workers: at least
+    /// `gpu_decode_min_frames` frames of one codec the GPU may take, the others stored as they
+    /// are, and no dictionary (nVCOMP takes none).
+    fn gpu_codec(
+        &self,
+        layout: &Layout,
+        ctx: &shrinkfs_codec::ObjectContext,
+        slices: &[(usize, Bytes)],
+    ) -> Option<CodecId> {
+        if ctx.dict().is_some() {
+            return None;
+        }
+        let (mut codec, mut frames) = (None, 0);
+        for (f, _) in slices {
+            match layout.entries[*f].codec {
+                CodecId::None => {}
+                c if codec.is_none_or(|k| k == c) => {
+                    codec = Some(c);
+                    frames += 1;
+                }
+                _ => return None,
+            }
+        }
+        codec.filter(|_| frames >= self.cfg.gpu_decode_min_frames)
+    }
+
+    /// Decodes a batch's `codec` frames on the GPU in one call, and its frames stored as they are
+    /// on this blocking thread meanwhile: checksums and seals are checked on the CPU first (nVCOMP
+    /// does not validate its input), the decoded bytes checked after. `None`: the GPU failed,
+    /// decode on the CPU instead.
     async fn gpu_decode(
         &self,
         info: &ObjectInfo,
         layout: &Arc<Layout>,
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         slices: &[(usize, Bytes)],
+        codec: CodecId,
+        views: &[usize],
     ) -> Result<Option<Decoded>> {
-        let codec = match slices.first() {
-            Some((f, _)) => layout.entries[*f].codec,
-            None => return Ok(None),
-        };
-        let eligible = slices.len() >= self.cfg.gpu_decode_min_frames
-            && ctx.dict().is_none()
-            && self.dispatcher.decodes_on_gpu(codec)
-            && slices.iter().all(|(f, _)| layout.entries[*f].codec == codec);
-        if !eligible {
-            return Ok(None);
-        }
         let (slices, layout, ctx, path, dispatcher) =
             (slices.to_vec(), layout.clone(), ctx.clone(), info.path.clone(), self.dispatcher.clone());
+        let views = views.to_vec();
         let job = move || -> Result<Option<Decoded>> {
             let err = |e| codec_err(&path, e);
-            let mut heads = Vec::with_capacity(slices.len());
-            let mut payloads = Vec::with_capacity(slices.len());
-            for (f, blob) in &slices {
+            let (gpu, stored): (Vec<_>, Vec<_>) = slices.iter().partition(|(f, _)| layout.entries[*f].codec == codec);
+            let mut heads = Vec::with_capacity(gpu.len());
+            let mut payloads = Vec::with_capacity(gpu.len());
+            for (f, blob) in &gpu {
                 let h = FrameHeader::parse(blob, *f as u64, ctx.header.sealed()).map_err(err)?;
                 let p = open_payload(&ctx, *f as u64, &h, &blob[FRAME_HEADER_LEN..], Some(&layout.entries[*f]))
                     .map_err(err)?;
                 heads.push(h);
                 payloads.push(p);
             }
+            let mut out = Vec::with_capacity(slices.len());
+            for (f, blob) in stored {
+                let view = views.contains(f);
+                out.push((*f, decode_to_bytes(&ctx, *f as u64, blob, &layout.entries[*f], view).map_err(err)?));
+            }
             let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_ref()).collect();
             let lens: Vec<usize> = heads.iter().map(|h| h.raw_len as usize).collect();
             let Some(raws) = dispatcher.gpu_decompress(codec, &refs, &lens) else { return Ok(None) };
-            let mut out = Vec::with_capacity(raws.len());
-            for (((f, _), h), raw) in slices.iter().zip(&heads).zip(raws) {
+            for (((f, _), h), raw) in gpu.iter().zip(&heads).zip(raws) {
                 check_raw(*f as u64, h, &raw).map_err(err)?;
-                out.push((*f, raw));
+                out.push((*f, Bytes::from(raw)));
             }
+            out.sort_by_key(|(f, _)| *f);
             Ok(Some(out))
         };
         tokio::task::spawn_blocking(job).await.map_err(|source| Error::Task { task: "GPU decode", source })?
@@ -632,8 +669,6 @@ impl Reader {
         }
         let last = (first + frames).min(layout.entries.len());
         let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
-        // Read-ahead only takes room that is free, never waiting for it, and gives each frame's
-        // room back as soon as the frame is cached.
         let (mut room, mut starved) = (Vec::new(), false);
         let cached = |f: usize| self.chunks.get(&info.id, f as u32);
         let claim = self.inflight.claim(&info.id, &candidates, cached, |f| {
