@@ -13,6 +13,9 @@ pub enum DecodeOn {
     Gpu,
     /// The CPU workers, a frame each.
     Cpu,
+    /// The CPU workers, and the GPU on a copy of the batch beside them, to measure it (its
+    /// output dropped): a GPU not measured faster holds up no reader.
+    CpuTryingGpu,
 }
 
 /// How long the way not taken goes unmeasured before one batch tries it again.
@@ -47,7 +50,7 @@ pub struct DecodeRoute {
 
 fn slot(on: DecodeOn) -> usize {
     match on {
-        DecodeOn::Gpu => 0,
+        DecodeOn::Gpu | DecodeOn::CpuTryingGpu => 0,
         DecodeOn::Cpu => 1,
     }
 }
@@ -55,7 +58,9 @@ fn slot(on: DecodeOn) -> usize {
 impl DecodeRoute {
     /// Where the next batch goes: the CPU until it is measured, then the GPU once, then
     /// whichever delivers a byte sooner; the other again once it has not been chosen for
-    /// [`RETRY_AFTER`] (a failed GPU likewise).
+    /// [`RETRY_AFTER`] (a failed GPU likewise). The GPU decodes a batch for real only while it
+    /// is measured faster; otherwise its turn is a try beside the CPU
+    /// ([`DecodeOn::CpuTryingGpu`]).
     pub fn choose(&self) -> DecodeOn {
         self.choose_at(Instant::now())
     }
@@ -75,10 +80,12 @@ impl DecodeRoute {
             }
         };
         ways[slot(on)].chosen = Some(now);
-        on
+        let faster = matches!((gpu.ns_per_byte, cpu.ns_per_byte), (Some(g), Some(c)) if !gpu.failed && g < c);
+        if on == DecodeOn::Gpu && !faster { DecodeOn::CpuTryingGpu } else { on }
     }
 
-    /// Records a batch of `bytes` decoded bytes that `on` handed back in `took`.
+    /// Records a batch of `bytes` decoded bytes that `on` handed back in `took` (a try counts
+    /// as the GPU's).
     pub fn record(&self, on: DecodeOn, bytes: u64, took: Duration) {
         if bytes == 0 {
             return;
@@ -120,7 +127,7 @@ mod tests {
         assert_eq!(r.choose_at(t), DecodeOn::Cpu, "nothing measured: the CPU");
         assert_eq!(r.choose_at(t), DecodeOn::Cpu, "still nothing measured");
         r.record(DecodeOn::Cpu, 16 * MIB, ms(40));
-        assert_eq!(r.choose_at(t), DecodeOn::Gpu, "the CPU measured: the GPU is tried");
+        assert_eq!(r.choose_at(t), DecodeOn::CpuTryingGpu, "the CPU measured: the GPU is tried");
         assert_eq!(r.choose_at(t), DecodeOn::Cpu, "one try at a time, not one per batch meanwhile");
         r.record(DecodeOn::Gpu, 16 * MIB, ms(10));
         for k in 0..5 {
@@ -133,11 +140,11 @@ mod tests {
         let r = DecodeRoute::default();
         let t = Instant::now();
         r.record(DecodeOn::Cpu, 16 * MIB, ms(10));
-        assert_eq!(r.choose_at(t), DecodeOn::Gpu);
+        assert_eq!(r.choose_at(t), DecodeOn::CpuTryingGpu);
         r.record(DecodeOn::Gpu, 16 * MIB, ms(40));
         assert_eq!(r.choose_at(t + ms(1)), DecodeOn::Cpu, "the CPU was faster");
         assert_eq!(r.choose_at(t + RETRY_AFTER - ms(1)), DecodeOn::Cpu);
-        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::Gpu, "tried again after a while");
+        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::CpuTryingGpu, "tried again after a while, beside the CPU");
         assert_eq!(r.choose_at(t + RETRY_AFTER + ms(1)), DecodeOn::Cpu, "once");
         // The host got busy: the cores now take longer, and the GPU's retry is faster.
         for _ in 0..8 {
@@ -169,7 +176,7 @@ mod tests {
         r.failed();
         assert_eq!(r.choose_at(t + ms(1)), DecodeOn::Cpu, "failed: the CPU, though the GPU measured faster");
         assert_eq!(r.choose_at(t + RETRY_AFTER - ms(1)), DecodeOn::Cpu);
-        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::Gpu, "tried again after a while");
+        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::CpuTryingGpu, "tried again after a while");
         r.record(DecodeOn::Gpu, MIB, ms(10));
         assert_eq!(r.choose_at(t + RETRY_AFTER + ms(1)), DecodeOn::Gpu, "its success counts, not the failure");
     }
@@ -179,9 +186,9 @@ mod tests {
         let r = DecodeRoute::default();
         let t = Instant::now();
         r.record(DecodeOn::Cpu, MIB, ms(40));
-        assert_eq!(r.choose_at(t), DecodeOn::Gpu);
+        assert_eq!(r.choose_at(t), DecodeOn::CpuTryingGpu);
         r.failed();
         assert_eq!(r.choose_at(t + ms(1)), DecodeOn::Cpu);
-        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::Gpu);
+        assert_eq!(r.choose_at(t + RETRY_AFTER), DecodeOn::CpuTryingGpu);
     }
 }

@@ -158,6 +158,8 @@ pub struct Counters {
     pub cpu_timed_frames: AtomicU64,
     /// Frames decoded on the GPU (reads).
     pub gpu_decoded_frames: AtomicU64,
+    /// Read batches the GPU decoded on a copy beside the CPU, to measure itself (`auto`).
+    pub gpu_decode_tries: AtomicU64,
     /// Read batches sent back to the CPU because GPU decoding failed.
     pub gpu_decode_fallback: AtomicU64,
 }
@@ -185,6 +187,7 @@ impl Counters {
             ("gpu_declined", g(&self.gpu_declined)),
             ("gpu_tries", g(&self.gpu_tries)),
             ("gpu_decoded_frames", g(&self.gpu_decoded_frames)),
+            ("gpu_decode_tries", g(&self.gpu_decode_tries)),
             ("gpu_decode_fallback", g(&self.gpu_decode_fallback)),
         ]
     }
@@ -760,11 +763,21 @@ impl Dispatcher {
     /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
     /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted,
     /// and with `auto` the GPU is then left until it is tried again, see [`DecodeRoute`]).
-    pub fn gpu_decompress(&self, codec: CodecId, payloads: &[&[u8]], raw_lens: &[usize]) -> Option<Vec<Vec<u8>>> {
+    /// `trying`: a copy decoded to measure the GPU ([`DecodeOn::CpuTryingGpu`]), counted apart.
+    pub fn gpu_decompress(
+        &self,
+        codec: CodecId,
+        payloads: &[&[u8]],
+        raw_lens: &[usize],
+        trying: bool,
+    ) -> Option<Vec<Vec<u8>>> {
         let decoder = self.started.outcome.get().and_then(|o| o.decoder.as_ref()).filter(|_| self.gpu_for(codec))?;
         match decoder.decompress_batch(codec, payloads, raw_lens) {
             Ok(out) if out.len() == payloads.len() => {
-                self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed);
+                match trying {
+                    true => self.counters.gpu_decode_tries.fetch_add(1, Ordering::Relaxed),
+                    false => self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed),
+                };
                 Some(out)
             }
             outcome => {
@@ -781,7 +794,7 @@ impl Dispatcher {
     /// Where a batch of `codec` frames read together is decoded: on the GPU with `--gpu on`;
     /// with `auto`, on whichever of the GPU and the CPU workers was last measured to hand back a
     /// batch's bytes sooner (callers report each batch's time to [`Self::decoded`]), the other
-    /// tried again now and then. `None` without a GPU for the codec: there is no choice, and
+    /// tried again now and then, the GPU on a copy beside the CPU while it is not the faster. `None` without a GPU for the codec: there is no choice, and
     /// nothing to report.
     pub fn decode_on(&self, codec: CodecId) -> Option<DecodeOn> {
         if !self.gpu_for(codec) {

@@ -30,6 +30,14 @@ use crate::recorded::Recorded;
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Bytes)>;
 
+/// A batch's decode on the GPU: its codec, and whether it is a try on a copy, to measure the GPU
+/// (`DecodeOn::CpuTryingGpu`).
+#[derive(Debug, Clone, Copy)]
+struct GpuBatch {
+    codec: CodecId,
+    trying: bool,
+}
+
 /// One version of one object, ready to read.
 #[derive(Debug, Clone)]
 pub struct ObjectInfo {
@@ -537,8 +545,22 @@ impl Reader {
         let bytes: u64 = slices.iter().map(|(f, _)| layout.entries[*f].raw_len as u64).sum();
         let route = self.gpu_codec(layout, ctx, &slices).and_then(|c| self.dispatcher.decode_on(c).map(|on| (c, on)));
         let began = std::time::Instant::now();
+        if let Some((codec, DecodeOn::CpuTryingGpu)) = route {
+            // The GPU on a copy, beside the CPU workers, to measure it: no reader waits for it.
+            let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
+            let (copy, views) = (slices.clone(), views.clone());
+            tokio::spawn(async move {
+                let began = std::time::Instant::now();
+                if let Ok(Some(_)) =
+                    me.gpu_decode(&info, &layout, &ctx, &copy, &views, GpuBatch { codec, trying: true }).await
+                {
+                    me.dispatcher.decoded(DecodeOn::Gpu, bytes, began.elapsed());
+                }
+            });
+        }
         if let Some((codec, DecodeOn::Gpu)) = route
-            && let Some(decoded) = self.gpu_decode(info, layout, ctx, &slices, codec, &views).await?
+            && let Some(decoded) =
+                self.gpu_decode(info, layout, ctx, &slices, &views, GpuBatch { codec, trying: false }).await?
         {
             self.dispatcher.decoded(DecodeOn::Gpu, bytes, began.elapsed());
             let mut out = Vec::with_capacity(decoded.len());
@@ -580,7 +602,7 @@ impl Reader {
             cached(f, &bytes);
             out.push((f, bytes));
         }
-        if let Some((_, DecodeOn::Cpu)) = route {
+        if let Some((_, DecodeOn::Cpu | DecodeOn::CpuTryingGpu)) = route {
             self.dispatcher.decoded(DecodeOn::Cpu, bytes, began.elapsed());
         }
         Ok(out)
@@ -615,16 +637,17 @@ impl Reader {
     /// Decodes a batch's `codec` frames on the GPU in one call, and its frames stored as they are
     /// on this blocking thread meanwhile: checksums and seals are checked on the CPU first (nVCOMP
     /// does not validate its input), the decoded bytes checked after. `None`: the GPU failed,
-    /// decode on the CPU instead.
+    /// decode on the CPU instead. `trying`: a copy, to measure the GPU (counted apart).
     async fn gpu_decode(
         &self,
         info: &ObjectInfo,
         layout: &Arc<Layout>,
         ctx: &Arc<shrinkfs_codec::ObjectContext>,
         slices: &[(usize, Bytes)],
-        codec: CodecId,
         views: &[usize],
+        how: GpuBatch,
     ) -> Result<Option<Decoded>> {
+        let GpuBatch { codec, trying } = how;
         let (slices, layout, ctx, path, dispatcher) =
             (slices.to_vec(), layout.clone(), ctx.clone(), info.path.clone(), self.dispatcher.clone());
         let views = views.to_vec();
@@ -647,7 +670,7 @@ impl Reader {
             }
             let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_ref()).collect();
             let lens: Vec<usize> = heads.iter().map(|h| h.raw_len as usize).collect();
-            let Some(raws) = dispatcher.gpu_decompress(codec, &refs, &lens) else { return Ok(None) };
+            let Some(raws) = dispatcher.gpu_decompress(codec, &refs, &lens, trying) else { return Ok(None) };
             for (((f, _), h), raw) in gpu.iter().zip(&heads).zip(raws) {
                 check_raw(*f as u64, h, &raw).map_err(err)?;
                 out.push((*f, Bytes::from(raw)));

@@ -1,8 +1,8 @@
 //! Reads' batches decoded where the dispatcher says, with a stand-in for the GPU (CI has none)
-//! that decodes with the CPU's zstd: under `--gpu auto` a batch goes to it once the CPU workers
-//! are measured slower, comes back byte for byte, is left when it is measured slower or fails
-//! (and a failed batch is decoded on the CPU); batches of frames stored as they are mixed in are
-//! decoded too.
+//! that decodes with the CPU's zstd: under `--gpu auto` the GPU is first tried on a copy beside
+//! the CPU workers, takes batches for real once measured faster, and comes back byte for byte;
+//! it is left when measured slower or when it fails (a failed batch is decoded on the CPU);
+//! frames stored as they are among a batch are decoded too.
 
 mod common;
 
@@ -24,12 +24,32 @@ use shrinkfs_fuse::{Fs, FsConfig, Services};
 
 const MIB: usize = 1 << 20;
 
-/// A stand-in GPU: compresses and decompresses with the CPU's zstd, after `delay`, or fails to
-/// decode.
+/// A stand-in GPU: compresses and decompresses with the CPU's zstd, decodes after `delay`, and
+/// fails its decodes from the `fail_from`-th on (counted from 0).
 struct Stand {
     delay: Duration,
-    fails: bool,
+    fail_from: u64,
     decodes: AtomicU64,
+}
+
+impl Stand {
+    fn new(delay: Duration, fail_from: u64) -> Arc<Stand> {
+        Arc::new(Stand { delay, fail_from, decodes: AtomicU64::new(0) })
+    }
+
+    /// Waits (up to 10 s) until the stand-in's try has come back and been measured (it runs in
+    /// the background, beside the read that asked for it).
+    async fn wait_try(&self, d: &Dispatcher) {
+        for _ in 0..1000 {
+            if d.counters().gpu_decode_tries.load(Ordering::SeqCst) >= 1 {
+                // (Measured as the try's task ends, just after it is counted.)
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the try did not come back from the stand-in");
+    }
 }
 
 impl BatchBackend for Stand {
@@ -52,9 +72,9 @@ impl BatchBackend for Stand {
         raw_lens: &[usize],
     ) -> Result<Vec<Vec<u8>>, BackendError> {
         assert_eq!(codec, CodecId::Zstd);
-        self.decodes.fetch_add(1, Ordering::SeqCst);
+        let k = self.decodes.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.delay);
-        if self.fails {
+        if k >= self.fail_from {
             return Err("the stand-in GPU failed".into());
         }
         let z = ZstdCodec::new(1, None).unwrap();
@@ -110,68 +130,77 @@ fn decoded_on_gpu(d: &Dispatcher) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_goes_to_the_gpu_once_the_cpu_is_measured_slower_and_reads_back_exact() {
-    let stand = Arc::new(Stand { delay: Duration::ZERO, fails: false, decodes: AtomicU64::new(0) });
+async fn the_gpu_is_tried_on_a_copy_then_takes_batches_once_measured_faster_and_reads_back_exact() {
+    let stand = Stand::new(Duration::ZERO, u64::MAX);
     let (fs, d) = fs_with(&stand);
     let bytes = text(48 * MIB, 1);
     write(&fs, "f", &bytes).await;
     // Nothing measured: the first batch is the CPU's, and measures it.
     assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB]);
     assert_eq!(stand.decodes.load(Ordering::SeqCst), 0, "the CPU decodes first");
-    // The cores are now slow (as on a busy host): the GPU is tried, and comes back exact.
+    // The cores are now slow (as on a busy host): the GPU is tried on a copy beside them.
     d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
     assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1, "the GPU's first batch");
-    assert!(decoded_on_gpu(&d) >= 8, "{} frames decoded on the GPU", decoded_on_gpu(&d));
-    // Measured faster than the cores: it keeps the batches.
+    stand.wait_try(&d).await;
+    assert_eq!(d.counters().gpu_decode_tries.load(Ordering::SeqCst), 1, "one try");
+    assert_eq!(decoded_on_gpu(&d), 0, "a try's output is dropped");
+    // Measured faster than the cores: it takes the next batch for real.
     assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the GPU keeps the batches");
+    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the GPU's batch");
+    assert_eq!(decoded_on_gpu(&d), 16, "16 frames decoded on the GPU");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gpu_measured_slower_than_the_cores_is_left() {
-    let stand = Arc::new(Stand { delay: Duration::from_millis(600), fails: false, decodes: AtomicU64::new(0) });
+async fn a_gpu_measured_slower_than_the_cores_holds_up_no_reader_and_is_left() {
+    let stand = Stand::new(Duration::from_millis(1500), u64::MAX);
     let (fs, d) = fs_with(&stand);
     let bytes = text(48 * MIB, 2);
     write(&fs, "f", &bytes).await;
     assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB], "the CPU's batch");
-    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB], "the GPU's try");
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1);
-    // (16 MiB in at least 600 ms, against the cores' one batch: even on a loaded machine the cores
+    let began = std::time::Instant::now();
+    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB], "the CPU's batch, the GPU tried beside it");
+    assert!(began.elapsed() < Duration::from_millis(1500), "the read did not wait for the try: {:?}", began.elapsed());
+    stand.wait_try(&d).await;
+    // (16 MiB in at least 1.5 s, against the cores' batch: even on a loaded machine the cores
     // decoded 16 MiB of this text faster.)
     assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
     assert_eq!(stand.decodes.load(Ordering::SeqCst), 1, "measured slower: left to the cores");
-    assert!(d.counters().gpu_decode_fallback.load(Ordering::SeqCst) == 0);
+    assert_eq!(decoded_on_gpu(&d), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_gpu_batch_is_decoded_on_the_cpu_and_the_gpu_left() {
-    let stand = Arc::new(Stand { delay: Duration::ZERO, fails: true, decodes: AtomicU64::new(0) });
+    // Its try succeeds (measured fast), its first real batch fails.
+    let stand = Stand::new(Duration::ZERO, 1);
     let (fs, d) = fs_with(&stand);
-    let bytes = text(48 * MIB, 3);
+    let bytes = text(64 * MIB, 3);
     write(&fs, "f", &bytes).await;
     assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB]);
     d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
-    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB], "the failed batch, from the CPU");
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1);
+    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB]);
+    stand.wait_try(&d).await;
+    assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..48 * MIB], "the failed batch, from the CPU");
+    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the real batch went to the GPU");
     assert_eq!(d.counters().gpu_decode_fallback.load(Ordering::SeqCst), 1, "the failure counted");
-    assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1, "failed: left until it is tried again");
+    assert_eq!(read16(&fs, "f", 48).await, bytes[48 * MIB..]);
+    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "failed: left until it is tried again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_stored_as_they_are_among_a_gpu_batch_read_back_exact() {
-    let stand = Arc::new(Stand { delay: Duration::ZERO, fails: false, decodes: AtomicU64::new(0) });
+    let stand = Stand::new(Duration::ZERO, u64::MAX);
     let (fs, d) = fs_with(&stand);
     // Compressible frames with a frame of noise every fourth: those are stored as they are.
     let mut bytes = Vec::new();
-    for i in 0..32 {
+    for i in 0..48 {
         bytes.extend(if i % 4 == 3 { common::data(MIB, 100 + i, 1, b"x") } else { text(MIB, 200 + i) });
     }
     write(&fs, "mixed", &bytes).await;
     assert_eq!(read16(&fs, "mixed", 0).await, bytes[..16 * MIB], "the CPU's batch");
     d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
-    assert_eq!(read16(&fs, "mixed", 16).await, bytes[16 * MIB..], "the GPU's batch, stored frames among it");
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1, "the batch went to the GPU");
+    assert_eq!(read16(&fs, "mixed", 16).await, bytes[16 * MIB..32 * MIB], "the CPU's batch, the GPU tried beside it");
+    stand.wait_try(&d).await;
+    assert_eq!(read16(&fs, "mixed", 32).await, bytes[32 * MIB..], "the GPU's batch, stored frames among it");
+    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the batch went to the GPU");
     assert_eq!(decoded_on_gpu(&d), 12, "its 12 compressed frames on the GPU, the 4 stored ones beside");
 }

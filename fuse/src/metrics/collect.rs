@@ -82,6 +82,8 @@ impl Collector for CodecCounters {
         counter(&mut e, GPU_BATCHES, "GPU launches", g(&c.gpu_batches))?;
         counter(&mut e, GPU_FRAMES, "Frames compressed on the GPU and stored as it made them", g(&c.gpu_frames))?;
         counter(&mut e, GPU_DECODED_FRAMES, "Frames decoded on the GPU", g(&c.gpu_decoded_frames))?;
+        let tries = "Read batches the GPU decoded on a copy, to measure itself";
+        counter(&mut e, GPU_DECODE_TRIES, tries, g(&c.gpu_decode_tries))?;
         counter(&mut e, GPU_INPUT_BYTES, "Raw bytes sent to the GPU", g(&c.gpu_bytes_in))?;
         counter(&mut e, GPU_OUTPUT_BYTES, "Bytes the GPU gave back", g(&c.gpu_bytes_out))?;
         counter_f(&mut e, GPU_SECONDS, "Seconds spent in GPU launches", g(&c.gpu_nanos) as f64 / 1e9)?;
