@@ -91,6 +91,9 @@ pub struct DispatchConfig {
     /// process (issue 15: `--gpu on` with 16 busy loops beside moved 1.5x more at -10). Only root
     /// or CAP_SYS_NICE may raise a priority; elsewhere the threads keep theirs. 0 asks nothing.
     pub launch_nice: i32,
+    /// How long, with `GpuPolicy::Auto`, the way a read's batches are not decoded goes untried
+    /// (`crate::decoderoute`).
+    pub decode_retry: Duration,
     /// How the GPU back end runs, once started (lanes, copies, where nVCOMP is).
     pub gpu: crate::gpuconfig::GpuConfig,
 }
@@ -121,6 +124,7 @@ impl Default for DispatchConfig {
             gpu_first: false,
             many_streams: 0,
             launch_nice: -10,
+            decode_retry: crate::decoderoute::RETRY_AFTER,
             gpu: crate::gpuconfig::GpuConfig::default(),
         }
     }
@@ -229,6 +233,12 @@ pub trait BatchBackend: Send + Sync + 'static {
         self.compress_batch(codec, chunks, data_type)
     }
 
+    /// Whether it decodes ([`Self::decompress_batch`]); reads' batches are offered to it only
+    /// then.
+    fn decodes(&self) -> bool {
+        false
+    }
+
     /// Decompresses each standard `codec` payload to its `raw_lens` bytes (reads); a back end
     /// that does not decode fails, and its batches are decoded on the CPU.
     fn decompress_batch(
@@ -255,6 +265,10 @@ impl BatchBackend for crate::gpu::Gpu {
     fn compress_batch_in(&self, slot: (usize, usize), codec: CodecId, chunks: &[&[u8]], data_type: i32) -> BatchResult {
         crate::gpu::Gpu::compress_batch_in(self, slot, codec, chunks, data_type)
             .map_err(|e| Box::new(e) as BackendError)
+    }
+
+    fn decodes(&self) -> bool {
+        true
     }
 
     fn decompress_batch(
@@ -616,6 +630,7 @@ impl Dispatcher {
     pub fn starting(start: Start, before: &str, cfg: DispatchConfig) -> Result<Self, DispatchError> {
         let (gpu_only, min_items, launch_bytes, many_streams) =
             (cfg.policy == GpuPolicy::On, cfg.min_items.max(1), cfg.batch_floor_bytes.max(1), cfg.many_streams);
+        let decode_retry = cfg.decode_retry;
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let (alone_tx, alone_rx) = crossbeam_channel::bounded(cfg.queue_max.max(1));
         let counters: Arc<Counters> = Arc::default();
@@ -707,7 +722,7 @@ impl Dispatcher {
             alone: Some((alone_tx, alone_rx)),
             streams: Arc::default(),
             many_streams,
-            decode: DecodeRoute::default(),
+            decode: DecodeRoute::new(decode_retry),
             before: before.into(),
         })
     }
@@ -761,9 +776,10 @@ impl Dispatcher {
     }
 
     /// Decompresses a batch of checked, unsealed payloads of one codec on the GPU; `None` when
-    /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; failures counted,
-    /// and with `auto` the GPU is then left until it is tried again, see [`DecodeRoute`]).
-    /// `trying`: a copy decoded to measure the GPU ([`DecodeOn::CpuTryingGpu`]), counted apart.
+    /// there is no GPU for it or the GPU failed (the caller decodes on the CPU; see
+    /// [`Self::gpu_decode_failed`]). `trying`: a copy decoded to measure the GPU
+    /// ([`DecodeOn::CpuTryingGpu`]). The caller checks the output, then counts what it keeps
+    /// ([`Self::gpu_decoded`]).
     pub fn gpu_decompress(
         &self,
         codec: CodecId,
@@ -773,43 +789,68 @@ impl Dispatcher {
     ) -> Option<Vec<Vec<u8>>> {
         let decoder = self.started.outcome.get().and_then(|o| o.decoder.as_ref()).filter(|_| self.gpu_for(codec))?;
         match decoder.decompress_batch(codec, payloads, raw_lens) {
-            Ok(out) if out.len() == payloads.len() => {
-                match trying {
-                    true => self.counters.gpu_decode_tries.fetch_add(1, Ordering::Relaxed),
-                    false => self.counters.gpu_decoded_frames.fetch_add(out.len() as u64, Ordering::Relaxed),
-                };
-                Some(out)
+            Ok(out) if out.len() == payloads.len() => Some(out),
+            Ok(_) => {
+                self.gpu_decode_failed(codec, trying, "a frame missing from its output");
+                None
             }
-            outcome => {
-                let error =
-                    outcome.err().map_or_else(|| "a frame missing from its output".to_owned(), |e| e.to_string());
-                tracing::warn!(%error, frames = payloads.len(), "GPU decode failed; decoding on the CPU");
-                self.counters.gpu_decode_fallback.fetch_add(1, Ordering::Relaxed);
-                self.decode.failed();
+            Err(e) => {
+                self.gpu_decode_failed(codec, trying, &e.to_string());
                 None
             }
         }
     }
 
+    /// Counts `frames` the GPU decoded that were checked and handed to readers.
+    pub fn gpu_decoded(&self, frames: usize) {
+        self.counters.gpu_decoded_frames.fetch_add(frames as u64, Ordering::Relaxed);
+    }
+
+    /// Records that a GPU decode of `codec` failed (an error, a panic, output that does not
+    /// check): a batch decoded for real is counted as sent back to the CPU, and under `auto` the
+    /// GPU is left until it is due for a try again.
+    pub fn gpu_decode_failed(&self, codec: CodecId, trying: bool, why: &str) {
+        if trying {
+            tracing::debug!(error = why, "GPU decode tried and failed");
+        } else {
+            tracing::warn!(error = why, "GPU decode failed; decoding on the CPU");
+            self.counters.gpu_decode_fallback.fetch_add(1, Ordering::Relaxed);
+        }
+        self.decode.record_failure(codec);
+    }
+
     /// Where a batch of `codec` frames read together is decoded: on the GPU with `--gpu on`;
-    /// with `auto`, on whichever of the GPU and the CPU workers was last measured to hand back a
-    /// batch's bytes sooner (callers report each batch's time to [`Self::decoded`]), the other
-    /// tried again now and then, the GPU on a copy beside the CPU while it is not the faster. `None` without a GPU for the codec: there is no choice, and
-    /// nothing to report.
+    /// with `auto`, on whichever of the GPU and the CPU workers was last measured to hand back
+    /// a batch's bytes sooner (callers report each batch's time to [`Self::decoded`]), the
+    /// other tried again now and then, the GPU on a copy beside the CPU while it is not the
+    /// faster. `None` without a GPU that decodes the codec: no choice, nothing to report.
     pub fn decode_on(&self, codec: CodecId) -> Option<DecodeOn> {
-        if !self.gpu_for(codec) {
+        let decodes = self.started.outcome.get().and_then(|o| o.decoder.as_ref()).is_some_and(|d| d.decodes());
+        if !decodes || !self.gpu_for(codec) {
             None
         } else if self.gpu_only {
             Some(DecodeOn::Gpu)
         } else {
-            Some(self.decode.choose())
+            Some(self.decode.choose(codec))
         }
     }
 
-    /// Reports that a batch of `bytes` decoded bytes went `on` and took `took`, from handing it
-    /// over until its last frame was back (what [`Self::decode_on`] compares).
-    pub fn decoded(&self, on: DecodeOn, bytes: u64, took: Duration) {
-        self.decode.record(on, bytes, took);
+    /// Whether every frame goes to the GPU (`--gpu on`).
+    pub fn gpu_only(&self) -> bool {
+        self.gpu_only
+    }
+
+    /// Reports that a batch of `bytes` decoded bytes of `codec` went `on` and took `took`, from
+    /// handing it over until its last frame was back (what [`Self::decode_on`] compares).
+    pub fn decoded(&self, codec: CodecId, on: DecodeOn, bytes: u64, took: Duration) {
+        self.decode.record(codec, on, bytes, took);
+    }
+
+    /// Reports that a try of the GPU on `codec` ([`DecodeOn::CpuTryingGpu`]) has ended, after
+    /// its time or its failure was reported: counted, and another may come once due.
+    pub fn decode_try_ended(&self, codec: CodecId) {
+        self.decode.try_ended(codec);
+        self.counters.gpu_decode_tries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether frames of `codec` can go to the GPU.

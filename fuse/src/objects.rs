@@ -1,6 +1,6 @@
 //! Reading objects from the store: one suffix GET yields an object's size, ETag, layout and
 //! metadata; reads fetch only the frames they touch (pinned to one ETag) and decode them on the
-//! CPU pool, through the frame cache.
+//! CPU pool, or a batch of them on the GPU where the dispatcher says, through the frame cache.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -547,6 +547,8 @@ impl Reader {
         let began = std::time::Instant::now();
         if let Some((codec, DecodeOn::CpuTryingGpu)) = route {
             // The GPU on a copy, beside the CPU workers, to measure it: no reader waits for it.
+            // (It holds the batch's fetched bytes and its output until it ends, outside the
+            // memory budget: one batch at a time, see `DecodeRoute`.)
             let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
             let (copy, views) = (slices.clone(), views.clone());
             tokio::spawn(async move {
@@ -554,15 +556,15 @@ impl Reader {
                 if let Ok(Some(_)) =
                     me.gpu_decode(&info, &layout, &ctx, &copy, &views, GpuBatch { codec, trying: true }).await
                 {
-                    me.dispatcher.decoded(DecodeOn::Gpu, bytes, began.elapsed());
+                    me.dispatcher.decoded(codec, DecodeOn::Gpu, bytes, began.elapsed());
                 }
+                me.dispatcher.decode_try_ended(codec);
             });
         }
         if let Some((codec, DecodeOn::Gpu)) = route
             && let Some(decoded) =
                 self.gpu_decode(info, layout, ctx, &slices, &views, GpuBatch { codec, trying: false }).await?
         {
-            self.dispatcher.decoded(DecodeOn::Gpu, bytes, began.elapsed());
             let mut out = Vec::with_capacity(decoded.len());
             for (f, bytes) in decoded {
                 self.metrics.frame_decoded();
@@ -570,6 +572,7 @@ impl Reader {
                 cached(f, &bytes);
                 out.push((f, bytes));
             }
+            self.dispatcher.decoded(codec, DecodeOn::Gpu, bytes, began.elapsed());
             return Ok(out);
         }
         let began = std::time::Instant::now();
@@ -602,22 +605,24 @@ impl Reader {
             cached(f, &bytes);
             out.push((f, bytes));
         }
-        if let Some((_, DecodeOn::Cpu | DecodeOn::CpuTryingGpu)) = route {
-            self.dispatcher.decoded(DecodeOn::Cpu, bytes, began.elapsed());
+        if let Some((codec, DecodeOn::Cpu | DecodeOn::CpuTryingGpu)) = route {
+            self.dispatcher.decoded(codec, DecodeOn::Cpu, bytes, began.elapsed());
         }
         Ok(out)
     }
 
     /// The GPU codec of a batch worth a choice between the GPU and the CPU workers: at least
     /// `gpu_decode_min_frames` frames of one codec the GPU may take, the others stored as they
-    /// are, and no dictionary (nVCOMP takes none).
+    /// are, and no dictionary (nVCOMP takes none). A sealed object's frames carry no checksum of
+    /// their decoded bytes (the seal covers what is stored), so what a GPU makes of them could be
+    /// checked by length only: under `--gpu auto` they stay on the CPU.
     fn gpu_codec(
         &self,
         layout: &Layout,
         ctx: &shrinkfs_codec::ObjectContext,
         slices: &[(usize, Bytes)],
     ) -> Option<CodecId> {
-        if ctx.dict().is_some() {
+        if ctx.dict().is_some() || (ctx.header.sealed() && !self.dispatcher.gpu_only()) {
             return None;
         }
         let (mut codec, mut frames) = (None, 0);
@@ -635,9 +640,10 @@ impl Reader {
     }
 
     /// Decodes a batch's `codec` frames on the GPU in one call, and its frames stored as they are
-    /// on this blocking thread meanwhile: checksums and seals are checked on the CPU first (nVCOMP
-    /// does not validate its input), the decoded bytes checked after. `None`: the GPU failed,
-    /// decode on the CPU instead. `trying`: a copy, to measure the GPU (counted apart).
+    /// on this blocking thread first: checksums and seals are checked on the CPU before (nVCOMP
+    /// does not validate its input), the decoded bytes after. `None`: the GPU failed (an error,
+    /// a panic, or output that does not check, all counted as its failures), decode on the CPU
+    /// instead. `trying`: a copy, to measure the GPU.
     async fn gpu_decode(
         &self,
         info: &ObjectInfo,
@@ -672,13 +678,26 @@ impl Reader {
             let lens: Vec<usize> = heads.iter().map(|h| h.raw_len as usize).collect();
             let Some(raws) = dispatcher.gpu_decompress(codec, &refs, &lens, trying) else { return Ok(None) };
             for (((f, _), h), raw) in gpu.iter().zip(&heads).zip(raws) {
-                check_raw(*f as u64, h, &raw).map_err(err)?;
+                // (The payload checked before, output that does not check is the decoder's fault.)
+                if let Err(e) = check_raw(*f as u64, h, &raw) {
+                    dispatcher.gpu_decode_failed(codec, trying, &format!("frame {f}: {e}"));
+                    return Ok(None);
+                }
                 out.push((*f, Bytes::from(raw)));
+            }
+            if !trying {
+                dispatcher.gpu_decoded(gpu.len());
             }
             out.sort_by_key(|(f, _)| *f);
             Ok(Some(out))
         };
-        tokio::task::spawn_blocking(job).await.map_err(|source| Error::Task { task: "GPU decode", source })?
+        match tokio::task::spawn_blocking(job).await {
+            Ok(done) => done,
+            Err(e) => {
+                self.dispatcher.gpu_decode_failed(codec, trying, &format!("the decode task ended: {e}"));
+                Ok(None)
+            }
+        }
     }
 
     /// Fetches and decodes, in the background, up to `frames` frames from the first that begins
@@ -692,6 +711,8 @@ impl Reader {
         }
         let last = (first + frames).min(layout.entries.len());
         let candidates: Vec<usize> = (first..last).filter(|&f| self.chunks.get(&info.id, f as u32).is_none()).collect();
+        // Read-ahead only takes room that is free, never waiting for it, and gives each frame's
+        // room back as soon as the frame is cached.
         let (mut room, mut starved) = (Vec::new(), false);
         let cached = |f: usize| self.chunks.get(&info.id, f as u32);
         let claim = self.inflight.claim(&info.id, &candidates, cached, |f| {

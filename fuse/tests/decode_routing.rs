@@ -1,8 +1,9 @@
 //! Reads' batches decoded where the dispatcher says, with a stand-in for the GPU (CI has none)
 //! that decodes with the CPU's zstd: under `--gpu auto` the GPU is first tried on a copy beside
-//! the CPU workers, takes batches for real once measured faster, and comes back byte for byte;
-//! it is left when measured slower or when it fails (a failed batch is decoded on the CPU);
-//! frames stored as they are among a batch are decoded too.
+//! the CPU workers (no reader waits for it), takes batches for real once measured faster, and
+//! comes back byte for byte; it is left when measured slower, when it fails or when its output
+//! does not check (a batch decoded for real is then decoded on the CPU); frames stored as they
+//! are among a batch are decoded too; `--gpu on` gives it every batch.
 
 mod common;
 
@@ -15,7 +16,7 @@ use object_store::path::Path;
 use shrinkfs_codec::codec::{Codec, ZstdCodec};
 use shrinkfs_codec::decoderoute::DecodeOn;
 use shrinkfs_codec::dispatch::{
-    Backend as BatchBack, BackendError, BatchBackend, BatchResult, DispatchConfig, Dispatcher,
+    Backend as BatchBack, BackendError, BatchBackend, BatchResult, DispatchConfig, Dispatcher, GpuPolicy,
 };
 use shrinkfs_codec::{CodecId, EncodeConfig};
 use shrinkfs_fuse::inode::ROOT;
@@ -24,31 +25,36 @@ use shrinkfs_fuse::{Fs, FsConfig, Services};
 
 const MIB: usize = 1 << 20;
 
-/// A stand-in GPU: compresses and decompresses with the CPU's zstd, decodes after `delay`, and
-/// fails its decodes from the `fail_from`-th on (counted from 0).
+/// What the stand-in does from its `from`-th decode on (counted from 0).
+#[derive(Clone, Copy, PartialEq)]
+enum Goes {
+    Right,
+    /// Fails.
+    Fails {
+        from: u64,
+    },
+    /// Returns bytes of the right length that are not the frame's.
+    Wrong {
+        from: u64,
+    },
+}
+
+/// A stand-in GPU: compresses and decompresses with the CPU's zstd; each decode waits for
+/// `gate` (which a test may hold), then `delay`, and goes as `goes` says.
 struct Stand {
     delay: Duration,
-    fail_from: u64,
+    goes: Goes,
+    gate: tokio::sync::Mutex<()>,
     decodes: AtomicU64,
 }
 
 impl Stand {
-    fn new(delay: Duration, fail_from: u64) -> Arc<Stand> {
-        Arc::new(Stand { delay, fail_from, decodes: AtomicU64::new(0) })
+    fn new(delay: Duration, goes: Goes) -> Arc<Stand> {
+        Arc::new(Stand { delay, goes, gate: tokio::sync::Mutex::new(()), decodes: AtomicU64::new(0) })
     }
 
-    /// Waits (up to 10 s) until the stand-in's try has come back and been measured (it runs in
-    /// the background, beside the read that asked for it).
-    async fn wait_try(&self, d: &Dispatcher) {
-        for _ in 0..1000 {
-            if d.counters().gpu_decode_tries.load(Ordering::SeqCst) >= 1 {
-                // (Measured as the try's task ends, just after it is counted.)
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the try did not come back from the stand-in");
+    fn decodes(&self) -> u64 {
+        self.decodes.load(Ordering::SeqCst)
     }
 }
 
@@ -65,6 +71,10 @@ impl BatchBackend for Stand {
             .collect())
     }
 
+    fn decodes(&self) -> bool {
+        true
+    }
+
     fn decompress_batch(
         &self,
         codec: CodecId,
@@ -73,9 +83,12 @@ impl BatchBackend for Stand {
     ) -> Result<Vec<Vec<u8>>, BackendError> {
         assert_eq!(codec, CodecId::Zstd);
         let k = self.decodes.fetch_add(1, Ordering::SeqCst);
+        drop(self.gate.blocking_lock());
         std::thread::sleep(self.delay);
-        if k >= self.fail_from {
-            return Err("the stand-in GPU failed".into());
+        match self.goes {
+            Goes::Fails { from } if k >= from => return Err("the stand-in GPU failed".into()),
+            Goes::Wrong { from } if k >= from => return Ok(raw_lens.iter().map(|&n| vec![7u8; n]).collect()),
+            _ => {}
         }
         let z = ZstdCodec::new(1, None).unwrap();
         Ok(payloads
@@ -90,10 +103,12 @@ impl BatchBackend for Stand {
     }
 }
 
-/// A memory-bucket filesystem whose dispatcher shares the stand-in (`--gpu auto`), 1 MiB frames.
-fn fs_with(stand: &Arc<Stand>) -> (Fs, Arc<Dispatcher>) {
+/// A memory-bucket filesystem whose dispatcher shares the stand-in (`policy`), 1 MiB frames,
+/// the way not taken tried again only after a minute (so no test meets a second try).
+fn fs_with(stand: &Arc<Stand>, policy: GpuPolicy) -> (Fs, Arc<Dispatcher>) {
     let back = BatchBack::new(stand.clone(), vec![CodecId::Zstd], "stand-in");
-    let dispatcher = Arc::new(Dispatcher::with_backend(back, DispatchConfig::default()).unwrap());
+    let cfg = DispatchConfig { policy, decode_retry: Duration::from_secs(60), ..DispatchConfig::default() };
+    let dispatcher = Arc::new(Dispatcher::with_backend(back, cfg).unwrap());
     let mem = Arc::new(InMemory::new());
     let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem) };
     let bucket = Bucket::stack(backend, &Path::from("b"), "memory", &StoreConfig::default());
@@ -125,82 +140,120 @@ fn text(n: usize, seed: u64) -> Vec<u8> {
     common::data(n, seed, 64, b"GET /index.html HTTP/1.1 200 4096 bytes from 10.0.0.1\n")
 }
 
+fn counter(d: &Dispatcher, pick: impl Fn(&shrinkfs_codec::dispatch::Counters) -> &AtomicU64) -> u64 {
+    pick(d.counters()).load(Ordering::SeqCst)
+}
+
 fn decoded_on_gpu(d: &Dispatcher) -> u64 {
-    d.counters().gpu_decoded_frames.load(Ordering::SeqCst)
+    counter(d, |c| &c.gpu_decoded_frames)
+}
+
+/// Waits (up to 10 s) until `n` tries have ended, their time or failure recorded (a try runs in
+/// the background, beside the read that asked for it).
+async fn tries_ended(d: &Dispatcher, n: u64) {
+    for _ in 0..1000 {
+        if counter(d, |c| &c.gpu_decode_tries) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} tries of the stand-in did not end");
+}
+
+/// A file of 16-frame reads: the first measures the cores, whose time the test then makes slow
+/// (as on a busy host), and the second tries the GPU beside them.
+async fn measured(fs: &Fs, d: &Dispatcher, name: &str, bytes: &[u8]) {
+    write(fs, name, bytes).await;
+    assert_eq!(read16(fs, name, 0).await, bytes[..16 * MIB], "the CPU's batch");
+    d.decoded(CodecId::Zstd, DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
+    assert_eq!(read16(fs, name, 16).await, bytes[16 * MIB..32 * MIB], "the CPU's batch, the GPU tried beside it");
+    tries_ended(d, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gpu_is_tried_on_a_copy_then_takes_batches_once_measured_faster_and_reads_back_exact() {
-    let stand = Stand::new(Duration::ZERO, u64::MAX);
-    let (fs, d) = fs_with(&stand);
+    let stand = Stand::new(Duration::ZERO, Goes::Right);
+    let (fs, d) = fs_with(&stand, GpuPolicy::Auto);
     let bytes = text(48 * MIB, 1);
-    write(&fs, "f", &bytes).await;
-    // Nothing measured: the first batch is the CPU's, and measures it.
-    assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 0, "the CPU decodes first");
-    // The cores are now slow (as on a busy host): the GPU is tried on a copy beside them.
-    d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
-    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB]);
-    stand.wait_try(&d).await;
-    assert_eq!(d.counters().gpu_decode_tries.load(Ordering::SeqCst), 1, "one try");
+    measured(&fs, &d, "f", &bytes).await;
+    assert_eq!(stand.decodes(), 1, "one try");
     assert_eq!(decoded_on_gpu(&d), 0, "a try's output is dropped");
     // Measured faster than the cores: it takes the next batch for real.
     assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the GPU's batch");
+    assert_eq!(stand.decodes(), 2, "the GPU's batch");
     assert_eq!(decoded_on_gpu(&d), 16, "16 frames decoded on the GPU");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_measured_slower_than_the_cores_holds_up_no_reader_and_is_left() {
-    let stand = Stand::new(Duration::from_millis(1500), u64::MAX);
-    let (fs, d) = fs_with(&stand);
+    let stand = Stand::new(Duration::from_millis(1500), Goes::Right);
+    let (fs, d) = fs_with(&stand, GpuPolicy::Auto);
     let bytes = text(48 * MIB, 2);
     write(&fs, "f", &bytes).await;
     assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB], "the CPU's batch");
-    let began = std::time::Instant::now();
-    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB], "the CPU's batch, the GPU tried beside it");
-    assert!(began.elapsed() < Duration::from_millis(1500), "the read did not wait for the try: {:?}", began.elapsed());
-    stand.wait_try(&d).await;
-    // (16 MiB in at least 1.5 s, against the cores' batch: even on a loaded machine the cores
-    // decoded 16 MiB of this text faster.)
+    {
+        // The try cannot even start until the read is back.
+        let _held = stand.gate.lock().await;
+        assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB], "the read did not wait for the try");
+    }
+    tries_ended(&d, 1).await;
+    // (16 MiB in at least 1.5 s against the cores' 16 MiB of this text: slower by far.)
     assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 1, "measured slower: left to the cores");
+    assert_eq!(stand.decodes(), 1, "measured slower: left to the cores");
     assert_eq!(decoded_on_gpu(&d), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_gpu_batch_is_decoded_on_the_cpu_and_the_gpu_left() {
-    // Its try succeeds (measured fast), its first real batch fails.
-    let stand = Stand::new(Duration::ZERO, 1);
-    let (fs, d) = fs_with(&stand);
-    let bytes = text(64 * MIB, 3);
-    write(&fs, "f", &bytes).await;
-    assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB]);
-    d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
-    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..32 * MIB]);
-    stand.wait_try(&d).await;
-    assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..48 * MIB], "the failed batch, from the CPU");
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the real batch went to the GPU");
-    assert_eq!(d.counters().gpu_decode_fallback.load(Ordering::SeqCst), 1, "the failure counted");
-    assert_eq!(read16(&fs, "f", 48).await, bytes[48 * MIB..]);
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "failed: left until it is tried again");
+async fn a_try_that_fails_leaves_the_gpu_and_sends_nothing_back() {
+    let stand = Stand::new(Duration::ZERO, Goes::Fails { from: 0 });
+    let (fs, d) = fs_with(&stand, GpuPolicy::Auto);
+    let bytes = text(48 * MIB, 3);
+    measured(&fs, &d, "f", &bytes).await;
+    assert_eq!(counter(&d, |c| &c.gpu_decode_fallback), 0, "a try's failure sends nothing back");
+    assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..]);
+    assert_eq!(stand.decodes(), 1, "failed: left until it is due again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_batch_that_fails_or_does_not_check_is_decoded_on_the_cpu_and_the_gpu_left() {
+    for (goes, what) in [(Goes::Fails { from: 1 }, "fails"), (Goes::Wrong { from: 1 }, "gives wrong bytes")] {
+        // Its try goes right (measured fast), its first real batch does not.
+        let stand = Stand::new(Duration::ZERO, goes);
+        let (fs, d) = fs_with(&stand, GpuPolicy::Auto);
+        let bytes = text(64 * MIB, 4);
+        measured(&fs, &d, "f", &bytes).await;
+        assert_eq!(read16(&fs, "f", 32).await, bytes[32 * MIB..48 * MIB], "the GPU {what}: the CPU's bytes");
+        assert_eq!(stand.decodes(), 2, "the real batch went to the GPU");
+        assert_eq!(counter(&d, |c| &c.gpu_decode_fallback), 1, "the GPU {what}: counted");
+        assert_eq!(decoded_on_gpu(&d), 0);
+        assert_eq!(read16(&fs, "f", 48).await, bytes[48 * MIB..]);
+        assert_eq!(stand.decodes(), 2, "the GPU {what}: left until it is due again");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_stored_as_they_are_among_a_gpu_batch_read_back_exact() {
-    let stand = Stand::new(Duration::ZERO, u64::MAX);
-    let (fs, d) = fs_with(&stand);
+    let stand = Stand::new(Duration::ZERO, Goes::Right);
+    let (fs, d) = fs_with(&stand, GpuPolicy::Auto);
     // Compressible frames with a frame of noise every fourth: those are stored as they are.
     let mut bytes = Vec::new();
     for i in 0..48 {
         bytes.extend(if i % 4 == 3 { common::data(MIB, 100 + i, 1, b"x") } else { text(MIB, 200 + i) });
     }
-    write(&fs, "mixed", &bytes).await;
-    assert_eq!(read16(&fs, "mixed", 0).await, bytes[..16 * MIB], "the CPU's batch");
-    d.decoded(DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
-    assert_eq!(read16(&fs, "mixed", 16).await, bytes[16 * MIB..32 * MIB], "the CPU's batch, the GPU tried beside it");
-    stand.wait_try(&d).await;
+    measured(&fs, &d, "mixed", &bytes).await;
     assert_eq!(read16(&fs, "mixed", 32).await, bytes[32 * MIB..], "the GPU's batch, stored frames among it");
-    assert_eq!(stand.decodes.load(Ordering::SeqCst), 2, "the batch went to the GPU");
+    assert_eq!(stand.decodes(), 2, "the batch went to the GPU");
     assert_eq!(decoded_on_gpu(&d), 12, "its 12 compressed frames on the GPU, the 4 stored ones beside");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_gpu_on_every_batch_goes_to_the_gpu_unmeasured() {
+    let stand = Stand::new(Duration::ZERO, Goes::Right);
+    let (fs, d) = fs_with(&stand, GpuPolicy::On);
+    let bytes = text(32 * MIB, 5);
+    write(&fs, "f", &bytes).await;
+    assert_eq!(read16(&fs, "f", 0).await, bytes[..16 * MIB]);
+    assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..]);
+    assert_eq!((stand.decodes(), decoded_on_gpu(&d)), (2, 32), "both batches, for real");
+    assert_eq!(counter(&d, |c| &c.gpu_decode_tries), 0, "nothing tried");
 }
