@@ -18,7 +18,7 @@ use shrinkfs_codec::decoderoute::DecodeOn;
 use shrinkfs_codec::dispatch::{
     Backend as BatchBack, BackendError, BatchBackend, BatchResult, DispatchConfig, Dispatcher, GpuPolicy,
 };
-use shrinkfs_codec::{CodecId, EncodeConfig};
+use shrinkfs_codec::{CodecId, EncodeConfig, MasterKey};
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::{Backend, Bucket, StoreConfig};
 use shrinkfs_fuse::{Fs, FsConfig, Services};
@@ -106,14 +106,19 @@ impl BatchBackend for Stand {
 /// A memory-bucket filesystem whose dispatcher shares the stand-in (`policy`), 1 MiB frames,
 /// the way not taken tried again only after a minute (so no test meets a second try).
 fn fs_with(stand: &Arc<Stand>, policy: GpuPolicy) -> (Fs, Arc<Dispatcher>) {
+    fs_sealed(stand, policy, None)
+}
+
+/// [`fs_with`], its objects sealed with `key` where given.
+fn fs_sealed(stand: &Arc<Stand>, policy: GpuPolicy, key: Option<MasterKey>) -> (Fs, Arc<Dispatcher>) {
     let back = BatchBack::new(stand.clone(), vec![CodecId::Zstd], "stand-in");
     let cfg = DispatchConfig { policy, decode_retry: Duration::from_secs(60), ..DispatchConfig::default() };
     let dispatcher = Arc::new(Dispatcher::with_backend(back, cfg).unwrap());
     let mem = Arc::new(InMemory::new());
     let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem) };
     let bucket = Bucket::stack(backend, &Path::from("b"), "memory", &StoreConfig::default());
-    let cfg =
-        FsConfig { encode: EncodeConfig { frame_size: MIB as u32, ..EncodeConfig::default() }, ..FsConfig::default() };
+    let encode = EncodeConfig { frame_size: MIB as u32, key, ..EncodeConfig::default() };
+    let cfg = FsConfig { encode, ..FsConfig::default() };
     let fs = Fs::new(bucket, cfg, Services { dispatcher: dispatcher.clone(), disk_cache: None });
     (fs, dispatcher)
 }
@@ -256,4 +261,24 @@ async fn with_gpu_on_every_batch_goes_to_the_gpu_unmeasured() {
     assert_eq!(read16(&fs, "f", 16).await, bytes[16 * MIB..]);
     assert_eq!((stand.decodes(), decoded_on_gpu(&d)), (2, 32), "both batches, for real");
     assert_eq!(counter(&d, |c| &c.gpu_decode_tries), 0, "nothing tried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_objects_stay_on_the_cpu_under_auto_and_read_back_exact_under_gpu_on() {
+    let key = || Some(MasterKey::from_bytes(&[7; 32]).unwrap());
+    let stand = Stand::new(Duration::ZERO, Goes::Right);
+    let (fs, d) = fs_sealed(&stand, GpuPolicy::Auto, key());
+    let bytes = text(48 * MIB, 6);
+    write(&fs, "secret", &bytes).await;
+    assert_eq!(read16(&fs, "secret", 0).await, bytes[..16 * MIB]);
+    d.decoded(CodecId::Zstd, DecodeOn::Cpu, MIB as u64, Duration::from_secs(10));
+    assert_eq!(read16(&fs, "secret", 16).await, bytes[16 * MIB..32 * MIB]);
+    assert_eq!(read16(&fs, "secret", 32).await, bytes[32 * MIB..]);
+    assert_eq!(stand.decodes(), 0, "a sealed object's batches are never offered to the GPU under auto");
+    // Asked for (`--gpu on`), the GPU decodes them: opened (and checked) on the CPU first.
+    let stand = Stand::new(Duration::ZERO, Goes::Right);
+    let (fs, d) = fs_sealed(&stand, GpuPolicy::On, key());
+    write(&fs, "secret", &bytes).await;
+    assert_eq!(read16(&fs, "secret", 16).await, bytes[16 * MIB..32 * MIB]);
+    assert_eq!((stand.decodes(), decoded_on_gpu(&d)), (1, 16));
 }
