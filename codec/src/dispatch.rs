@@ -99,11 +99,14 @@ pub struct DispatchConfig {
 }
 
 /// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in four to six
-/// times the GPU's start (driver, context, nVCOMP and warm-up take 0.3-0.4 s on the H100 host, whose
-/// 16 cores pack real files at 2.2-2.6 GB/s, 150 MB/s each), so a GPU that joins late still has
-/// most of the work ahead of it. Below it the cores finish first and the start only costs.
+/// times what a GPU costs a process whatever it does (its start: driver, context and nVCOMP,
+/// 0.25-0.4 s; its warm-up launches, about 0.2 s; the driver's teardown as the process ends,
+/// about 0.2 s; on the H100 and H200 hosts, whose 16 cores pack real files at 2.7-4 GB/s, about
+/// 200 MB/s each: BENCHMARKS.md §9, session 22), so a GPU that joins late still has most of the
+/// work ahead of it. Below it the cores finish first and the GPU only costs: at 4 GiB on 16
+/// cores, `auto` ran 0.80-1.05x `off` with a GPU that took no frame.
 pub fn auto_min_bytes(cores: usize) -> u64 {
-    cores.max(1) as u64 * (256 << 20)
+    cores.max(1) as u64 * (512 << 20)
 }
 
 impl Default for DispatchConfig {
