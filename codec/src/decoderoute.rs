@@ -124,7 +124,7 @@ impl DecodeRoute {
             DecodeOn::Cpu => w.cpu.chosen = Some(now),
             DecodeOn::Gpu => w.gpu.chosen = Some(now),
             DecodeOn::CpuTryingGpu => {
-                w.gpu.chosen = Some(now);
+                (w.gpu.chosen, w.cpu.chosen) = (Some(now), Some(now));
                 w.trying = true;
             }
         }
@@ -145,10 +145,10 @@ impl DecodeRoute {
         let mut all = self.ways();
         let w = all.entry(codec).or_default();
         let way = if on == DecodeOn::Cpu { &mut w.cpu } else { &mut w.gpu };
-        let began = now.checked_sub(took).unwrap_or(now);
+        let began = now.checked_sub(took);
         match way.failed {
             // A batch that began before the last failure says nothing of the GPU since.
-            Some(at) if began < at => return,
+            Some(at) if began.is_none_or(|b| b < at) => return,
             Some(_) => way.ns_per_byte = Some(ns),
             None => way.ns_per_byte = Some(way.ns_per_byte.map_or(ns, |m| (1.0 - WEIGHT) * m + WEIGHT * ns)),
         }

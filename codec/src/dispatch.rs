@@ -98,13 +98,13 @@ pub struct DispatchConfig {
     pub gpu: crate::gpuconfig::GpuConfig,
 }
 
-/// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in four to six
-/// times what a GPU costs a process whatever it does (its start: driver, context and nVCOMP,
-/// 0.25-0.4 s; its warm-up launches, about 0.2 s; the driver's teardown as the process ends,
-/// about 0.2 s; on the H100 and H200 hosts, whose 16 cores pack real files at 2.7-4 GB/s, about
-/// 200 MB/s each: BENCHMARKS.md §9, session 22), so a GPU that joins late still has most of the
-/// work ahead of it. Below it the cores finish first and the GPU only costs: at 4 GiB on 16
-/// cores, `auto` ran 0.80-1.05x `off` with a GPU that took no frame.
+/// Least work for which `GpuPolicy::Auto` starts the GPU: what the cores compress in three to
+/// four times what a GPU costs a process whatever it does (its start: driver, context and
+/// nVCOMP, 0.23-0.39 s; its warm-up launches, about 0.2 s; the driver's teardown as the process
+/// ends, about 0.2 s: 0.65-0.8 s on the H200 host, whose 16 cores pack real files at 2.7-4 GB/s,
+/// about 200 MB/s each; BENCHMARKS.md §9, session 22), so a GPU that joins late still has most
+/// of the work ahead of it. Below it the cores finish first and the GPU only costs: at 4 GiB on
+/// 16 cores, `auto` ran 0.80-1.05x `off` there with a GPU that took no frame.
 pub fn auto_min_bytes(cores: usize) -> u64 {
     cores.max(1) as u64 * (512 << 20)
 }
@@ -836,11 +836,6 @@ impl Dispatcher {
         } else {
             Some(self.decode.choose(codec))
         }
-    }
-
-    /// Whether every frame goes to the GPU (`--gpu on`).
-    pub fn gpu_only(&self) -> bool {
-        self.gpu_only
     }
 
     /// Reports that a batch of `bytes` decoded bytes of `codec` went `on` and took `took`, from

@@ -30,6 +30,15 @@ use crate::recorded::Recorded;
 /// Frames decoded by number.
 type Decoded = Vec<(usize, Bytes)>;
 
+/// Reports the end of a try of the GPU on a codec when dropped (`Dispatcher::decode_try_ended`).
+struct TryEnded(Arc<shrinkfs_codec::dispatch::Dispatcher>, CodecId);
+
+impl Drop for TryEnded {
+    fn drop(&mut self) {
+        self.0.decode_try_ended(self.1);
+    }
+}
+
 /// A batch's decode on the GPU: its codec, and whether it is a try on a copy, to measure the GPU
 /// (`DecodeOn::CpuTryingGpu`).
 #[derive(Debug, Clone, Copy)]
@@ -548,17 +557,18 @@ impl Reader {
         if let Some((codec, DecodeOn::CpuTryingGpu)) = route {
             // The GPU on a copy, beside the CPU workers, to measure it: no reader waits for it.
             // (It holds the batch's fetched bytes and its output until it ends, outside the
-            // memory budget: one batch at a time, see `DecodeRoute`.)
+            // memory budget: one try per codec at a time, see `DecodeRoute`.)
             let (me, info, layout, ctx) = (self.clone(), info.clone(), layout.clone(), ctx.clone());
             let (copy, views) = (slices.clone(), views.clone());
             tokio::spawn(async move {
+                // However the try ends (a panic too), the next may come once due.
+                let _ended = TryEnded(me.dispatcher.clone(), codec);
                 let began = std::time::Instant::now();
                 if let Ok(Some(_)) =
                     me.gpu_decode(&info, &layout, &ctx, &copy, &views, GpuBatch { codec, trying: true }).await
                 {
                     me.dispatcher.decoded(codec, DecodeOn::Gpu, bytes, began.elapsed());
                 }
-                me.dispatcher.decode_try_ended(codec);
             });
         }
         if let Some((codec, DecodeOn::Gpu)) = route
@@ -615,14 +625,14 @@ impl Reader {
     /// `gpu_decode_min_frames` frames of one codec the GPU may take, the others stored as they
     /// are, and no dictionary (nVCOMP takes none). A sealed object's frames carry no checksum of
     /// their decoded bytes (the seal covers what is stored), so what a GPU makes of them could be
-    /// checked by length only: under `--gpu auto` they stay on the CPU.
+    /// checked by length only: they stay on the CPU, `--gpu on` too.
     fn gpu_codec(
         &self,
         layout: &Layout,
         ctx: &shrinkfs_codec::ObjectContext,
         slices: &[(usize, Bytes)],
     ) -> Option<CodecId> {
-        if ctx.dict().is_some() || (ctx.header.sealed() && !self.dispatcher.gpu_only()) {
+        if ctx.dict().is_some() || ctx.header.sealed() {
             return None;
         }
         let (mut codec, mut frames) = (None, 0);
