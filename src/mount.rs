@@ -384,9 +384,9 @@ pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
 
 /// The GPU settings a mount starts its dispatcher with: a read-only mount (`--read-only`, or
 /// `ro` among its options) writes no frame, and `--gpu auto` decodes a read's batch on the GPU
-/// only where it is measured faster than the cores, which it was not on any host measured
-/// (BENCHMARKS.md §9, session 22), so there it starts no GPU (whose warm-up would hold pinned
-/// host and device memory for nothing).
+/// only where it is measured faster than the cores, which it was not for objects the cores wrote
+/// on the one host measured (BENCHMARKS.md §9, session 22), so there it starts no GPU (whose
+/// warm-up would hold pinned host and device memory for what may never pay).
 fn mount_gpu(codec: &crate::cli::CodecArgs, read_only: bool) -> crate::cli::GpuArgs {
     let mut gpu = codec.gpu.clone();
     if read_only && gpu.gpu == crate::cli::GpuChoice::Auto {
