@@ -165,7 +165,8 @@ pub struct Counters {
     pub cpu_timed_frames: AtomicU64,
     /// Frames decoded on the GPU (reads).
     pub gpu_decoded_frames: AtomicU64,
-    /// Read batches the GPU decoded on a copy beside the CPU, to measure itself (`auto`).
+    /// Tries of the GPU on a copy of a read batch beside the CPU, to measure it (`auto`),
+    /// however they ended.
     pub gpu_decode_tries: AtomicU64,
     /// Read batches sent back to the CPU because GPU decoding failed.
     pub gpu_decode_fallback: AtomicU64,

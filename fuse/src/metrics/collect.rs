@@ -82,7 +82,7 @@ impl Collector for CodecCounters {
         counter(&mut e, GPU_BATCHES, "GPU launches", g(&c.gpu_batches))?;
         counter(&mut e, GPU_FRAMES, "Frames compressed on the GPU and stored as it made them", g(&c.gpu_frames))?;
         counter(&mut e, GPU_DECODED_FRAMES, "Frames decoded on the GPU", g(&c.gpu_decoded_frames))?;
-        let tries = "Read batches the GPU decoded on a copy, to measure itself";
+        let tries = "Tries of the GPU on a copy of a read batch, to measure it, however they ended";
         counter(&mut e, GPU_DECODE_TRIES, tries, g(&c.gpu_decode_tries))?;
         counter(&mut e, GPU_INPUT_BYTES, "Raw bytes sent to the GPU", g(&c.gpu_bytes_in))?;
         counter(&mut e, GPU_OUTPUT_BYTES, "Bytes the GPU gave back", g(&c.gpu_bytes_out))?;

@@ -73,7 +73,7 @@ pub const GPU_BATCHES: &str = "shrinkfs_gpu_batches";
 pub const GPU_FRAMES: &str = "shrinkfs_gpu_frames";
 /// Frames decoded on the GPU.
 pub const GPU_DECODED_FRAMES: &str = "shrinkfs_gpu_decoded_frames";
-/// Read batches the GPU decoded on a copy, to measure itself.
+/// Tries of the GPU on a copy of a read batch, to measure it, however they ended.
 pub const GPU_DECODE_TRIES: &str = "shrinkfs_gpu_decode_tries";
 /// Raw bytes sent to the GPU.
 pub const GPU_INPUT_BYTES: &str = "shrinkfs_gpu_input_bytes";
