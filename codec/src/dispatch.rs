@@ -286,7 +286,7 @@ impl BatchBackend for crate::gpu::Gpu {
 
     fn warm_up(&self, slots: usize, frames: usize) {
         // Zeros: the kernels are quick, and the buffers grow to the launches' size (growing them
-        // later, during launches, would wait for every lane: freeing device memory synchronises).
+        // later would put the allocations, page-locked host memory above all, in a launch's way).
         // (zstd, the default, at full size; the buffers then fit LZ4's launches too.)
         self.register_frame_buffers();
         let frame = vec![0u8; 1 << 20];

@@ -1,10 +1,11 @@
 //! Device and pinned host memory that a lane reuses across batches, how a batch's chunks are laid
 //! out in it, and how they cross the bus: staged up in parts, brought back packed or in parts.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::result;
 use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, result};
 
 use super::error::{GpuError, cuda};
 
@@ -45,58 +46,53 @@ pub(super) fn scatter(dst: &mut [u8], chunks: &[&[u8]], offsets: &[usize], strea
     }
 }
 
-/// A device allocation that grows on demand and is freed on drop.
-pub(super) struct DevBuf {
-    ptr: CUdeviceptr,
-    len: usize,
-}
+/// A device allocation that grows on demand, on its lane's stream (cudarc frees it, ordered on
+/// that stream, when it is replaced or dropped).
+pub(super) struct DevBuf(Option<CudaSlice<u8>>);
 
 impl DevBuf {
     fn empty() -> Self {
-        DevBuf { ptr: 0, len: 0 }
+        DevBuf(None)
     }
 
-    pub(super) fn ensure(&mut self, len: usize) -> Result<CUdeviceptr, GpuError> {
-        if self.len < len {
-            if self.ptr != 0 {
-                // SAFETY: ptr came from malloc_sync and no work using it is in flight (callers synchronise).
-                unsafe { cuda(result::free_sync(self.ptr))? };
-                self.ptr = 0;
-            }
+    /// The buffer's device address, grown first to hold `len` bytes; `stream` is the lane's,
+    /// the only one that uses it.
+    pub(super) fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<CUdeviceptr, GpuError> {
+        if self.0.as_ref().is_none_or(|b| b.len() < len) {
+            // (The old buffer goes first: its free is queued after the work that used it.)
+            self.0 = None;
             let want = len.next_power_of_two().max(1 << 20);
-            // SAFETY: plain device allocation.
-            self.ptr = unsafe { cuda(result::malloc_sync(want))? };
-            self.len = want;
+            // SAFETY: uninitialised device memory; every launch writes what it reads back (its
+            // input copied in, its outputs written by the kernels) before reading it.
+            self.0 = Some(cuda(unsafe { stream.alloc::<u8>(want) })?);
         }
-        Ok(self.ptr)
+        let buf = self.0.as_ref().expect("allocated above");
+        // (The context tracks no events (`Gpu::probe`): the guard returned beside does nothing.)
+        Ok(buf.device_ptr(stream).0)
     }
 }
 
-/// Pinned host memory that grows on demand.
-pub(super) struct HostBuf {
-    ptr: *mut u8,
-    len: usize,
-}
+/// Page-locked host memory that grows on demand (cudarc frees it when replaced or dropped).
+pub(super) struct HostBuf(Option<PinnedHostSlice<u8>>);
 
 impl HostBuf {
     fn empty() -> Self {
-        HostBuf { ptr: std::ptr::null_mut(), len: 0 }
+        HostBuf(None)
     }
 
-    pub(super) fn ensure(&mut self, len: usize) -> Result<&mut [u8], GpuError> {
-        if self.len < len {
-            if !self.ptr.is_null() {
-                // SAFETY: ptr came from malloc_host; nothing uses it now.
-                unsafe { cuda(result::free_host(self.ptr.cast()))? };
-                self.ptr = std::ptr::null_mut();
-            }
+    /// The first `len` bytes of the buffer, grown first to hold them.
+    pub(super) fn ensure(&mut self, ctx: &Arc<CudaContext>, len: usize) -> Result<&mut [u8], GpuError> {
+        if self.0.as_ref().is_none_or(|b| b.len() < len) {
+            self.0 = None;
             let want = len.next_power_of_two().max(1 << 20);
-            // SAFETY: page-locked host allocation.
-            self.ptr = unsafe { cuda(result::malloc_host(want, 0))? }.cast();
-            self.len = want;
+            // SAFETY: uninitialised host memory; what is read from it was written first (staged
+            // input, copies back from the device). Flags 0, not write-combined: the host reads
+            // results back out of it.
+            self.0 = Some(cuda(unsafe { ctx.alloc_pinned_with_flags::<u8>(want, 0) })?);
         }
-        // SAFETY: ptr points to self.len bytes we own.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, len) })
+        // (Waits for the buffer's own event, which only cudarc's copies record: none here.)
+        let all = cuda(self.0.as_mut().expect("allocated above").as_mut_slice())?;
+        Ok(&mut all[..len])
     }
 }
 
@@ -110,9 +106,6 @@ pub(super) struct Buffers {
     pub(super) h_meta: HostBuf,
 }
 
-// SAFETY: the raw pointers are only used while the Mutex around Buffers is held.
-unsafe impl Send for Buffers {}
-
 impl Buffers {
     /// Buffers that allocate on first use.
     pub(super) fn empty() -> Self {
@@ -124,25 +117,6 @@ impl Buffers {
             h_in: HostBuf::empty(),
             h_out: HostBuf::empty(),
             h_meta: HostBuf::empty(),
-        }
-    }
-}
-
-impl Drop for DevBuf {
-    fn drop(&mut self) {
-        if self.ptr != 0 {
-            // SAFETY: ptr came from malloc_sync; every batch waits for its stream before it
-            // releases its lane, so no work uses it. A failure (context gone) only leaks.
-            let _ = unsafe { result::free_sync(self.ptr) };
-        }
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: as for DevBuf; ptr came from malloc_host.
-            let _ = unsafe { result::free_host(self.ptr.cast()) };
         }
     }
 }

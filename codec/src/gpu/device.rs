@@ -140,6 +140,10 @@ impl Gpu {
         }
         let lib = Nvcomp::load(cfg.nvcomp_lib.as_deref())?;
         let ctx = CudaContext::new(0).map_err(|source| GpuUnavailable::Cuda { what: "context", source })?;
+        // SAFETY: cudarc need not record events on every use of a buffer: each lane's buffers
+        // are used on its own stream alone, and each launch waits for its stream (`Drained`)
+        // before its lane's buffers are used again, grown or freed.
+        unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
         let describe = format!("{name} (nVCOMP from {})", lib.path);
         let mut lanes = Vec::new();
@@ -359,19 +363,19 @@ impl Gpu {
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
         // (Dropped before the lock on an early return: the copies queued so far end first.)
-        let drained = Drained(cs);
+        let drained = Drained(&lane.stream);
         let b = &mut *guard;
         let max_out = algo.max_compressed_chunk(max_chunk, opts)?;
         let (in_offsets, in_total) = aligned_offsets(chunks.iter().map(|c| c.len()));
         let stride = align(max_out);
         let total_raw: usize = chunks.iter().map(|c| c.len()).sum();
         let temp = algo.compress_temp_bytes(n, max_chunk, opts, total_raw, &lane.stream)?;
-        let d_in = b.d_in.ensure(in_total)?;
-        let d_out = b.d_out.ensure(stride * n)?;
-        let d_temp = b.d_temp.ensure(temp.max(1))?;
+        let d_in = b.d_in.ensure(&lane.stream, in_total)?;
+        let d_out = b.d_out.ensure(&lane.stream, stride * n)?;
+        let d_temp = b.d_temp.ensure(&lane.stream, temp.max(1))?;
         let meta = BatchMeta::new(Call::Compress, n);
-        let d_meta = b.d_meta.ensure(meta.len())?;
-        let h_meta = b.h_meta.ensure(meta.len())?;
+        let d_meta = b.d_meta.ensure(&lane.stream, meta.len())?;
+        let h_meta = b.h_meta.ensure(&self.ctx, meta.len())?;
         meta.fill(
             h_meta,
             [
@@ -381,9 +385,9 @@ impl Gpu {
             ],
         );
         let batch = DeviceBatch { meta, meta_at: d_meta, temp_at: d_temp, temp_bytes: temp };
-        let phases = Phases::new()?;
+        let phases = Phases::new(&self.ctx)?;
         let t_setup = start.elapsed();
-        Phases::mark(&phases, 0, cs)?;
+        Phases::mark(&phases, 0, &lane.stream)?;
         // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
         unsafe { cuda(result::memcpy_htod_async(d_meta, &h_meta[..], cs))? };
         let part = self.part_bytes.load(Relaxed);
@@ -394,26 +398,26 @@ impl Gpu {
             if pinned[run.start] {
                 upload_direct(d_in, &chunks[run.clone()], &in_offsets[run], cs)?;
             } else {
-                let h_in = b.h_in.ensure(in_total)?;
+                let h_in = b.h_in.ensure(&self.ctx, in_total)?;
                 let (datas, offsets) = (&chunks[run.clone()], &in_offsets[run]);
                 t_stage += stage_upload(h_in, d_in, datas, offsets, (part, self.streaming), cs)?;
             }
         }
-        Phases::mark(&phases, 1, cs)?;
+        Phases::mark(&phases, 1, &lane.stream)?;
         // SAFETY: the metadata just copied (on this stream, before the launch) holds each chunk's
         // input in d_in, copied or staged above, and room for max_out bytes of output in d_out; d_temp
         // holds temp bytes; the lane's buffers stay put (its lock is held) until the stream is
         // synchronised below.
         unsafe { algo.compress_async(&batch, max_chunk, opts, &lane.stream)? };
-        Phases::mark(&phases, 2, cs)?;
+        Phases::mark(&phases, 2, &lane.stream)?;
         let t = Instant::now();
-        let done = Events::new(2)?;
+        let done = Events::new(&self.ctx, 2)?;
         // Output sizes and statuses come back, in one copy: a compression's layout ends with them.
         let back = meta.range(Field::OutSizes).start..meta.statuses().end;
         debug_assert_eq!(meta.range(Field::OutSizes).end, meta.statuses().start);
         // SAFETY: sizes and statuses into pinned memory; our stream.
         unsafe { cuda(result::memcpy_dtoh_async(&mut h_meta[back.clone()], d_meta + back.start as u64, cs))? };
-        done.record(0, cs)?;
+        done.record(0, &lane.stream)?;
         done.wait(0)?;
         let t_wait = t.elapsed();
         let useful: Vec<Option<usize>> = (0..n)
@@ -433,7 +437,7 @@ impl Gpu {
         let copies: Vec<(u64, usize, usize)> =
             (0..n).filter_map(|i| useful[i].map(|size| (d_out + (i * stride) as u64, packed_at[i], size))).collect();
         let packed = copies.len() > 1 && self.batch_copy.load(Relaxed) && {
-            let h_out = b.h_out.ensure(kept.max(1))?;
+            let h_out = b.h_out.ensure(&self.ctx, kept.max(1))?;
             match batch_dtoh(h_out, &copies, cs) {
                 Ok(()) => true,
                 Err(e) => {
@@ -445,16 +449,16 @@ impl Gpu {
         };
         let region = (0..n).rev().find(|&i| useful[i].is_some()).map_or(0, |i| i * stride + useful[i].unwrap_or(0));
         if !packed {
-            let h_out = b.h_out.ensure(region.max(1))?;
+            let h_out = b.h_out.ensure(&self.ctx, region.max(1))?;
             // SAFETY: the device output region holds n * stride >= region bytes.
             unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[..region], d_out, cs))? };
         }
-        Phases::mark(&phases, 3, cs)?;
-        done.record(1, cs)?;
+        Phases::mark(&phases, 3, &lane.stream)?;
+        done.record(1, &lane.stream)?;
         done.wait(1)?;
         let t_back = t.elapsed() - t_wait;
         let t = Instant::now();
-        let h_out: &[u8] = b.h_out.ensure(if packed { kept.max(1) } else { region.max(1) })?;
+        let h_out: &[u8] = b.h_out.ensure(&self.ctx, if packed { kept.max(1) } else { region.max(1) })?;
         let out = (0..n)
             .map(|i| {
                 useful[i].map(|size| {
@@ -596,19 +600,19 @@ impl Gpu {
         cuda(self.ctx.bind_to_thread())?;
         let mut guard = lane.bufs.lock().expect("buffers lock");
         // (Dropped before the lock on an early return: the copies queued so far end first.)
-        let drained = Drained(cs);
+        let drained = Drained(&lane.stream);
         let b = &mut *guard;
         let (in_offsets, in_total) = aligned_offsets(gpu.iter().map(|p| p.data.len()));
         let (out_offsets, out_total) = aligned_offsets(pieces.iter().map(|p| p.raw));
         let gpu_raw: usize = gpu.iter().map(|p| p.raw).sum();
         let total_raw: usize = spans.iter().map(|s| s.1).sum();
         let temp = algo.decompress_temp_bytes(m.max(1), max_raw, opts, gpu_raw.max(1), &lane.stream)?;
-        let d_in = b.d_in.ensure(in_total.max(1))?;
-        let d_out = b.d_out.ensure(out_total)?;
-        let d_temp = b.d_temp.ensure(temp.max(1))?;
+        let d_in = b.d_in.ensure(&lane.stream, in_total.max(1))?;
+        let d_out = b.d_out.ensure(&lane.stream, out_total)?;
+        let d_temp = b.d_temp.ensure(&lane.stream, temp.max(1))?;
         let meta = BatchMeta::new(Call::Decompress, m);
-        let d_meta = b.d_meta.ensure(meta.len())?;
-        let h_meta = b.h_meta.ensure(meta.len())?;
+        let d_meta = b.d_meta.ensure(&lane.stream, meta.len())?;
+        let h_meta = b.h_meta.ensure(&self.ctx, meta.len())?;
         meta.fill(
             h_meta,
             [
@@ -619,9 +623,9 @@ impl Gpu {
             ],
         );
         let batch = DeviceBatch { meta, meta_at: d_meta, temp_at: d_temp, temp_bytes: temp };
-        let phases = Phases::new()?;
+        let phases = Phases::new(&self.ctx)?;
         let t_setup = start.elapsed();
-        Phases::mark(&phases, 0, cs)?;
+        Phases::mark(&phases, 0, &lane.stream)?;
         let mut t_stage = std::time::Duration::ZERO;
         if m > 0 {
             // SAFETY: our stream; pinned host memory that stays put until the stream is synchronised.
@@ -629,10 +633,17 @@ impl Gpu {
             let datas: Vec<&[u8]> = gpu.iter().map(|p| p.data).collect();
             let part = self.part_bytes.load(Relaxed);
             turn.wait();
-            t_stage = stage_upload(b.h_in.ensure(in_total)?, d_in, &datas, &in_offsets, (part, self.streaming), cs)?;
+            t_stage = stage_upload(
+                b.h_in.ensure(&self.ctx, in_total)?,
+                d_in,
+                &datas,
+                &in_offsets,
+                (part, self.streaming),
+                cs,
+            )?;
         }
         turn.pass();
-        Phases::mark(&phases, 1, cs)?;
+        Phases::mark(&phases, 1, &lane.stream)?;
         if m > 0 {
             let (sizes, statuses) = (meta.range(Field::OutSizes), meta.statuses());
             // SAFETY: the metadata copied above (on this stream, before the launch) holds each
@@ -646,12 +657,12 @@ impl Gpu {
                 cuda(result::memcpy_dtoh_async(&mut h_meta[statuses.clone()], d_meta + statuses.start as u64, cs))?;
             }
         }
-        Phases::mark(&phases, 2, cs)?;
+        Phases::mark(&phases, 2, &lane.stream)?;
         // Output in parts of whole spans, each with an event the host waits on before copying out.
         let span_end = |k: usize| spans.get(k + 1).map_or(n, |s| s.0);
         let parts = group_parts((0..spans.len()).map(|k| (k..k + 1, spans[k].1)), self.part_bytes.load(Relaxed));
-        let events = Events::new(parts.len())?;
-        let h_out = b.h_out.ensure(out_total)?;
+        let events = Events::new(&self.ctx, parts.len())?;
+        let h_out = b.h_out.ensure(&self.ctx, out_total)?;
         for (k, sr) in parts.iter().enumerate() {
             let (p0, p1) = (spans[sr.start].0, span_end(sr.end - 1));
             let (lo, hi) = (out_offsets[p0], out_offsets[p1 - 1] + pieces[p1 - 1].raw);
@@ -659,9 +670,9 @@ impl Gpu {
                 // SAFETY: h_out and d_out hold out_total bytes; our stream.
                 unsafe { cuda(result::memcpy_dtoh_async(&mut h_out[lo..hi], d_out + lo as u64, cs))? };
             }
-            events.record(k, cs)?;
+            events.record(k, &lane.stream)?;
         }
-        Phases::mark(&phases, 3, cs)?;
+        Phases::mark(&phases, 3, &lane.stream)?;
         let h_out: &[u8] = h_out;
         let mut out: Vec<Vec<u8>> = Vec::with_capacity(spans.len());
         let (mut t_wait, mut t_collect) = (std::time::Duration::ZERO, std::time::Duration::ZERO);

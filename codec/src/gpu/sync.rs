@@ -1,10 +1,11 @@
 //! What a lane waits on and how lanes share the host: CUDA events (sleeping waits), the phase
 //! timings logged at debug level, and the turns lanes take staging their input.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cudarc::driver::result;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::error::{GpuError, cuda};
 
@@ -106,38 +107,27 @@ pub(super) fn on_threads<T: Send, F: FnOnce() -> Result<T, GpuError> + Send>(
     })
 }
 
-/// CUDA events a lane records on its stream and waits on, destroyed on drop.
-pub(super) struct Events(Vec<cudarc::driver::sys::CUevent>);
+/// CUDA events a lane records on its stream and waits on (cudarc destroys them).
+pub(super) struct Events(Vec<CudaEvent>);
 
 impl Events {
     /// Events to wait on. Waiting sleeps instead of spinning (blocking sync): several lanes
-    /// spinning would take the cores the host's copies need.
-    pub(super) fn new(n: usize) -> Result<Self, GpuError> {
-        use cudarc::driver::sys::CUevent_flags::{CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
-        Self::with_flags(n, CU_EVENT_BLOCKING_SYNC as u32 | CU_EVENT_DISABLE_TIMING as u32)
+    /// spinning would take the cores the host's copies need. (They keep timing, which cudarc's
+    /// events cannot combine with blocking sync; measured as fast, BENCHMARKS.md §9.)
+    pub(super) fn new(ctx: &Arc<CudaContext>, n: usize) -> Result<Self, GpuError> {
+        Self::with_flags(ctx, n, CUevent_flags::CU_EVENT_BLOCKING_SYNC)
     }
 
-    pub(super) fn with_flags(n: usize, flags: u32) -> Result<Self, GpuError> {
-        let mut e = Events(Vec::with_capacity(n));
-        for _ in 0..n {
-            let mut ev = std::mem::MaybeUninit::uninit();
-            // SAFETY: cuEventCreate writes the event on success.
-            unsafe {
-                cuda(cudarc::driver::sys::cuEventCreate(ev.as_mut_ptr(), flags).result())?;
-                e.0.push(ev.assume_init());
-            }
-        }
-        Ok(e)
+    fn with_flags(ctx: &Arc<CudaContext>, n: usize, flags: CUevent_flags) -> Result<Self, GpuError> {
+        (0..n).map(|_| cuda(ctx.new_event(Some(flags)))).collect::<Result<_, _>>().map(Events)
     }
 
-    pub(super) fn record(&self, j: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
-        // SAFETY: a live event and our stream.
-        unsafe { cuda(result::event::record(self.0[j], stream)) }
+    pub(super) fn record(&self, j: usize, stream: &CudaStream) -> Result<(), GpuError> {
+        cuda(self.0[j].record(stream))
     }
 
     pub(super) fn wait(&self, j: usize) -> Result<(), GpuError> {
-        // SAFETY: a live event.
-        unsafe { cuda(result::event::synchronize(self.0[j])) }
+        cuda(self.0[j].synchronize())
     }
 }
 
@@ -146,14 +136,14 @@ impl Events {
 pub(super) struct Phases(Events);
 
 impl Phases {
-    pub(super) fn new() -> Result<Option<Self>, GpuError> {
+    pub(super) fn new(ctx: &Arc<CudaContext>) -> Result<Option<Self>, GpuError> {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return Ok(None);
         }
-        Ok(Some(Phases(Events::with_flags(4, cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT as u32)?)))
+        Ok(Some(Phases(Events::with_flags(ctx, 4, CUevent_flags::CU_EVENT_DEFAULT)?)))
     }
 
-    pub(super) fn mark(phases: &Option<Self>, k: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), GpuError> {
+    pub(super) fn mark(phases: &Option<Self>, k: usize, stream: &CudaStream) -> Result<(), GpuError> {
         phases.as_ref().map_or(Ok(()), |p| p.0.record(k, stream))
     }
 
@@ -162,40 +152,29 @@ impl Phases {
         let mut t = [0f32; 3];
         if let Some(p) = phases {
             for (k, slot) in t.iter_mut().enumerate() {
-                // SAFETY: live events recorded on a finished stream.
-                *slot = unsafe { result::event::elapsed(p.0.0[k], p.0.0[k + 1]) }.unwrap_or(0.0);
+                *slot = p.0.0[k].elapsed_ms(&p.0.0[k + 1]).unwrap_or(0.0);
             }
         }
         t
     }
 }
 
-impl Drop for Events {
-    fn drop(&mut self) {
-        for &e in &self.0 {
-            // SAFETY: created by us; callers have waited on (or abandoned) the work that records it.
-            let _ = unsafe { result::event::destroy(e) };
-        }
-    }
-}
-
 /// Waits, when dropped, for the work queued on a launch's stream: a launch that returns early
 /// (an error) must not let its caller reuse the host memory its copies read from (a lent frame
 /// buffer), nor another launch its lane's buffers, while those copies may still run.
-pub(super) struct Drained(pub(super) cudarc::driver::sys::CUstream);
+pub(super) struct Drained<'a>(pub(super) &'a CudaStream);
 
-impl Drained {
+impl Drained<'_> {
     /// The launch waited for all its work itself: nothing to wait for.
     pub(super) fn waited(self) {
         std::mem::forget(self);
     }
 }
 
-impl Drop for Drained {
+impl Drop for Drained<'_> {
     fn drop(&mut self) {
-        // SAFETY: the stream of a lane of this GPU, which outlives the launch; the launching
-        // thread, where this runs, has the context bound. A failure here is the context's own.
-        let _ = unsafe { cudarc::driver::sys::cuStreamSynchronize(self.0) };
+        // (A failure here is the context's own, and the launch is failing already.)
+        let _ = self.0.synchronize();
     }
 }
 
