@@ -68,7 +68,9 @@ impl DevBuf {
         }
         let buf = self.0.as_ref().expect("allocated above");
         // (The context tracks no events (`Gpu::probe`): the guard returned beside does nothing.)
-        Ok(buf.device_ptr(stream).0)
+        let at = buf.device_ptr(stream).0;
+        debug_assert_eq!(at % ALIGN as u64, 0, "nVCOMP needs aligned buffers");
+        Ok(at)
     }
 }
 
@@ -90,7 +92,9 @@ impl HostBuf {
             // results back out of it.
             self.0 = Some(cuda(unsafe { ctx.alloc_pinned_with_flags::<u8>(want, 0) })?);
         }
-        // (Waits for the buffer's own event, which only cudarc's copies record: none here.)
+        // (Waits for the buffer's own event, which only cudarc's copies record: none here. It
+        // binds the context first, so an error some drop stored in it surfaces here once, failing
+        // this batch, whose frames then go to the cores.)
         let all = cuda(self.0.as_mut().expect("allocated above").as_mut_slice())?;
         Ok(&mut all[..len])
     }

@@ -102,7 +102,10 @@ pub struct Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         // The lanes' buffers free themselves next; the driver needs the context on this thread.
-        let _ = self.ctx.bind_to_thread();
+        // (A bind fails once if an error some drop stored is pending, which it clears: again.)
+        if self.ctx.bind_to_thread().is_err() {
+            let _ = self.ctx.bind_to_thread();
+        }
     }
 }
 

@@ -113,7 +113,7 @@ pub(super) struct Events(Vec<CudaEvent>);
 impl Events {
     /// Events to wait on. Waiting sleeps instead of spinning (blocking sync): several lanes
     /// spinning would take the cores the host's copies need. (They keep timing, which cudarc's
-    /// events cannot combine with blocking sync; measured as fast, BENCHMARKS.md §9.)
+    /// events cannot combine with blocking sync: measured in BENCHMARKS.md §9, session 23.)
     pub(super) fn new(ctx: &Arc<CudaContext>, n: usize) -> Result<Self, GpuError> {
         Self::with_flags(ctx, n, CUevent_flags::CU_EVENT_BLOCKING_SYNC)
     }
@@ -173,8 +173,12 @@ impl Drained<'_> {
 
 impl Drop for Drained<'_> {
     fn drop(&mut self) {
-        // (A failure here is the context's own, and the launch is failing already.)
-        let _ = self.0.synchronize();
+        // Raw, not `CudaStream::synchronize`: that returns early, without waiting, when an error
+        // some drop stored in the context is pending, and this wait must happen whatever else
+        // failed. (A failure of the wait itself is the context's own.)
+        // SAFETY: the stream of a lane of this GPU, which outlives the launch; the launching
+        // thread, where this runs, has the context bound.
+        let _ = unsafe { cudarc::driver::result::stream::synchronize(self.0.cu_stream()) };
     }
 }
 
