@@ -1,12 +1,15 @@
-//! A read-only FUSE filesystem of files full of zeros, with nothing behind it: the ceiling of
-//! reads through FUSE on a host, asked for with the same kernel settings as a shrinkfs mount
-//! (1 MiB requests, 1 MiB readahead, 64 background requests, one cloned descriptor per thread).
+//! A read-only FUSE filesystem of files full of zeros, with nothing behind it, meant as the
+//! ceiling of reads through FUSE on a host, asked for with the same kernel settings as a shrinkfs
+//! mount (1 MiB requests, 1 MiB readahead, 64 background requests, one cloned descriptor per
+//! thread). It prints its reads' count and mean size at unmount. (On the H200 host its 8 readers
+//! were slower than a `--codec none` mount's, not yet understood: BENCHMARKS.md §9, session 23.)
 //!
 //! Usage: `null_fs MOUNTPOINT FILES SIZE_MIB THREADS` serves `f1` … `fFILES` of `SIZE_MIB` MiB
 //! each until unmounted. Needs root (or fusermount3) like any mount; set the mount's
 //! `read_ahead_kb` to 1024 as `shrinkfs mount` does before comparing (`scripts/device-s23f.sh`).
 
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -23,6 +26,9 @@ struct Null {
     files: u64,
     size: u64,
     zeros: Vec<u8>,
+    /// Read requests answered, and their bytes (printed at unmount: the kernel's request size).
+    reads: AtomicU64,
+    bytes: AtomicU64,
 }
 
 impl Null {
@@ -67,6 +73,11 @@ impl Filesystem for Null {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        let (reads, bytes) = (self.reads.load(Relaxed), self.bytes.load(Relaxed));
+        eprintln!("null_fs: {reads} reads, {} KiB each on average", bytes / reads.max(1) / 1024);
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.file(name).filter(|_| parent.0 == ROOT) {
             Some(ino) => reply.entry(&TTL, &self.attr(ino), Generation(0)),
@@ -98,6 +109,8 @@ impl Filesystem for Null {
         reply: ReplyData,
     ) {
         let n = self.size.saturating_sub(offset).min(size as u64).min(MOST as u64) as usize;
+        self.reads.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(n as u64, Relaxed);
         reply.data(&self.zeros[..n])
     }
 
@@ -119,7 +132,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, mountpoint, files, size_mib, threads] = &args[..] else {
         return Err("usage: null_fs MOUNTPOINT FILES SIZE_MIB THREADS".into());
     };
-    let fs = Null { files: files.parse()?, size: size_mib.parse::<u64>()? << 20, zeros: vec![0; MOST] };
+    let (files, size) = (files.parse()?, size_mib.parse::<u64>()? << 20);
+    let fs = Null { files, size, zeros: vec![0; MOST], reads: AtomicU64::new(0), bytes: AtomicU64::new(0) };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName("null_fs".into()), MountOption::RO];
     config.n_threads = Some(threads.parse::<usize>()?.max(1));
