@@ -19,5 +19,5 @@ mod pinned;
 mod sync;
 
 pub use crate::gpuconfig::GpuConfig;
-pub use device::{Gpu, GpuError, GpuStats, GpuUnavailable, driver_present};
+pub use device::{Gpu, GpuError, GpuStats, GpuUnavailable, PIECE, driver_present};
 pub use error::LoadError;
