@@ -1,8 +1,10 @@
-//! A read-only FUSE filesystem of files full of zeros, with nothing behind it, meant as the
+//! A read-only FUSE filesystem of files of one repeated byte, with nothing behind them: the
 //! ceiling of reads through FUSE on a host, asked for with the same kernel settings as a shrinkfs
 //! mount (1 MiB requests, 1 MiB readahead, 64 background requests, one cloned descriptor per
-//! thread). It prints its reads' count and mean size at unmount. (On the H200 host its 8 readers
-//! were slower than a `--codec none` mount's, not yet understood: BENCHMARKS.md §9, session 23.)
+//! thread). It prints its reads' count and mean size at unmount. Each thread answers from its
+//! own written buffer: the kernel pins the pages a reply is copied from, and a buffer never
+//! written (a fresh zeroed `Vec`) maps every page to the one shared zero page, whose pinning by
+//! many threads at once made 8 readers slower than a real mount (BENCHMARKS.md §9, session 23).
 //!
 //! Usage: `null_fs MOUNTPOINT FILES SIZE_MIB THREADS` serves `f1` … `fFILES` of `SIZE_MIB` MiB
 //! each until unmounted. Needs root (or fusermount3) like any mount; set the mount's
@@ -22,10 +24,14 @@ const TTL: Duration = Duration::from_secs(3600);
 /// The most bytes one read asks for (the kernel's requests are at most 1 MiB here).
 const MOST: usize = 1 << 20;
 
+thread_local! {
+    /// This thread's reply buffer, written so its pages are its own.
+    static REPLY: Vec<u8> = vec![0x5a; MOST];
+}
+
 struct Null {
     files: u64,
     size: u64,
-    zeros: Vec<u8>,
     /// Read requests answered, and their bytes (printed at unmount: the kernel's request size).
     reads: AtomicU64,
     bytes: AtomicU64,
@@ -111,7 +117,7 @@ impl Filesystem for Null {
         let n = self.size.saturating_sub(offset).min(size as u64).min(MOST as u64) as usize;
         self.reads.fetch_add(1, Relaxed);
         self.bytes.fetch_add(n as u64, Relaxed);
-        reply.data(&self.zeros[..n])
+        REPLY.with(|buf| reply.data(&buf[..n]))
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
@@ -133,7 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: null_fs MOUNTPOINT FILES SIZE_MIB THREADS".into());
     };
     let (files, size) = (files.parse()?, size_mib.parse::<u64>()? << 20);
-    let fs = Null { files, size, zeros: vec![0; MOST], reads: AtomicU64::new(0), bytes: AtomicU64::new(0) };
+    let fs = Null { files, size, reads: AtomicU64::new(0), bytes: AtomicU64::new(0) };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName("null_fs".into()), MountOption::RO];
     config.n_threads = Some(threads.parse::<usize>()?.max(1));
