@@ -801,7 +801,9 @@ fn frame_cost(e: &shrinkfs_codec::format::IndexEntry) -> u64 {
 }
 
 /// A ranged GET of `range` of an object of `object_len` bytes; a range covering the whole object
-/// is sent as a plain GET.
+/// is sent as a plain GET. Fewer or more bytes than asked for (a store that clips the range to a
+/// shorter object put under the key meanwhile, and ignores `if_match`) are an error, never a short
+/// answer.
 pub async fn get_range(
     store: &dyn ObjectStore,
     path: &Path,
@@ -810,8 +812,11 @@ pub async fn get_range(
     if_match: Option<String>,
 ) -> object_store::Result<Bytes> {
     let whole = range.start == 0 && range.end >= object_len;
+    let expected = if whole { 0..object_len } else { range.clone() };
     let opts = GetOptions { range: (!whole).then_some(GetRange::Bounded(range)), if_match, ..Default::default() };
-    store.get_opts(path, opts).await?.bytes().await
+    let bytes = store.get_opts(path, opts).await?.bytes().await?;
+    crate::store::compat::check_body(&expected, &bytes)?;
+    Ok(bytes)
 }
 
 /// Decodes stored frame `frame`, checked against its index entry. A frame stored as it is
@@ -834,4 +839,24 @@ fn decode_to_bytes(
     let mut out = Vec::new();
     decode_frame(ctx, frame, stored, Some(entry), &mut out)?;
     Ok(out.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    /// A store that answers a range past the end of a (shorter, replaced) object with what it has
+    /// gives an error, not fewer bytes.
+    #[tokio::test]
+    async fn a_range_answered_short_is_an_error() {
+        let store = InMemory::new();
+        let path = Path::from("k");
+        store.put(&path, vec![7u8; 100].into()).await.unwrap();
+        assert_eq!(get_range(&store, &path, 10..60, 300, None).await.unwrap().len(), 50);
+        assert!(get_range(&store, &path, 50..200, 300, None).await.is_err(), "clipped to the object");
+        assert!(get_range(&store, &path, 0..300, 300, None).await.is_err(), "whole, but shorter");
+        assert_eq!(get_range(&store, &path, 0..100, 100, None).await.unwrap().len(), 100);
+    }
 }
