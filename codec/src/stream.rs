@@ -55,6 +55,8 @@ pub struct StreamDecoder {
     require_sealed: bool,
     /// The header at offset 0, to compare with its copy in the index.
     head: Vec<u8>,
+    /// The context of the one object expected (`of_object`): its header must be this one's.
+    known: Option<Arc<ObjectContext>>,
 }
 
 impl StreamDecoder {
@@ -73,7 +75,14 @@ impl StreamDecoder {
             plain_tail: Vec::new(),
             require_sealed: false,
             head: Vec::new(),
+            known: None,
         }
+    }
+
+    /// A decoder of the object whose context `ctx` the caller already holds (its writer's, sealed
+    /// or not, so no key is needed): input with any other header is an error.
+    pub fn of_object(ctx: Arc<ObjectContext>) -> Self {
+        StreamDecoder { known: Some(ctx), ..StreamDecoder::new(None, Vec::new()) }
     }
 
     /// Whether input that is not a sealed object (plain bytes, an unsealed shrinkfs object) is
@@ -134,15 +143,24 @@ impl StreamDecoder {
                     return Ok(None);
                 }
                 if !Header::has_magic(a) {
+                    if self.known.is_some() {
+                        return Err(Error::malformed(Rule::HeaderMagic, "the object's header is missing"));
+                    }
                     self.check_sealed(false)?;
                     self.state = State::Plain;
                     return self.next_item();
                 }
                 let header = Header::parse(&a[..HEADER_LEN])?;
-                self.check_sealed(header.sealed())?;
-                let ctx = ObjectContext::for_reading(header, self.master.as_ref(), &self.dicts)?;
+                let ctx = match &self.known {
+                    Some(known) if known.header.to_bytes()[..] == a[..HEADER_LEN] => known.clone(),
+                    Some(_) => return Err(Error::malformed(Rule::HeaderCopy, "header differs from the object's")),
+                    None => {
+                        self.check_sealed(header.sealed())?;
+                        Arc::new(ObjectContext::for_reading(header, self.master.as_ref(), &self.dicts)?)
+                    }
+                };
                 self.head = self.take(HEADER_LEN);
-                self.ctx = Some(Arc::new(ctx));
+                self.ctx = Some(ctx);
                 self.state = State::Body;
                 self.next_item()
             }

@@ -195,6 +195,12 @@ impl Ahead {
         self.writes.first_key_value().map(|(o, (b, _))| (*o, b.clone()))
     }
 
+    /// Lets go of every held write (the file was cut to nothing), giving back their room.
+    pub fn clear(&mut self) {
+        self.writes.clear();
+        self.bytes = 0;
+    }
+
     /// Lets go of the write held at `offset` (once applied), giving back its room.
     pub fn release(&mut self, offset: u64) {
         if let Some((b, _)) = self.writes.remove(&offset) {

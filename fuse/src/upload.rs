@@ -809,7 +809,7 @@ impl Upload {
             return Err(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)));
         }
         self.collect(true).await?;
-        let mut dec = StreamDecoder::new(None, vec![]);
+        let mut dec = StreamDecoder::of_object(self.writer.context().clone());
         let mut at = 0u64;
         let mut raw = Vec::new();
         let mut read = 0u64;

@@ -279,6 +279,8 @@ impl FileWriter {
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, fresh) {
                 u.abort().await;
             }
+            // Writes held past a gap were cut away with the rest.
+            of.ahead.clear();
         } else {
             self.stage(of).await?;
             if let Body::Staged { file, len } = &mut of.body {

@@ -190,6 +190,54 @@ async fn writes_slightly_out_of_order_keep_streaming_and_a_lone_gap_stages_at_on
     fs.release(fh).await.unwrap();
 }
 
+/// A truncation to zero drops the writes held past a gap with the rest of the file: nothing of
+/// them comes back at the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncation_to_zero_drops_writes_held_past_a_gap() {
+    let store = Arc::new(InMemory::new());
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = small_frames();
+    cfg.writer.staging_dir = staging.path().to_path_buf();
+    cfg.writer.writeback_cache = true;
+    let fs = fs_on(&store, cfg);
+    let data = text(3 * 4096);
+    let (attr, fh) = fs.create(ROOT, "t", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, &data[..4096]).await.unwrap();
+    fs.write(fh, 2 * 4096, &data[2 * 4096..]).await.unwrap();
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, 3 * 4096, "the write past the gap is held");
+    fs.setattr(attr.ino, SetAttr { size: Some(0), ..SetAttr::default() }).await.unwrap();
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, 0);
+    fs.write(fh, 0, b"after").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_file(&fs, attr.ino).await, b"after");
+    let other = fs_on(&store, small_frames());
+    assert_eq!(read_file(&other, fh_ino(&other, "t").await).await, b"after");
+}
+
+/// On a sealed mount, a write that moves a file's upload into a staging file (a write back over
+/// bytes already sent) keeps every byte, sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_upload_moved_to_a_staging_file_keeps_its_bytes() {
+    let store = Arc::new(InMemory::new());
+    let staging = tempfile::tempdir().unwrap();
+    let mut cfg = small_frames();
+    cfg.writer.staging_dir = staging.path().to_path_buf();
+    cfg.encode.key = Some(MasterKey::from_bytes(&[7; 32]).unwrap());
+    let fs = fs_on(&store, cfg.clone());
+    let mut want = text(20_000);
+    let (attr, fh) = fs.create(ROOT, "s", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, &want).await.unwrap();
+    fs.write(fh, 100, b"rewritten").await.unwrap();
+    want[100..109].copy_from_slice(b"rewritten");
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(read_file(&fs, attr.ino).await, want);
+    let again = fs_on(&store, cfg);
+    assert_eq!(read_file(&again, again.lookup(ROOT, "s").await.unwrap().ino).await, want);
+    assert!(fs_on(&store, small_frames()).lookup(ROOT, "s").await.is_err(), "stored sealed");
+}
+
 async fn fh_ino(fs: &Fs, name: &str) -> u64 {
     fs.lookup(ROOT, name).await.unwrap().ino
 }
