@@ -125,10 +125,9 @@ impl LocalStore {
 
     /// Removes what interrupted writes left behind, if older than `older_than` (a grace period,
     /// so that another process's writes in flight survive): every file in the staging directory
-    /// (a staged file's mtime moves with each write, so a live upload stays young), and
-    /// `LocalFileSystem`'s staging files anywhere under the root — names whose part after the
-    /// first `#` is all digits, which `LocalFileSystem` refuses as keys and hides from listings.
-    /// Symbolic links are not followed.
+    /// (a staged file's mtime moves with each write, so a live upload stays young). Nothing
+    /// outside it: files named as `LocalFileSystem` stages its writes (`NAME#N`, hidden from
+    /// listings) may be another program's. Symbolic links are not followed.
     pub fn cleanup(&self, older_than: Duration) -> std::io::Result<Cleanup> {
         walk::cleanup(&self.root, older_than)
     }
@@ -295,7 +294,7 @@ impl ObjectStore for LocalStore {
             };
             let attributes = match options.range {
                 Some(_) if !options.head => Attributes::new(),
-                _ => read_metadata(&file),
+                _ => read_metadata(&file, info.mtime),
             };
             let payload = if !options.head && range.end - range.start <= READ_AT_ONCE {
                 let bytes = if range.is_empty() {

@@ -202,29 +202,23 @@ pub(super) fn cleanup(root: &Root, older_than: Duration) -> std::io::Result<Clea
     let with_path =
         |rel: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", root.display(rel).display()));
     let mut done = Cleanup::default();
-    let mut dirs = vec![String::new()];
-    while let Some(dir) = dirs.pop() {
-        let staging = dir == TMP_DIR;
-        let names = names(root, &dir).map_err(|e| with_path(&dir, e))?.unwrap_or_default();
-        // Nothing of ours has a name that is not UTF-8.
-        for name in names.into_iter().filter_map(|n| String::from_utf8(n).ok()) {
-            let rel = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
-            let info = match root.stat(&rel, false) {
-                Ok(info) => info,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(with_path(&rel, e)),
-            };
-            if info.kind == FileType::Directory {
-                dirs.push(rel);
-            } else if info.kind == FileType::RegularFile && (staging || is_staging_name(&name)) && old(&info) {
-                match root.unlink(&rel) {
-                    Ok(()) => {
-                        done.files += 1;
-                        done.bytes += info.size;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(with_path(&rel, e)),
+    let names = names(root, TMP_DIR).map_err(|e| with_path(TMP_DIR, e))?.unwrap_or_default();
+    // Nothing of ours has a name that is not UTF-8.
+    for name in names.into_iter().filter_map(|n| String::from_utf8(n).ok()) {
+        let rel = format!("{TMP_DIR}/{name}");
+        let info = match root.stat(&rel, false) {
+            Ok(info) => info,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(with_path(&rel, e)),
+        };
+        if info.kind == FileType::RegularFile && old(&info) {
+            match root.unlink(&rel) {
+                Ok(()) => {
+                    done.files += 1;
+                    done.bytes += info.size;
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(with_path(&rel, e)),
             }
         }
     }
@@ -292,14 +286,14 @@ mod tests {
         }
 
         let done = store.cleanup(Duration::from_secs(60)).unwrap();
-        assert_eq!(done, Cleanup { files: 3, bytes: 1107 });
-        for gone in [".shrinkfs-tmp/put-old", "a/b/obj#3", "c#0"] {
-            assert!(!dir.path().join(gone).exists(), "{gone}");
-        }
-        for kept in [".shrinkfs-tmp/put-new", "d#5", "x#y#1", "e#12a", "f#", "plain"] {
+        assert_eq!(done, Cleanup { files: 1, bytes: 100 });
+        assert!(!dir.path().join(".shrinkfs-tmp/put-old").exists());
+        // Files named as `LocalFileSystem` stages its writes may be another program's (`issue#42`):
+        // they stay hidden from listings, but are never removed, however old.
+        for kept in [".shrinkfs-tmp/put-new", "a/b/obj#3", "c#0", "d#5", "x#y#1", "e#12a", "f#", "plain"] {
             assert!(dir.path().join(kept).exists(), "{kept}");
         }
-        assert_eq!(store.cleanup(Duration::ZERO).unwrap(), Cleanup { files: 2, bytes: 15 });
+        assert_eq!(store.cleanup(Duration::ZERO).unwrap(), Cleanup { files: 1, bytes: 10 });
         assert_eq!(keys(&store, None).await, ["e#12a", "f#", "plain", "x#y#1"]);
     }
 }
