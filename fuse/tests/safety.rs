@@ -454,6 +454,72 @@ async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
     assert!(read_name(&remount(&store), "g").await == bytes);
 }
 
+/// A directory renamed while a file in it is rewritten and closed, and while another is created
+/// and closed in it: the closes that returned 0 are under the new name with their bytes, and
+/// nothing is left under the old one. (The rename copies each object, then deletes the old keys:
+/// a close stored under an old key meanwhile was deleted with it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn closes_and_creates_inside_a_directory_being_renamed_land_under_its_new_name() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(64 << 10));
+    let d = fs.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap();
+    let (_, fh) = fs.create(d.ino, "f", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"old").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    ctl.delay(Op::Copy, Duration::from_millis(400));
+    let mover = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.rename(ROOT, "d", ROOT, "e", false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    fs.write(fh, 0, b"new bytes").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    let (_, gh) = fs.create(d.ino, "g", 0o644, 0, 0).await.unwrap();
+    fs.write(gh, 0, b"made during the move").await.unwrap();
+    fs.flush(gh).await.unwrap();
+    fs.release(gh).await.unwrap();
+    mover.await.unwrap().unwrap();
+    fs.release(fh).await.unwrap();
+    ctl.delay(Op::Copy, Duration::ZERO);
+    let other = remount(&store);
+    let e = other.lookup(ROOT, "e").await.unwrap();
+    for (name, want) in [("f", &b"new bytes"[..]), ("g", &b"made during the move"[..])] {
+        let a = other.lookup(e.ino, name).await.unwrap();
+        let rh = other.open(a.ino, false, false).await.unwrap();
+        assert_eq!(other.read(rh, 0, 1 << 20).await.unwrap(), want, "e/{name}");
+        other.release(rh).await.unwrap();
+    }
+    assert!(other.lookup(ROOT, "d").await.is_err(), "nothing under the old name");
+    let left: Vec<_> =
+        futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&Path::from("pre/d")))).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A file renamed while its writer writes and closes it (as the kernel's write-back of its pages
+/// may): the close that returned 0 is under the new name with every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_during_its_files_rename_lands_under_the_new_name() {
+    let store = Arc::new(InMemory::new());
+    let (fs, ctl) = faulty(&store, config(64 << 10));
+    let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"old").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    // The window: the object is copied, its old key not yet deleted.
+    ctl.delay(Op::Delete, Duration::from_millis(400));
+    let mover = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.rename(ROOT, "f", ROOT, "g", false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    fs.write(fh, 0, b"new bytes").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    mover.await.unwrap().unwrap();
+    fs.release(fh).await.unwrap();
+    ctl.delay(Op::Delete, Duration::ZERO);
+    assert_eq!(read_name(&remount(&store), "g").await, b"new bytes");
+    assert!(!in_store(&store, "f").await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
     let store = Arc::new(InMemory::new());

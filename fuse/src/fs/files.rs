@@ -25,6 +25,7 @@ impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
         self.writable()?;
+        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         if dir.kind != Kind::Dir {
@@ -205,7 +206,7 @@ impl Fs {
 
     /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
     /// this returns, and the inode describes it.
-    async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+    pub(super) async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
         if let Some(info) = self.writer.commit(of, &i.path).await? {
             self.names.committed(i.ino, &info);
         }
@@ -229,6 +230,7 @@ impl Fs {
         if !h.write {
             return Ok(());
         }
+        let _moving = self.moving.read().await;
         let mut of = h.file.lock().await;
         let i = self.names.inode(h.ino)?;
         self.commit(&i, &mut of).await
@@ -296,6 +298,7 @@ impl Fs {
         if !last {
             return Ok(());
         }
+        let _moving = self.moving.read().await;
         let mut of = h.file.lock().await;
         let res = match self.names.inode(h.ino) {
             Ok(i) => self.commit(&i, &mut of).await,
@@ -377,6 +380,7 @@ impl Fs {
     /// Changes size, mode, owner or times, and so the change time; persisted with the object on
     /// the next upload (at once when no handle is open).
     pub async fn setattr(&self, ino: u64, change: SetAttr) -> Result<FileAttrs> {
+        let _moving = self.moving.read().await;
         let i = self.names.inode(ino)?;
         self.pages.changed(ino);
         if change.is_empty() {
@@ -468,6 +472,7 @@ impl Fs {
     /// deletes queued behind unlinks too.
     pub async fn flush_all(&self) -> Result<()> {
         let mut first_err = self.write_dir_times().await.err();
+        let _moving = self.moving.read().await;
         for (ino, file, writers) in self.handles.open_files() {
             if writers > 0 {
                 let path = self.names.path_of(ino);

@@ -65,6 +65,12 @@ pub struct Fs {
     /// Held while directory markers are written for their times, and by rmdir and rename, so a
     /// late marker never brings back a directory removed or moved meanwhile.
     dir_writes: tokio::sync::Mutex<()>,
+    /// Held for writing by a directory's rename, from the uploads of its open files until its new
+    /// name is in the table; every operation that stores or deletes objects by their path holds it
+    /// for reading (taken first, before any file's lock, and never twice by one operation). So no
+    /// close, create or removal lands under a key of the moved subtree between its copy and the
+    /// deletes of the old keys, where the rename would leave it behind or delete it.
+    moving: tokio::sync::RwLock<()>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -114,6 +120,7 @@ impl Fs {
             metrics_addr: OnceLock::new(),
             deletes,
             dir_writes: tokio::sync::Mutex::default(),
+            moving: tokio::sync::RwLock::default(),
         }
     }
 

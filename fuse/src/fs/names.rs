@@ -17,6 +17,7 @@ impl Fs {
     /// carries its mode, owner and time.
     pub async fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
         self.writable()?;
+        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         if dir.kind != Kind::Dir {
@@ -48,6 +49,7 @@ impl Fs {
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let _moving = self.moving.read().await;
         let _writing = self.dir_writes.lock().await;
         self.remove_dir(parent, name).await?;
         // Known absent from here on, unless DELETEs of files that were in it are still queued
@@ -101,6 +103,7 @@ impl Fs {
     /// Removes a file or symlink.
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.writable()?;
+        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         let rel = join(&dir.path, name);
@@ -160,6 +163,7 @@ impl Fs {
     /// Creates a symbolic link: an object whose data is the target, marked as a link.
     pub async fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> Result<FileAttrs> {
         self.writable()?;
+        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         if self.names.exists(parent, name, &self.is_open()).await? {
@@ -192,6 +196,7 @@ impl Fs {
     /// Makes a FIFO, socket, device node or empty regular file (`mknod`, `mkfifo`, `bind`).
     pub async fn mknod(&self, parent: u64, name: &str, mode: u32, rdev: u32, uid: u32, gid: u32) -> Result<FileAttrs> {
         self.writable()?;
+        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         if dir.kind != Kind::Dir {
@@ -249,6 +254,12 @@ impl Fs {
         let src_dir = self.names.inode(parent)?;
         let dst_dir = self.names.inode(new_parent)?;
         let src_attr = self.lookup(parent, name).await?;
+        // A directory's move keeps every other store change out until it is done (`Fs::moving`);
+        // a file's keeps out directory moves, and holds the file itself (below).
+        let (_tree, _shared) = match src_attr.kind {
+            Kind::Dir => (Some(self.moving.write().await), None),
+            _ => (None, Some(self.moving.read().await)),
+        };
         self.forget(src_attr.ino, 1);
         let dst = match self.lookup(new_parent, new_name).await {
             Ok(a) => {
@@ -278,7 +289,13 @@ impl Fs {
             _ => self.names.check_key_len(&to)?,
         }
         let moved: Vec<u64>;
+        // A moved file, locked from its upload until its new name is in the table, so that no
+        // write or close of it stores bytes under the old key meanwhile (which the move would
+        // delete). The kernel runs no two renames of one directory's entries at once, so this
+        // and the lock `detach_open` takes of a replaced file are never taken the other way round.
         let is_dir = src_attr.kind == Kind::Dir;
+        let held_file = if is_dir { None } else { self.handles.file(src_attr.ino) };
+        let mut held = None;
         if is_dir {
             if to == from || to.starts_with(&format!("{from}/")) {
                 return Err(Error::IntoItself);
@@ -308,7 +325,11 @@ impl Fs {
                 self.bucket.store.delete(&o.location).await?;
             }
         } else {
-            self.commit_ino(src_attr.ino).await?;
+            if let Some(file) = &held_file {
+                let of = held.insert(file.lock().await);
+                let i = self.names.inode(src_attr.ino)?;
+                self.commit(&i, of).await?;
+            }
             let move_object = async {
                 self.bucket.store.copy(&self.names.key(&from), &self.names.key(&to)).await?;
                 self.bucket.store.delete(&self.names.key(&from)).await?;
@@ -334,6 +355,7 @@ impl Fs {
         }
         self.names.entries_changed(parent);
         self.names.entries_changed(new_parent);
+        drop(held);
         for ino in moved {
             self.rebase_open(ino).await;
         }
