@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once, PoisonError};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -70,7 +71,9 @@ impl Output {
         }
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
+        stop_signals_remove_temporaries();
         let f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        pending().push(tmp.clone());
         let file = f.try_clone().ok();
         let w: Box<dyn Write + Send> = Box::new(f);
         Ok(Output {
@@ -96,6 +99,7 @@ impl Output {
         let inner = w.into_inner().map_err(|e| e.into_error()).context("cannot write output")?;
         drop(inner);
         if let Some((tmp, path)) = self.paths.take() {
+            forget_pending(&tmp);
             // An existing regular file is removed first, as `zstd -f` does: renaming over it would
             // make ext4 (auto_da_alloc) flush the whole new file synchronously at the rename, which
             // cost packing 512 MiB more than half its time. A crash between the two steps leaves
@@ -103,8 +107,10 @@ impl Output {
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                 let _ = std::fs::remove_file(&path);
             }
-            std::fs::rename(&tmp, &path)
-                .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+            if let Err(e) = std::fs::rename(&tmp, &path) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()));
+            }
         }
         Ok(())
     }
@@ -129,9 +135,57 @@ impl Drop for Output {
     fn drop(&mut self) {
         // Not committed: the partial output must not be mistaken for a complete one.
         if let Some((tmp, _)) = self.paths.take() {
-            let _ = std::fs::remove_file(tmp);
+            let _ = std::fs::remove_file(&tmp);
+            forget_pending(&tmp);
         }
     }
+}
+
+/// Temporary outputs being written, which a stop signal removes.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn pending() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    PENDING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn forget_pending(tmp: &Path) {
+    pending().retain(|p| p != tmp);
+}
+
+/// From the first local output on, SIGINT, SIGTERM and SIGHUP remove the temporary outputs being
+/// written (a `pack` stopped with Ctrl-C leaves no hidden partial file behind), then end the
+/// process as the signal would have. The handlers are registered before this returns, so a
+/// signal from then on is never missed.
+fn stop_signals_remove_temporaries() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
+        let kinds = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()];
+        let registered: io::Result<Vec<_>> = {
+            let _entered = rt.enter();
+            kinds.iter().map(|&k| signal(k).map(|s| (k, s))).collect()
+        };
+        let Ok(mut signals) = registered else { return };
+        std::thread::spawn(move || {
+            let kind = rt.block_on(async {
+                let waits = signals.iter_mut().map(|(k, s)| Box::pin(async move { s.recv().await.map(|_| *k) }));
+                futures::future::select_all(waits).await.0
+            });
+            for tmp in pending().drain(..) {
+                let _ = std::fs::remove_file(tmp);
+            }
+            let sig = kind.map_or(libc::SIGTERM, |k| k.as_raw_value());
+            // SAFETY: restores the signal's default action and raises it, so the process ends
+            // with the status the signal gives (a shell sees it killed by SIGINT); both calls only
+            // touch this process's signal state.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::raise(sig);
+            }
+            std::process::exit(128 + sig);
+        });
+    });
 }
 
 /// A progress bar on stderr; draws nothing when stderr is not a terminal.

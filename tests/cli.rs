@@ -291,9 +291,48 @@ fn an_existing_output_is_replaced_whole_and_no_temporary_file_is_left() {
         assert_ok(&bin().args(["unpack", p(&out), p(&back)]).output().unwrap());
         assert!(std::fs::read(&back).unwrap() == expect, "the second pack replaced the first output whole");
     }
+    // An output that cannot take the name (a directory is there) fails and leaves nothing either.
+    let dir = d.path().join("taken");
+    std::fs::create_dir(&dir).unwrap();
+    for cmd in [["pack", p(&a), p(&dir)], ["unpack", p(&out), p(&dir)]] {
+        let o = bin().args(cmd).output().unwrap();
+        assert_eq!(o.status.code(), Some(3), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
     let names: Vec<String> =
         std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().all(|n| !n.contains("shrinkfs-tmp")), "{names:?}");
+}
+
+/// A `pack` stopped by SIGINT or SIGTERM while it writes removes its temporary output and ends
+/// as the signal ends a process.
+#[test]
+fn a_pack_stopped_by_a_signal_leaves_no_temporary_file() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("o.skf");
+        let mut child = bin().args(["pack", "-", p(&out)]).stdin(std::process::Stdio::piped()).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&generate(CorpusKind::Logs, 3 << 20, 1)).unwrap();
+        let temporary = || {
+            std::fs::read_dir(d.path())
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().contains("shrinkfs-tmp"))
+        };
+        let started = std::time::Instant::now();
+        while !temporary() && started.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(temporary(), "pack is writing its temporary output");
+        // SAFETY: a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = child.wait().unwrap();
+        drop(stdin);
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        assert!(!temporary(), "signal {sig}: the temporary output is removed");
+        assert!(!out.exists());
+    }
 }
 
 #[test]
