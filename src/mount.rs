@@ -278,6 +278,7 @@ fn serve(
         }
     }
     if !kernel.read_only {
+        bucket.check_writable()?;
         match rt.block_on(clean_leftovers(&bucket, CLEANUP_AT_MOUNT)) {
             Ok(said) => tracing::info!("{said}"),
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "cleanup at mount failed"),

@@ -387,6 +387,28 @@ fn every_mount_failure_exits_with_its_documented_code_and_one_line() {
         assert!(err.contains(says), "{what}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
     }
+    // A bucket directory on a read-only filesystem: 3 for a read-write mount, which --read-only
+    // mounts.
+    let ro = t.path().join("ro");
+    fs::create_dir_all(&ro).unwrap();
+    let r = ro.to_str().unwrap();
+    if Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", r]).status().unwrap().success() {
+        let (got, err) = run(&["mount", r, m, "--daemon"]);
+        if got == Some(0) {
+            run(&["unmount", m]);
+            Command::new("umount").args(["-l", r]).status().unwrap();
+        }
+        assert_eq!(got, Some(3), "{err}");
+        assert!(err.contains("cannot be written (mount it with --read-only)"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        let (got, err) = run(&["mount", r, m, "--read-only", "--daemon"]);
+        assert_eq!(got, Some(0), "{err}");
+        assert_eq!(run(&["unmount", m]).0, Some(0));
+        // Lazily: the mount's process may still hold the directory for a moment after it unmounted.
+        assert!(Command::new("umount").args(["-l", r]).status().unwrap().success());
+    } else {
+        println!("SKIPPED the read-only bucket case: cannot mount a tmpfs here");
+    }
     // --daemon: the same error once, from the waiting parent, with the same code.
     let (got, err) = run(&["mount", missing.to_str().unwrap(), m, "--daemon"]);
     assert_eq!(got, Some(3), "{err}");

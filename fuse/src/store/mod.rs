@@ -199,6 +199,15 @@ pub enum OpenError {
     /// A local bucket path that is not a directory.
     #[error("bucket directory {} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+    /// A local bucket directory a read-write mount cannot write to.
+    #[error("bucket directory {} cannot be written (mount it with --read-only)", .dir.display())]
+    NotWritable {
+        /// The directory.
+        dir: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The local-directory store could not open (its staging directory, say).
     #[error("bucket directory {}", .dir.display())]
     LocalStore {
@@ -367,6 +376,16 @@ impl Bucket {
             Ok(Some(Err(source))) => Err(OpenError::Unreachable { describe, source }),
             Ok(_) => Ok(()),
         }
+    }
+
+    /// For a read-write mount: a local bucket directory this process cannot write to (a read-only
+    /// filesystem, its permissions) is an error at once, rather than every write failing later.
+    /// S3 buckets are not asked (only a write would tell).
+    pub fn check_writable(&self) -> Result<(), OpenError> {
+        let Some(local) = &self.local else { return Ok(()) };
+        let dir = local.root();
+        rustix::fs::access(dir, rustix::fs::Access::WRITE_OK)
+            .map_err(|e| OpenError::NotWritable { dir: dir.to_path_buf(), source: e.into() })
     }
 
     /// Removes what interrupted writes left behind (temporary files of a local-directory bucket
