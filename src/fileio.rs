@@ -99,7 +99,13 @@ impl Output {
         let inner = w.into_inner().map_err(|e| e.into_error()).context("cannot write output")?;
         drop(inner);
         if let Some((tmp, path)) = self.paths.take() {
-            forget_pending(&tmp);
+            // Moved into place under the list's lock: a stop signal meanwhile waits for the move
+            // and finds nothing to remove; one that came first removed the file and ends the
+            // process, so nothing here may touch the old output.
+            let mut listed = pending();
+            let before = listed.len();
+            listed.retain(|p| p != &tmp);
+            anyhow::ensure!(listed.len() < before, "stopped by a signal before {} was complete", path.display());
             // An existing regular file is removed first, as `zstd -f` does: renaming over it would
             // make ext4 (auto_da_alloc) flush the whole new file synchronously at the rename, which
             // cost packing 512 MiB more than half its time. A crash between the two steps leaves
@@ -111,6 +117,7 @@ impl Output {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(e).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()));
             }
+            drop(listed);
         }
         Ok(())
     }
@@ -155,13 +162,20 @@ fn forget_pending(tmp: &Path) {
 /// From the first local output on, SIGINT, SIGTERM and SIGHUP remove the temporary outputs being
 /// written (a `pack` stopped with Ctrl-C leaves no hidden partial file behind), then end the
 /// process as the signal would have. The handlers are registered before this returns, so a
-/// signal from then on is never missed.
+/// signal from then on is never missed. A signal the process was started ignoring (`nohup`, a
+/// background job of a script) stays ignored.
 fn stop_signals_remove_temporaries() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         use tokio::signal::unix::{SignalKind, signal};
+        let kinds: Vec<_> = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()]
+            .into_iter()
+            .filter(|k| !ignored(k.as_raw_value()))
+            .collect();
+        if kinds.is_empty() {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
-        let kinds = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()];
         let registered: io::Result<Vec<_>> = {
             let _entered = rt.enter();
             kinds.iter().map(|&k| signal(k).map(|s| (k, s))).collect()
@@ -186,6 +200,16 @@ fn stop_signals_remove_temporaries() {
             std::process::exit(128 + sig);
         });
     });
+}
+
+/// Whether signal `sig` is ignored (as `nohup` leaves SIGHUP).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: with a null new action, sigaction only reads the current one into `old`, a plain
+    // struct it fills.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// A progress bar on stderr; draws nothing when stderr is not a terminal.

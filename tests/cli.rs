@@ -333,6 +333,26 @@ fn a_pack_stopped_by_a_signal_leaves_no_temporary_file() {
         assert!(!temporary(), "signal {sig}: the temporary output is removed");
         assert!(!out.exists());
     }
+    // Started ignoring SIGHUP (as under `nohup`), it goes on and finishes.
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("o.skf");
+    let mut child = Command::new("nohup")
+        .args([env!("CARGO_BIN_EXE_shrinkfs"), "pack", "-", p(&out)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let data = generate(CorpusKind::Logs, 1 << 20, 2);
+    stdin.write_all(&data).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_ok(&bin().args(["unpack", p(&out), p(&d.path().join("back"))]).output().unwrap());
+    assert!(std::fs::read(d.path().join("back")).unwrap() == data);
 }
 
 #[test]

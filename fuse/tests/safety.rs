@@ -457,7 +457,8 @@ async fn open_files_follow_renames_of_themselves_and_of_their_directory() {
 /// A directory renamed while a file in it is rewritten and closed, and while another is created
 /// and closed in it: the closes that returned 0 are under the new name with their bytes, and
 /// nothing is left under the old one. (The rename copies each object, then deletes the old keys:
-/// a close stored under an old key meanwhile was deleted with it.)
+/// a close stored under an old key in between was deleted with it, and a file created there was
+/// left behind.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn closes_and_creates_inside_a_directory_being_renamed_land_under_its_new_name() {
     let store = Arc::new(InMemory::new());
@@ -466,21 +467,28 @@ async fn closes_and_creates_inside_a_directory_being_renamed_land_under_its_new_
     let (_, fh) = fs.create(d.ino, "f", 0o644, 0, 0).await.unwrap();
     fs.write(fh, 0, b"old").await.unwrap();
     fs.flush(fh).await.unwrap();
-    ctl.delay(Op::Copy, Duration::from_millis(400));
+    // The window: every object copied, the old keys' deletes under way.
+    ctl.delay(Op::Delete, Duration::from_millis(300));
     let mover = {
         let fs = fs.clone();
         tokio::spawn(async move { fs.rename(ROOT, "d", ROOT, "e", false).await })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
+    let creator = {
+        let fs = fs.clone();
+        tokio::spawn(async move {
+            let (_, gh) = fs.create(d.ino, "g", 0o644, 0, 0).await?;
+            fs.write(gh, 0, b"made during the move").await?;
+            fs.flush(gh).await?;
+            fs.release(gh).await
+        })
+    };
     fs.write(fh, 0, b"new bytes").await.unwrap();
     fs.flush(fh).await.unwrap();
-    let (_, gh) = fs.create(d.ino, "g", 0o644, 0, 0).await.unwrap();
-    fs.write(gh, 0, b"made during the move").await.unwrap();
-    fs.flush(gh).await.unwrap();
-    fs.release(gh).await.unwrap();
+    creator.await.unwrap().unwrap();
     mover.await.unwrap().unwrap();
     fs.release(fh).await.unwrap();
-    ctl.delay(Op::Copy, Duration::ZERO);
+    ctl.delay(Op::Delete, Duration::ZERO);
     let other = remount(&store);
     let e = other.lookup(ROOT, "e").await.unwrap();
     for (name, want) in [("f", &b"new bytes"[..]), ("g", &b"made during the move"[..])] {
@@ -495,28 +503,31 @@ async fn closes_and_creates_inside_a_directory_being_renamed_land_under_its_new_
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// A file renamed while its writer writes and closes it (as the kernel's write-back of its pages
-/// may): the close that returned 0 is under the new name with every byte.
+/// A file of several frames renamed while its writer rewrites and closes it (the kernel's
+/// write-back may send both during a rename): the rewrite, which reads the stored bytes back,
+/// succeeds, and the close that returned 0 is under the new name with every byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_close_during_its_files_rename_lands_under_the_new_name() {
+async fn a_rewrite_and_close_during_its_files_rename_land_under_the_new_name() {
     let store = Arc::new(InMemory::new());
     let (fs, ctl) = faulty(&store, config(64 << 10));
+    let mut want = data(300 << 10, 9);
     let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
-    fs.write(fh, 0, b"old").await.unwrap();
+    write_all(&fs, fh, 0, &want).await;
     fs.flush(fh).await.unwrap();
-    // The window: the object is copied, its old key not yet deleted.
-    ctl.delay(Op::Delete, Duration::from_millis(400));
+    // The window: the object copied, its old key not yet deleted.
+    ctl.delay(Op::Delete, Duration::from_millis(300));
     let mover = {
         let fs = fs.clone();
         tokio::spawn(async move { fs.rename(ROOT, "f", ROOT, "g", false).await })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
-    fs.write(fh, 0, b"new bytes").await.unwrap();
+    fs.write(fh, 100 << 10, b"new bytes").await.unwrap();
+    want[100 << 10..(100 << 10) + 9].copy_from_slice(b"new bytes");
     fs.flush(fh).await.unwrap();
     mover.await.unwrap().unwrap();
     fs.release(fh).await.unwrap();
     ctl.delay(Op::Delete, Duration::ZERO);
-    assert_eq!(read_name(&remount(&store), "g").await, b"new bytes");
+    assert!(read_name(&remount(&store), "g").await == want);
     assert!(!in_store(&store, "f").await);
 }
 

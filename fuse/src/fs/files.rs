@@ -25,7 +25,6 @@ impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
         self.writable()?;
-        let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
         if dir.kind != Kind::Dir {

@@ -65,11 +65,13 @@ pub struct Fs {
     /// Held while directory markers are written for their times, and by rmdir and rename, so a
     /// late marker never brings back a directory removed or moved meanwhile.
     dir_writes: tokio::sync::Mutex<()>,
-    /// Held for writing by a directory's rename, from the uploads of its open files until its new
-    /// name is in the table; every operation that stores or deletes objects by their path holds it
-    /// for reading (taken first, before any file's lock, and never twice by one operation). So no
-    /// close, create or removal lands under a key of the moved subtree between its copy and the
-    /// deletes of the old keys, where the rename would leave it behind or delete it.
+    /// Held for writing by a directory's rename, from the uploads of its open files until they
+    /// read from their new keys; every other operation that stores or deletes objects by their
+    /// path (flush, release, setattr, getxattr's upload, mkdir, mknod, symlink, unlink, rmdir, a
+    /// file's rename, flush_all) holds it for reading, taken first (before any file's lock or
+    /// `dir_writes`) and never twice by one operation. So nothing lands under a key of the moved
+    /// subtree between its copy and the deletes of the old keys, where the rename would leave it
+    /// behind or delete it. (A create stores nothing: its file's first upload waits.)
     moving: tokio::sync::RwLock<()>,
 }
 
@@ -306,6 +308,8 @@ impl Fs {
         if ino == ROOT && name == METRICS_ADDR_XATTR {
             return self.metrics_addr.get().map(|a| a.clone().into_bytes()).ok_or(Error::NoXattr);
         }
+        // It uploads the file's pending bytes first: not into a directory being moved.
+        let _moving = self.moving.read().await;
         let i = self.names.inode(ino)?;
         if i.kind != Kind::File || !name.starts_with("user.shrinkfs.") {
             return Err(Error::NoXattr);

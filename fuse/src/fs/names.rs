@@ -10,7 +10,7 @@ use super::{FileAttrs, Fs};
 use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::namespace::{DIR_MARKER, check_name};
-use crate::openfile::Body;
+use crate::openfile::{Body, OpenFile, SharedFile};
 
 impl Fs {
     /// Creates a directory owned by `uid`/`gid`; its marker object keeps it while empty and
@@ -251,8 +251,6 @@ impl Fs {
         self.writable()?;
         check_name(name)?;
         check_name(new_name)?;
-        let src_dir = self.names.inode(parent)?;
-        let dst_dir = self.names.inode(new_parent)?;
         let src_attr = self.lookup(parent, name).await?;
         // A directory's move keeps every other store change out until it is done (`Fs::moving`);
         // a file's keeps out directory moves, and holds the file itself (below).
@@ -260,6 +258,9 @@ impl Fs {
             Kind::Dir => (Some(self.moving.write().await), None),
             _ => (None, Some(self.moving.read().await)),
         };
+        // Paths read once no directory's move can change them.
+        let src_dir = self.names.inode(parent)?;
+        let dst_dir = self.names.inode(new_parent)?;
         self.forget(src_attr.ino, 1);
         let dst = match self.lookup(new_parent, new_name).await {
             Ok(a) => {
@@ -288,14 +289,14 @@ impl Fs {
             Kind::Dir => self.names.check_dir_key_len(&to)?,
             _ => self.names.check_key_len(&to)?,
         }
-        let moved: Vec<u64>;
-        // A moved file, locked from its upload until its new name is in the table, so that no
-        // write or close of it stores bytes under the old key meanwhile (which the move would
-        // delete). The kernel runs no two renames of one directory's entries at once, so this
-        // and the lock `detach_open` takes of a replaced file are never taken the other way round.
+        // The open files it moves, locked from their upload until they read from their new key: no
+        // write or close of one stores bytes under an old key meanwhile (which the move deletes),
+        // and none reads an old key once it is gone. One directory moves at a time, and the kernel
+        // runs no two renames of one directory's entries at once, so a file's lock here and the
+        // one `detach_open` takes of a replaced file are never taken the other way round.
+        let moved: Vec<(u64, SharedFile)>;
+        let mut held = Vec::new();
         let is_dir = src_attr.kind == Kind::Dir;
-        let held_file = if is_dir { None } else { self.handles.file(src_attr.ino) };
-        let mut held = None;
         if is_dir {
             if to == from || to.starts_with(&format!("{from}/")) {
                 return Err(Error::IntoItself);
@@ -307,9 +308,16 @@ impl Fs {
                 self.remove_dir(new_parent, new_name).await?;
             }
             // Files open below it are uploaded first, so the copy carries their bytes.
-            moved = self.names.subtree(src_attr.ino).into_iter().filter(|&i| self.handles.is_open(i)).collect();
-            for &ino in &moved {
-                self.commit_ino(ino).await?;
+            moved = self
+                .names
+                .subtree(src_attr.ino)
+                .into_iter()
+                .filter_map(|i| self.handles.file(i).map(|f| (i, f)))
+                .collect();
+            for (ino, file) in &moved {
+                held.push((*ino, file.lock().await));
+                let of = &mut held.last_mut().expect("just locked").1;
+                self.commit(&self.names.inode(*ino)?, of).await?;
             }
             let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
             for o in &objects {
@@ -325,10 +333,11 @@ impl Fs {
                 self.bucket.store.delete(&o.location).await?;
             }
         } else {
-            if let Some(file) = &held_file {
-                let of = held.insert(file.lock().await);
-                let i = self.names.inode(src_attr.ino)?;
-                self.commit(&i, of).await?;
+            moved = self.handles.file(src_attr.ino).map(|f| (src_attr.ino, f)).into_iter().collect();
+            for (ino, file) in &moved {
+                held.push((*ino, file.lock().await));
+                let of = &mut held.last_mut().expect("just locked").1;
+                self.commit(&self.names.inode(*ino)?, of).await?;
             }
             let move_object = async {
                 self.bucket.store.copy(&self.names.key(&from), &self.names.key(&to)).await?;
@@ -340,7 +349,6 @@ impl Fs {
                 Some(d) => self.detach_open(d.ino, move_object).await?,
                 None => move_object.await?,
             }
-            moved = vec![src_attr.ino];
         }
         self.names.appeared(new_parent, new_name);
         // Its objects are deleted (each DELETE done, never queued): the old name is absent, unless
@@ -355,17 +363,15 @@ impl Fs {
         }
         self.names.entries_changed(parent);
         self.names.entries_changed(new_parent);
-        drop(held);
-        for ino in moved {
-            self.rebase_open(ino).await;
+        for (ino, of) in &mut held {
+            self.rebase_open(*ino, of).await;
         }
         Ok(())
     }
 
-    /// After a rename: an open file whose bytes are the stored object reads it under its new key.
-    async fn rebase_open(&self, ino: u64) {
-        let Some(file) = self.handles.file(ino) else { return };
-        let mut of = file.lock().await;
+    /// After a rename: open file `ino`, locked as `of`, whose bytes are the stored object reads it
+    /// under its new key.
+    async fn rebase_open(&self, ino: u64, of: &mut OpenFile) {
         if !matches!(of.body, Body::Clean) || of.base.is_none() {
             return;
         }
