@@ -2,10 +2,12 @@
 //! one is announced by a small marker object under `.shrinkfs-tmp/uploads/` naming its key and
 //! upload id, removed when the upload completes or is aborted. A mount killed mid-write leaves its
 //! marker behind, so any later cleanup, on any host, can abort the upload (which S3 would otherwise
-//! keep, invisible and billed, forever).
+//! keep, invisible and billed, forever). A marker is written again as its upload takes parts
+//! (every `MARKER_REFRESH` at most), so a cleanup tells a long upload still in progress from one
+//! a crash left.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::TryStreamExt;
 use object_store::multipart::{MultipartStore, PartId};
@@ -16,6 +18,10 @@ use crate::localstore::TMP_DIR;
 
 /// Where markers live, below the bucket's prefix.
 pub const MARKERS: &str = "uploads";
+
+/// How often at most an upload taking parts writes its marker again: well under the hour a mount's
+/// cleanup waits before it takes an upload for a crash's leftover.
+pub const MARKER_REFRESH: Duration = Duration::from_secs(600);
 
 /// The marker folder of a bucket whose keys start with `prefix`.
 pub fn marker_dir(prefix: &Path) -> Path {
@@ -29,13 +35,28 @@ pub async fn start(
     markers: &Path,
     path: &Path,
 ) -> object_store::Result<Box<dyn MultipartUpload>> {
+    start_refreshing(store, multipart, markers, path, MARKER_REFRESH).await
+}
+
+async fn start_refreshing(
+    store: Arc<dyn ObjectStore>,
+    multipart: Arc<dyn MultipartStore>,
+    markers: &Path,
+    path: &Path,
+    refresh: Duration,
+) -> object_store::Result<Box<dyn MultipartUpload>> {
     let id = multipart.create_multipart(path).await?;
     let marker = markers.child(format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()));
-    if let Err(e) = store.put(&marker, PutPayload::from(format!("{path}\n{id}\n"))).await {
+    if let Err(e) = store.put(&marker, marker_body(path, &id)).await {
         let _ = multipart.abort_multipart(path, &id).await;
         return Err(e);
     }
-    Ok(Box::new(Tracked { store, multipart, path: path.clone(), id, marker, parts: Arc::default() }))
+    let marked = Arc::new(Mutex::new(Instant::now()));
+    Ok(Box::new(Tracked { store, multipart, path: path.clone(), id, marker, marked, refresh, parts: Arc::default() }))
+}
+
+fn marker_body(path: &Path, id: &MultipartId) -> PutPayload {
+    PutPayload::from(format!("{path}\n{id}\n"))
 }
 
 /// One multipart upload with its marker.
@@ -45,6 +66,10 @@ struct Tracked {
     path: Path,
     id: MultipartId,
     marker: Path,
+    /// When the marker was last written.
+    marked: Arc<Mutex<Instant>>,
+    /// How often at most it is written again while parts come.
+    refresh: Duration,
     /// Each part's id once the store took it, in part order.
     parts: Arc<Mutex<Vec<Option<PartId>>>>,
 }
@@ -64,7 +89,22 @@ impl MultipartUpload for Tracked {
             parts.len() - 1
         };
         let (mp, path, id, parts) = (self.multipart.clone(), self.path.clone(), self.id.clone(), self.parts.clone());
+        let remark = {
+            let mut marked = self.marked.lock().expect("marker lock");
+            let due = marked.elapsed() >= self.refresh;
+            if due {
+                *marked = Instant::now();
+            }
+            due.then(|| (self.store.clone(), self.marker.clone()))
+        };
         Box::pin(async move {
+            if let Some((store, marker)) = remark {
+                // Best effort: a marker not renewed only lets a later cleanup take the upload
+                // for a leftover, and the writer then uploads the file again.
+                if let Err(e) = store.put(&marker, marker_body(&path, &id)).await {
+                    tracing::debug!(key = %path, error = %e, "upload marker not renewed");
+                }
+            }
             let part = mp.put_part(&path, &id, idx, data).await?;
             parts.lock().expect("parts lock")[idx] = Some(part);
             Ok(())
@@ -153,6 +193,26 @@ mod tests {
         assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::ZERO).await.unwrap(), 1);
         assert_eq!(count().await, 0);
         assert!(mem.head(&Path::from("pre/c")).await.is_err(), "nothing published");
+    }
+
+    /// An upload that keeps taking parts renews its marker, so a cleanup that takes markers of
+    /// its age for leftovers leaves it alone; one that stopped does not.
+    #[tokio::test]
+    async fn a_long_upload_in_progress_is_never_taken_for_a_leftover() {
+        let mem = Arc::new(InMemory::new());
+        let markers = marker_dir(&Path::default());
+        let every = Duration::from_millis(50);
+        let (busy_key, idle_key) = (Path::from("busy"), Path::from("idle"));
+        let mut busy = start_refreshing(mem.clone(), mem.clone(), &markers, &busy_key, every).await.unwrap();
+        let mut idle = start_refreshing(mem.clone(), mem.clone(), &markers, &idle_key, every).await.unwrap();
+        busy.put_part(PutPayload::from_static(b"1")).await.unwrap();
+        idle.put_part(PutPayload::from_static(b"1")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        busy.put_part(PutPayload::from_static(b"2")).await.unwrap();
+        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_millis(200)).await.unwrap(), 1);
+        busy.complete().await.unwrap();
+        assert_eq!(&mem.get(&Path::from("busy")).await.unwrap().bytes().await.unwrap()[..], b"12");
+        assert!(idle.complete().await.is_err(), "the idle one was aborted");
     }
 
     #[tokio::test]
