@@ -50,6 +50,14 @@ fn zstd_frames(payload: &[u8]) -> Option<Vec<(&[u8], Option<usize>)>> {
     (!frames.is_empty()).then_some(frames)
 }
 
+/// Whether pieces of raw lengths `lens` (sizes an object states, so never trusted) decode end to
+/// end into one payload of `raw` bytes: at least one piece, all but the last filling whole
+/// alignment units, and their sum `raw` without overflowing.
+fn pieces_fit(lens: &[usize], raw: usize) -> bool {
+    lens.split_last().is_some_and(|(_, head)| head.iter().all(|l| l % ALIGN == 0))
+        && lens.iter().try_fold(0usize, |sum, &l| sum.checked_add(l)) == Some(raw)
+}
+
 /// Whether the CUDA driver library (`libcuda.so.1` or another name cudarc knows) can be opened;
 /// makes no CUDA call, so no context or device is set up.
 pub fn driver_present() -> bool {
@@ -529,8 +537,7 @@ impl Gpu {
             // The pieces of a payload decode end to end into one run: all but the last must fill
             // whole alignment units, and together they must make the raw length.
             let lens: Vec<usize> = pieces[first..].iter().map(|p| p.raw).collect();
-            let fits = lens.iter().sum::<usize>() == raw && lens[..lens.len() - 1].iter().all(|l| l % ALIGN == 0);
-            if !fits || pieces[first..].iter().any(|p| p.stored && p.data.len() != p.raw) {
+            if !pieces_fit(&lens, raw) || pieces[first..].iter().any(|p| p.stored && p.data.len() != p.raw) {
                 return Err(GpuError::WrongSize(i));
             }
         }
@@ -744,6 +751,18 @@ struct Piece<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_fit_only_when_they_tile_the_payload_without_overflow() {
+        let unit = ALIGN;
+        assert!(pieces_fit(&[unit, unit, 5], 2 * unit + 5));
+        assert!(pieces_fit(&[7], 7));
+        assert!(!pieces_fit(&[], 0), "no piece");
+        assert!(!pieces_fit(&[unit + 1, 5], unit + 6), "a piece before the last leaves a gap");
+        assert!(!pieces_fit(&[unit, 5], unit + 6), "short");
+        // Sizes an object states that wrap around to the payload's length.
+        assert!(!pieces_fit(&[usize::MAX - unit + 1, unit + 6], 6));
+    }
 
     #[test]
     fn zstd_frames_splits_concatenated_frames_with_their_sizes() {
