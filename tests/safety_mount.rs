@@ -251,6 +251,48 @@ fn a_full_bucket_or_staging_disk_fails_one_call_and_a_retry_stores_every_byte() 
     drop(m);
 }
 
+/// A write past the end of a file that the full staging disk cuts short leaves no bytes where
+/// the file then has a hole: once there is room, a write further out makes every byte between
+/// the write's reported end and it read as zeros.
+#[test]
+fn a_write_the_full_staging_disk_cut_short_leaves_zeros_in_the_hole_after_it() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt, staging) = (t.path().join("bucket"), t.path().join("mnt"), t.path().join("staging"));
+    fs::create_dir(&bucket).unwrap();
+    let Some(_staging_fs) = Tmpfs::new(&staging, "8m") else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--staging-dir", staging.to_str().unwrap()], &[]);
+    let out = py(
+        "import os,sys,errno\n\
+         path,filler=sys.argv[1:3]\n\
+         MiB=1<<20\n\
+         fd=os.open(path,os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)\n\
+         head=bytes((i*7)%251 for i in range(MiB))\n\
+         os.write(fd,head); os.pwrite(fd,b'P'*10,0)\n\
+         f=os.open(filler,os.O_WRONLY|os.O_CREAT,0o644)\n\
+         try:\n    while True: os.write(f,b'F'*65536)\n\
+         except OSError as e:\n    assert e.errno==errno.ENOSPC\n\
+         os.ftruncate(f,os.fstat(f).st_size-(3*MiB)//2)\n\
+         try:\n    n=os.pwrite(fd,b'N'*(4*MiB),2*MiB)\n\
+         except OSError as e:\n    assert e.errno==errno.ENOSPC; n=0\n\
+         assert n<4*MiB, 'the staging disk did not fill'\n\
+         os.close(f); os.unlink(filler)\n\
+         os.pwrite(fd,b'Z',8*MiB); os.close(fd)\n\
+         want=bytearray(b'P'*10+head[10:])+bytearray(MiB)+bytearray(b'N'*n)\n\
+         want+=bytearray(8*MiB-len(want))+b'Z'\n\
+         got=open(path,'rb').read()\n\
+         bad=next((i for i in range(max(len(got),len(want))) if got[i:i+1]!=want[i:i+1]),None)\n\
+         print('short write', n, 'first difference', bad)\n\
+         assert bad is None\n",
+        &[mnt.join("f").to_str().unwrap(), staging.join("filler").to_str().unwrap()],
+    );
+    println!("{}", ok(&out).trim_end());
+    drop(m);
+}
+
 #[test]
 fn sigterm_never_publishes_a_file_still_being_written_and_unmounts_once_it_is_closed() {
     require_fuse!();

@@ -178,8 +178,7 @@ impl FileWriter {
     fn apply_ahead(of: &mut OpenFile) -> Result<()> {
         while let Some((offset, bytes)) = of.ahead.first() {
             let Body::Staged { file, len } = &mut of.body else { unreachable!("applied once staged") };
-            file.write_all_at(&bytes, offset)?;
-            *len = (*len).max(offset + bytes.len() as u64);
+            write_staged(file, len, offset, &bytes)?;
             of.ahead.release(offset);
         }
         Ok(())
@@ -257,10 +256,7 @@ impl FileWriter {
                     of.ahead.release(u.len() - next.len() as u64);
                 }
             }
-            Body::Staged { file, len } => {
-                file.write_all_at(data, offset)?;
-                *len = (*len).max(offset + data.len() as u64);
-            }
+            Body::Staged { file, len } => write_staged(file, len, offset, data)?,
             Body::Clean => unreachable!("streaming or staged above"),
         }
         of.dirty = true;
@@ -375,4 +371,20 @@ impl FileWriter {
         self.metrics.object_written(data.len() as u64);
         Ok(())
     }
+}
+
+/// Writes `data` at `offset` of staged file `file`, `len` bytes long so far, and grows `len`. A
+/// write that fails (a full staging disk) leaves the file as long as it was: what it wrote past
+/// the end is cut away, so a later write further out cannot show those bytes where a hole reads
+/// as zeros.
+fn write_staged(file: &File, len: &mut u64, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    let end = offset + data.len() as u64;
+    if let Err(e) = file.write_all_at(data, offset) {
+        if end > *len {
+            let _ = file.set_len(*len);
+        }
+        return Err(e);
+    }
+    *len = (*len).max(end);
+    Ok(())
 }
