@@ -150,11 +150,12 @@ pub async fn abort_stale(
         let body = store.get(&meta.location).await?.bytes().await?;
         let text = String::from_utf8_lossy(&body);
         let mut lines = text.lines();
-        if let (Some(key), Some(id)) = (lines.next(), lines.next()) {
-            match multipart.abort_multipart(&Path::from(key), &id.to_owned()).await {
+        // The key as it was written (`Path::from` would encode its `~`, `#`, `%`…).
+        if let (Some(Ok(key)), Some(id)) = (lines.next().map(Path::parse), lines.next()) {
+            match multipart.abort_multipart(&key, &id.to_owned()).await {
                 Ok(()) => aborted += 1,
                 // Already completed or aborted, or a server that forgot it: nothing to do.
-                Err(e) => tracing::debug!(key, error = %e, "abort of a stale upload"),
+                Err(e) => tracing::debug!(%key, error = %e, "abort of a stale upload"),
             }
         }
         store.delete(&meta.location).await?;

@@ -3,7 +3,8 @@
 //! call is given a path relative to the root's directory file descriptor (or, for a key longer than
 //! `PATH_MAX - 1`, to a directory opened on the way), so a key's length depends on neither the
 //! root's own path nor `PATH_MAX`. Reads, deletes and listings give
-//! `LocalFileSystem`'s results: the same files, metadata, ETags and error kinds.
+//! `LocalFileSystem`'s results: the same files, metadata, ETags and error kinds, except that a
+//! name `LocalFileSystem` keeps for its own staging files (`NAME#N`) is a key like any other.
 //!
 //! Why not `LocalFileSystem`: it builds absolute paths, so a key is limited to `PATH_MAX` less
 //! the root's path; it stages `NAME#N` beside the target, so a 254- or 255-byte name fails with
@@ -72,7 +73,7 @@ pub enum LocalError {
     },
     /// A key no file may have: empty, or one `LocalFileSystem` takes for its own staging files
     /// (`NAME#N`, the part after the first `#` all digits), which it would not read back.
-    #[error("key {key:?} cannot name a file: empty, or `NAME#N` (digits after the first `#`)")]
+    #[error("key {key:?} cannot name a file: it is empty")]
     BadKey {
         /// The key.
         key: String,
@@ -126,14 +127,13 @@ impl LocalStore {
     /// Removes what interrupted writes left behind, if older than `older_than` (a grace period,
     /// so that another process's writes in flight survive): every file in the staging directory
     /// (a staged file's mtime moves with each write, so a live upload stays young). Nothing
-    /// outside it: files named as `LocalFileSystem` stages its writes (`NAME#N`, hidden from
-    /// listings) may be another program's. Symbolic links are not followed.
+    /// outside it: a file named as `LocalFileSystem` stages its writes (`NAME#N`) may be another
+    /// program's, `issue#42`. Symbolic links are not followed.
     pub fn cleanup(&self, older_than: Duration) -> std::io::Result<Cleanup> {
         walk::cleanup(&self.root, older_than)
     }
 
-    /// The file a new object at `location` goes to (its path from the root): no staging key, no
-    /// name `LocalFileSystem` would refuse to read back.
+    /// The file a new object at `location` goes to (its path from the root): no staging key.
     fn writable(&self, location: &Path) -> Result<String> {
         if is_reserved(location) {
             return Err(generic(LocalError::Reserved { key: location.to_string() }));
@@ -167,11 +167,13 @@ impl LocalStore {
 }
 
 /// The file of the object at `location`, relative to the root: the key itself, since a key's
-/// parts are the file names `LocalFileSystem` gives them.
+/// parts are its file names. (Unlike `LocalFileSystem`, which takes names `NAME#N`, N all digits,
+/// for its own staging files and refuses them as keys, every name is a key here: `issue#42` is a
+/// file like any other.)
 fn file_of(location: &Path) -> Result<String> {
     match location.filename() {
-        Some(name) if !is_staging_name(name) => Ok(location.as_ref().to_owned()),
-        _ => Err(generic(LocalError::BadKey { key: location.to_string() })),
+        Some(_) => Ok(location.as_ref().to_owned()),
+        None => Err(generic(LocalError::BadKey { key: location.to_string() })),
     }
 }
 
@@ -451,16 +453,6 @@ fn is_reserved(key: &Path) -> bool {
     key.parts().next().is_some_and(|first| first.as_ref() == TMP_DIR)
 }
 
-/// Whether a file name is one `LocalFileSystem` stages writes under (`NAME#N`): exactly the names
-/// its `is_valid_file_path` refuses, those whose part after the first `#` is all digits. A name
-/// like `a#b#1` may be a staging file of key `a#b` but is also a valid key, so it is left alone.
-fn is_staging_name(name: &str) -> bool {
-    let Some((_, suffix)) = name.split_once('#') else {
-        return false;
-    };
-    !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit())
-}
-
 /// `AlreadyExists` for the file at `path`, with the OS's error.
 fn already_exists(path: PathBuf) -> object_store::Error {
     let shown = path.display().to_string();
@@ -728,20 +720,32 @@ mod tests {
                 got
             }
         };
+        // The one difference: a name `LocalFileSystem` keeps for its staging files (`NAME#N`) is an
+        // object like any other here.
+        let staging_name = |m: &ObjectMeta| m.location.as_ref() == "b/left#3";
+        let theirs = |mut got: Vec<ObjectMeta>| {
+            got.retain(|m| !staging_name(m));
+            got
+        };
         for prefix in [None, Some("b"), Some("b/d"), Some("dlink"), Some("a"), Some("missing")] {
             let prefix = prefix.map(Path::from);
-            assert_eq!(all(&store, prefix.clone(), None).await, all(&plain, prefix.clone(), None).await, "{prefix:?}");
-            let ours = sorted(store.list_with_delimiter(prefix.as_ref()).await.unwrap());
+            let ours = all(&store, prefix.clone(), None).await;
+            assert_eq!(theirs(ours), all(&plain, prefix.clone(), None).await, "{prefix:?}");
+            let mut ours = sorted(store.list_with_delimiter(prefix.as_ref()).await.unwrap());
+            ours.1 = theirs(ours.1);
             assert_eq!(ours, sorted(plain.list_with_delimiter(prefix.as_ref()).await.unwrap()), "{prefix:?}");
         }
-        assert_eq!(all(&store, None, None).await.len(), 9, "a, b/*, dlink/* and link");
+        let everything = all(&store, None, None).await;
+        assert_eq!(everything.len(), 10, "a, b/*, dlink/* and link");
+        assert!(everything.iter().any(staging_name));
         for offset in ["b/c", "b", "dlink/e", "z"] {
-            let (ours, theirs) =
+            let (ours, theirs_) =
                 (all(&store, None, Some(offset.into())).await, all(&plain, None, Some(offset.into())).await);
-            assert_eq!(ours, theirs, "after {offset}");
+            assert_eq!(theirs(ours), theirs_, "after {offset}");
         }
+        assert_eq!(store.get(&Path::parse("b/left#3").unwrap()).await.unwrap().bytes().await.unwrap(), "staged");
 
-        let keys = ["a", "b/c", "b/d/f#x", "link", "dlink/e", "broken", "b", "missing", "a/b", "b/left#3", ""];
+        let keys = ["a", "b/c", "b/d/f#x", "link", "dlink/e", "broken", "b", "missing", "a/b", ""];
         for key in keys.map(|k| Path::parse(k).unwrap()) {
             assert_eq!(kind(store.head(&key).await), kind(plain.head(&key).await), "head {key}");
             let (ours, theirs) = (kind(store.get_range(&key, 1..3).await), kind(plain.get_range(&key, 1..3).await));
@@ -849,12 +853,11 @@ mod tests {
     #[tokio::test]
     async fn bad_keys_fail_cleanly_and_keep_the_os_error() {
         let (_dir, store) = store();
-        // LocalFileSystem could not read it back (it takes `NAME#N` for its own staging files).
-        assert!(store.put(&Path::parse("a#1").unwrap(), "x".into()).await.is_err());
-        // Keys built part by part percent-encode `#` (and `%`, `*`, `?`…), so never collide.
-        store.put(&Path::from("b#1"), "x".into()).await.unwrap();
-        assert!(store.root().join("b%231").is_file());
-        store.delete(&Path::from("b#1")).await.unwrap();
+        // A name LocalFileSystem keeps for its staging files (`NAME#N`) is a key like any other.
+        store.put(&Path::parse("a#1").unwrap(), "x".into()).await.unwrap();
+        assert!(store.root().join("a#1").is_file());
+        assert_eq!(keys(&store, None).await, ["a#1"]);
+        store.delete(&Path::parse("a#1").unwrap()).await.unwrap();
         let e = store.put(&Path::from("n".repeat(256)), "x".into()).await.unwrap_err();
         assert_eq!(os_error(&e), Some(libc::ENAMETOOLONG), "{e}");
         assert!(e.to_string().contains(&"n".repeat(256)), "{e}");

@@ -14,7 +14,7 @@ use rustix::fs::{Dir, FileType};
 use rustix::io::Errno;
 
 use super::root::{FileInfo, Root};
-use super::{Cleanup, LocalError, Result, TMP_DIR, generic, io_error, is_staging_name};
+use super::{Cleanup, LocalError, Result, TMP_DIR, generic, io_error};
 
 /// The names in directory `dir` (a key, "" for the root), sorted; `None` where there is no such
 /// directory.
@@ -70,9 +70,9 @@ fn entry(root: &Root, key: &str) -> Result<Option<FileInfo>> {
     }
 }
 
-/// Whether an object's file is listed: not one of `LocalFileSystem`'s staging files.
+/// Whether an object's file is listed: any file with a name.
 fn listed(location: &Path) -> bool {
-    location.filename().is_some_and(|name| !is_staging_name(name))
+    location.filename().is_some()
 }
 
 /// One directory's objects and subdirectories (`list_with_delimiter`), sorted.
@@ -289,11 +289,11 @@ mod tests {
         assert_eq!(done, Cleanup { files: 1, bytes: 100 });
         assert!(!dir.path().join(".shrinkfs-tmp/put-old").exists());
         // Files named as `LocalFileSystem` stages its writes may be another program's (`issue#42`):
-        // they stay hidden from listings, but are never removed, however old.
+        // they are listed like any other file, and never removed, however old.
         for kept in [".shrinkfs-tmp/put-new", "a/b/obj#3", "c#0", "d#5", "x#y#1", "e#12a", "f#", "plain"] {
             assert!(dir.path().join(kept).exists(), "{kept}");
         }
         assert_eq!(store.cleanup(Duration::ZERO).unwrap(), Cleanup { files: 1, bytes: 10 });
-        assert_eq!(keys(&store, None).await, ["e#12a", "f#", "plain", "x#y#1"]);
+        assert_eq!(keys(&store, None).await, ["a/b/obj#3", "c#0", "d#5", "e#12a", "f#", "plain", "x#y#1"]);
     }
 }

@@ -31,7 +31,13 @@ pub type IsOpen<'a> = &'a (dyn Fn(u64) -> bool + Sync);
 /// Refuses a name no entry may have: empty, `.`, `..`, with a slash or NUL, longer than 255
 /// bytes (`ENAMETOOLONG`), or one of the mount's own.
 pub fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+    // Object keys cannot hold control characters (object_store refuses them in a key's parts).
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.contains(|c: char| c.is_ascii_control())
+    {
         return Err(Error::InvalidName(name.into()));
     }
     if name.len() > 255 {

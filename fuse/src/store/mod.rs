@@ -28,7 +28,7 @@ use object_store::ObjectStore;
 use object_store::list::PaginatedListStore;
 use object_store::memory::InMemory;
 use object_store::multipart::MultipartStore;
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 
 pub use config::{DEFAULT_MAX_REQUESTS, RetryPolicy, StoreConfig};
 pub use s3::{CustomerKey, CustomerKeyError, Encryption, EndpointError, S3Options, check_endpoint_url, client_options};
@@ -428,9 +428,14 @@ impl Bucket {
         (self, Some(deletes))
     }
 
-    /// The key of a path of the filesystem (relative to the prefix, like every key of `store`).
+    /// The key of a path of the filesystem (relative to the prefix, like every key of `store`):
+    /// its names as they are, so `notes~` is stored, listed and browsed as `notes~` (object_store
+    /// percent-encodes `~`, `#`, `%`, `[`… in parts it builds itself, which listings then show
+    /// encoded). A name only an encoding can carry (control characters, which `check_name`
+    /// refuses to create) gets one, and names no object.
     pub fn key(&self, rel: &str) -> Path {
-        Path::from_iter(rel.split('/').filter(|s| !s.is_empty()))
+        let part = |s| PathPart::parse(s).unwrap_or_else(|_| PathPart::from(s));
+        Path::from_iter(rel.split('/').filter(|s| !s.is_empty()).map(part))
     }
 
     /// The path of the filesystem a key names.
