@@ -333,8 +333,15 @@ impl FileWriter {
         // A small file's one frame is kept decoded too: reading back the version just written
         // (a build's outputs, `cp` then `cat`) needs no request while it is confirmed current.
         let one_frame = matches!(&written.layout.entries[..], [e] if written.raw.as_ref().is_some_and(|r| r.len() == e.raw_len as usize));
+        let frames = written.layout.entries.len() as u32;
         let parsed = Parsed::Framed { layout: Arc::new(written.layout), ctx: Arc::new(ctx) };
         if written.put.e_tag.is_some() {
+            // Frames cached under this version's id are not this version's: a store whose ETags
+            // are not unique (a local directory's inode, mtime and size, an inode reused within
+            // one timestamp tick) can name two versions alike.
+            for f in 0..frames {
+                self.reader.chunks.forget(&id, f);
+            }
             self.reader.layouts.insert(id.clone(), parsed.clone());
             if let Some(raw) = written.raw.filter(|_| one_frame) {
                 self.reader.chunks.insert(&id, 0, raw);

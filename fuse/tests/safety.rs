@@ -562,3 +562,91 @@ async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
     assert_eq!(read_name(&migrating, "unsealed").await, b"attacker's bytes");
     assert_eq!(read_name(&migrating, "plain").await, b"plain bytes");
 }
+
+/// A store that names every version of every object alike (ETag "same"), as a local directory's
+/// ETag (inode, mtime, size) can when an inode is reused within one timestamp tick; it ignores
+/// If-Match, since every version matches.
+#[derive(Debug)]
+struct SameETags(Arc<InMemory>);
+
+impl std::fmt::Display for SameETags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SameETags")
+    }
+}
+
+fn same(mut meta: object_store::ObjectMeta) -> object_store::ObjectMeta {
+    meta.e_tag = Some("same".into());
+    meta
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for SameETags {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let mut put = self.0.put_opts(location, payload, opts).await?;
+        put.e_tag = Some("same".into());
+        Ok(put)
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        mut options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        options.if_match = None;
+        let mut got = self.0.get_opts(location, options).await?;
+        got.meta = same(got.meta);
+        Ok(got)
+    }
+    async fn delete(&self, location: &Path) -> object_store::Result<()> {
+        self.0.delete(location).await
+    }
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        self.0.list(prefix).map(|m| m.map(same)).boxed()
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+        let mut l = self.0.list_with_delimiter(prefix).await?;
+        l.objects = l.objects.into_iter().map(same).collect();
+        Ok(l)
+    }
+    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        self.0.copy(from, to).await
+    }
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        self.0.copy_if_not_exists(from, to).await
+    }
+}
+
+/// A file rewritten here with another version of the same size, on a store whose ETags do not
+/// tell the two apart: reading it back gives the new bytes, never frames of the old version the
+/// mount had cached under the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_named_like_an_earlier_one_never_reads_the_earlier_ones_frames() {
+    let store = Arc::new(InMemory::new());
+    let bucket = Bucket::new(Arc::new(SameETags(store.clone())), Path::from("pre"), "same etags");
+    let fs = Fs::new(bucket, config(4096), Services::default());
+    let (v1, v2) = (data(12_288, 1), data(12_288, 2));
+    let (a, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, &v1).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&fs, "f").await == v1, "read once, its frames cached");
+    let fh = fs.open(a.ino, true, true).await.unwrap();
+    fs.write(fh, 0, &v2).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(read_name(&fs, "f").await == v2, "the new version, whole");
+}
