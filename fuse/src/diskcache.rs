@@ -127,8 +127,9 @@ impl DiskCache {
         }
     }
 
-    /// Drops an entry.
-    fn remove(&self, id: &ObjectId, frame: u32) {
+    /// Drops an entry (one that passed its checks here but did not decode: a sealed frame of
+    /// another object whose entry has the same name and lengths).
+    pub fn remove(&self, id: &ObjectId, frame: u32) {
         let name = entry_name(id, frame);
         self.index.invalidate(&name);
         let _ = fs::remove_file(self.dir.join(name));

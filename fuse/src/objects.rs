@@ -496,9 +496,13 @@ impl Reader {
     ) -> Result<Vec<(usize, Bytes)>> {
         let mut slices = Vec::with_capacity(frames.len());
         let mut missing = Vec::with_capacity(frames.len());
+        let mut from_disk = Vec::new();
         for &f in frames {
             match self.disk.as_ref().map_or(Cached::Miss, |d| d.get(&info.id, f, layout)) {
-                Cached::Verified(b) => slices.push((f, b)),
+                Cached::Verified(b) => {
+                    from_disk.push(f);
+                    slices.push((f, b));
+                }
                 Cached::Damaged => {
                     // A damaged or foreign entry (the cache dropped it): fetch the frame again.
                     self.metrics.disk_cache_bad();
@@ -609,7 +613,29 @@ impl Reader {
         }
         let mut out = Vec::with_capacity(jobs.len());
         for (f, rx) in jobs {
-            let bytes = rx.await.map_err(|_| Error::Stopped("decoder"))??;
+            let bytes = match rx.await.map_err(|_| Error::Stopped("decoder"))? {
+                Ok(bytes) => bytes,
+                // A disk-cache entry that passed its checks yet does not decode (a sealed frame
+                // carries no checksum of its plain bytes the cache could compare, so another
+                // object's frame under the same entry name gets this far): dropped, and the frame
+                // fetched from the store.
+                Err(e) if from_disk.contains(&f) => {
+                    tracing::warn!(path = %info.path, frame = f, error = %e, "a cached frame does not decode: fetched again");
+                    if let Some(disk) = &self.disk {
+                        disk.remove(&info.id, f as u32);
+                    }
+                    self.metrics.disk_cache_bad();
+                    let e = &layout.entries[f];
+                    let stored = match &info.whole {
+                        Some(w) if e.stored_range().end <= w.len() as u64 => {
+                            w.slice(e.stored_range().start as usize..e.stored_range().end as usize)
+                        }
+                        _ => self.get_range(&info.path, &info.id, e.stored_range(), info.stored).await?,
+                    };
+                    decode_to_bytes(ctx, f as u64, &stored, e, false).map_err(|e| codec_err(&info.path, e))?
+                }
+                Err(e) => return Err(e),
+            };
             self.metrics.frame_decoded();
             self.chunks.insert(&info.id, f as u32, bytes.clone());
             cached(f, &bytes);

@@ -725,6 +725,32 @@ async fn ls_l_of_a_listed_directory_fetches_attributes_concurrently_not_one_by_o
     assert_eq!(tails(), after_prefetch, "lookups after the prefetch must not ask the store again");
 }
 
+/// A sealed frame in the disk cache that passes its checks but is another object's (here a
+/// bucket that starts again from nothing under the same cache names its objects' versions alike)
+/// is dropped when it does not decode, and the frame read from the store: the read succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_frame_from_the_disk_cache_that_does_not_decode_is_fetched_again() {
+    use shrinkfs_fuse::diskcache::{DiskCache, DiskCacheConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let dc = DiskCacheConfig { dir: dir.path().join("cache"), max_bytes: 1 << 30, min_free: 0.0 };
+    let with_cache = || Services { disk_cache: Some(DiskCache::open(&dc).unwrap()), ..Services::default() };
+    let mut sealed = small_frames();
+    sealed.encode.key = Some(MasterKey::from_bytes(&[7; 32]).unwrap());
+    let (first, second) = (text(40_000), text(40_000).iter().map(|b| b ^ 1).collect::<Vec<u8>>());
+    for (data, check) in [(&first, false), (&second, true)] {
+        // A new empty bucket each time: its first object's version is named as the last one's.
+        let store = Arc::new(InMemory::new());
+        write_file(&fs_on(&store, sealed.clone()), ROOT, "f", data, 10_000).await;
+        let fs = Fs::new(bucket(&store), sealed.clone(), with_cache());
+        let a = fs.lookup(ROOT, "f").await.unwrap();
+        assert_eq!(&read_file(&fs, a.ino).await, data);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await; // the disk writes run behind
+        if check {
+            assert!(fs.metrics().value("shrinkfs_disk_cache_bad_entries_total") >= 1, "the foreign entry was dropped");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_disk_cache_survives_a_remount_and_never_serves_a_damaged_entry() {
     use shrinkfs_fuse::diskcache::{DiskCache, DiskCacheConfig};
