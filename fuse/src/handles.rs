@@ -128,18 +128,6 @@ impl OpenHandles {
         Some(entry.file.clone())
     }
 
-    /// Makes `of` the state of `ino` for the handles opened from now on (a newer version of a file
-    /// no handle writes): those open on the old state keep it, and read their version to its end.
-    pub fn replace(&self, ino: u64, of: OpenFile) {
-        let entry = OpenEntry { file: FileCell::new(of), handles: 0, writers: 0, direct: 0 };
-        self.open.lock().expect("open lock").insert(ino, entry);
-    }
-
-    /// Whether `ino` is open for writing by any handle.
-    pub fn has_writers(&self, ino: u64) -> bool {
-        self.open.lock().expect("open lock").get(&ino).is_some_and(|e| e.writers > 0)
-    }
-
     /// Opens `ino`, just created, as `of` with one writer: a state left for this inode (an
     /// unlinked file of the same name) is not this file's.
     pub fn attach_new(&self, ino: u64, of: OpenFile) -> SharedFile {

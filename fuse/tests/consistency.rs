@@ -433,50 +433,6 @@ async fn an_open_handle_reads_one_version() {
     assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
 }
 
-/// Two mounts: a new open after the TTL reads the newest version even while a handle opened on
-/// an older one is still open here (which keeps reading its own). An append opened so starts
-/// from the newest: it never brings back the version the open handle holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_open_beside_an_open_handle_reads_and_appends_to_the_newest_version() {
-    let store = Arc::new(InMemory::new());
-    let cfg = FsConfig {
-        encode: shrinkfs_codec::EncodeConfig { frame_size: 4096, ..Default::default() },
-        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
-        ..FsConfig::default()
-    };
-    let on = |cfg: &FsConfig| {
-        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default())
-    };
-    let (a, b) = (on(&cfg), on(&cfg));
-    let v1: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-    write(&a, ROOT, "f", &v1).await;
-    let f = b.lookup(ROOT, "f").await.unwrap();
-    let held = b.open(f.ino, false, false).await.unwrap();
-    assert_eq!(&b.read(held, 0, 4096).await.unwrap()[..], &v1[..4096]);
-    let v2: Vec<u8> = v1.iter().rev().copied().chain([7u8; 3000]).collect();
-    write(&a, ROOT, "f", &v2).await;
-    past_ttl().await;
-    assert_eq!(read(&b, f.ino).await.unwrap(), v2[..v2.len().min(1 << 20)], "a new open reads the newest");
-    // An append (the kernel writes at the size it is told after the open).
-    let wh = b.open(f.ino, true, false).await.unwrap();
-    let size = b.getattr(f.ino).await.unwrap().size;
-    assert_eq!(size, v2.len() as u64);
-    b.write(wh, size, b"+x").await.unwrap();
-    b.flush(wh).await.unwrap();
-    b.release(wh).await.unwrap();
-    let mut want = v2.clone();
-    want.extend_from_slice(b"+x");
-    let fresh = on(&cfg);
-    let ino = fresh.lookup(ROOT, "f").await.unwrap().ino;
-    assert_eq!(read(&fresh, ino).await.unwrap(), want, "the other mount's version, appended to");
-    // The handle open all along: its own version, or ESTALE, never another's bytes.
-    match b.read(held, 4096, 4096).await {
-        Ok(got) => assert_eq!(&got[..], &v1[4096..8192]),
-        Err(e) => assert_eq!(e.errno(), libc::ESTALE, "{e:?}"),
-    }
-    b.release(held).await.unwrap();
-}
-
 /// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_of_one_file_the_last_close_wins() {

@@ -6,7 +6,6 @@
 //! partial rewrite. A failed upload leaves the file dirty with all its bytes (see `writer`).
 
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -87,10 +86,6 @@ impl Fs {
         }
         // The version loaded from the store, when this open did (no other handle was open).
         let mut loaded = None;
-        if let Some(fresh) = self.newer_than_open(&i, write).await? {
-            loaded = fresh.base.as_ref().map(|b| b.id.etag.clone());
-            self.handles.replace(ino, fresh);
-        }
         let file = match self.handles.attach(ino, write, None) {
             Some(f) => f,
             None => {
@@ -120,31 +115,6 @@ impl Fs {
             }
         }
         Ok(fh)
-    }
-
-    /// For an open of `i` while handles that only read are open on it, past the metadata TTL: the
-    /// newer version the store holds, if another mount stored one (SEMANTICS, consistency line
-    /// 5: an open after the TTL reads the newest). The open handles keep theirs; a writer so
-    /// starts from the newest, never from the version the readers opened.
-    async fn newer_than_open(&self, i: &Inode, write: bool) -> Result<Option<OpenFile>> {
-        let Some(file) = self.handles.file(i.ino) else { return Ok(None) };
-        let now = self.names.inode(i.ino).ok();
-        if self.handles.has_writers(i.ino) || now.as_ref().is_some_and(|n| self.names.trusted(n)) {
-            return Ok(None);
-        }
-        let _opening = self.handles.opening(i.ino).await;
-        let open_version = {
-            let of = file.lock().await;
-            if !matches!(of.body, Body::Clean) || of.dirty || !of.ahead.is_empty() {
-                return Ok(None);
-            }
-            of.base.as_ref().map(|b| b.id.clone())
-        };
-        let fresh = self.load(i, write, false).await?;
-        let same = fresh.base.as_ref().map(|b| &b.id) == open_version.as_ref();
-        // (Still the state the readers hold, and still no writer: else this open joins them.)
-        let current = self.handles.file(i.ino).is_some_and(|f| Arc::ptr_eq(&f, &file));
-        Ok((!same && current && !self.handles.has_writers(i.ino)).then_some(fresh))
     }
 
     /// [`Self::open`] asked by a caller who is `privileged` (uid 0) or not: an unprivileged
