@@ -431,8 +431,8 @@ impl Bucket {
     /// The key of a path of the filesystem (relative to the prefix, like every key of `store`):
     /// its names as they are, so `notes~` is stored, listed and browsed as `notes~` (object_store
     /// percent-encodes `~`, `#`, `%`, `[`… in parts it builds itself, which listings then show
-    /// encoded). A name only an encoding can carry (control characters, which `check_name`
-    /// refuses to create) gets one, and names no object.
+    /// encoded). A name only an encoding can carry (control characters) gets one; `check_name`
+    /// refuses such names before any key is made of them.
     pub fn key(&self, rel: &str) -> Path {
         let part = |s| PathPart::parse(s).unwrap_or_else(|_| PathPart::from(s));
         Path::from_iter(rel.split('/').filter(|s| !s.is_empty()).map(part))
