@@ -411,6 +411,15 @@ impl Reader {
         Ok(get_range(self.store.as_ref(), path, range, object_len, if_match).await?)
     }
 
+    /// Stored bytes `range` of one object version: from the whole object when the lookup kept
+    /// it, else one ranged GET.
+    async fn stored_bytes(&self, info: &ObjectInfo, range: Range<u64>) -> Result<Bytes> {
+        match &info.whole {
+            Some(w) if range.end <= w.len() as u64 => Ok(w.slice(range.start as usize..range.end as usize)),
+            _ => self.get_range(&info.path, &info.id, range, info.stored).await,
+        }
+    }
+
     /// Reads logical bytes `range` of one object version.
     pub async fn read(&self, info: &ObjectInfo, range: Range<u64>) -> Result<Bytes> {
         let end = range.end.min(info.size());
@@ -524,12 +533,7 @@ impl Reader {
                 views.extend(fetch.frames.clone());
             }
         }
-        let gets = fetches.iter().map(|f| async move {
-            match &info.whole {
-                Some(w) if f.range.end <= w.len() as u64 => Ok(w.slice(f.range.start as usize..f.range.end as usize)),
-                _ => self.get_range(&info.path, &info.id, f.range.clone(), info.stored).await,
-            }
-        });
+        let gets = fetches.iter().map(|f| self.stored_bytes(info, f.range.clone()));
         let blobs = futures::future::try_join_all(gets).await?;
         let mut fetched = Vec::with_capacity(missing.len());
         for (fetch, blob) in fetches.into_iter().zip(blobs) {
@@ -626,12 +630,7 @@ impl Reader {
                     }
                     self.metrics.disk_cache_bad();
                     let e = &layout.entries[f];
-                    let stored = match &info.whole {
-                        Some(w) if e.stored_range().end <= w.len() as u64 => {
-                            w.slice(e.stored_range().start as usize..e.stored_range().end as usize)
-                        }
-                        _ => self.get_range(&info.path, &info.id, e.stored_range(), info.stored).await?,
-                    };
+                    let stored = self.stored_bytes(info, e.stored_range()).await?;
                     decode_to_bytes(ctx, f as u64, &stored, e, false).map_err(|e| codec_err(&info.path, e))?
                 }
                 Err(e) => return Err(e),

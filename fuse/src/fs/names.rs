@@ -10,7 +10,7 @@ use super::{FileAttrs, Fs};
 use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::namespace::{DIR_MARKER, check_name};
-use crate::openfile::{Body, OpenFile, SharedFile};
+use crate::openfile::{Body, FileGuard, OpenFile, SharedFile};
 
 impl Fs {
     /// Creates a directory owned by `uid`/`gid`; its marker object keeps it while empty and
@@ -295,7 +295,7 @@ impl Fs {
         // runs no two renames of one directory's entries at once, so a file's lock here and the
         // one `detach_open` takes of a replaced file are never taken the other way round.
         let moved: Vec<(u64, SharedFile)>;
-        let mut held = Vec::new();
+        let mut held;
         let is_dir = src_attr.kind == Kind::Dir;
         if is_dir {
             if to == from || to.starts_with(&format!("{from}/")) {
@@ -314,11 +314,7 @@ impl Fs {
                 .into_iter()
                 .filter_map(|i| self.handles.file(i).map(|f| (i, f)))
                 .collect();
-            for (ino, file) in &moved {
-                held.push((*ino, file.lock().await));
-                let of = &mut held.last_mut().expect("just locked").1;
-                self.commit(&self.names.inode(*ino)?, of).await?;
-            }
+            held = self.lock_and_commit(&moved).await?;
             let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
             for o in &objects {
                 let rel = self.bucket.rel(&o.location);
@@ -334,11 +330,7 @@ impl Fs {
             }
         } else {
             moved = self.handles.file(src_attr.ino).map(|f| (src_attr.ino, f)).into_iter().collect();
-            for (ino, file) in &moved {
-                held.push((*ino, file.lock().await));
-                let of = &mut held.last_mut().expect("just locked").1;
-                self.commit(&self.names.inode(*ino)?, of).await?;
-            }
+            held = self.lock_and_commit(&moved).await?;
             let move_object = async {
                 self.bucket.store.copy(&self.names.key(&from), &self.names.key(&to)).await?;
                 self.bucket.store.delete(&self.names.key(&from)).await?;
@@ -367,6 +359,18 @@ impl Fs {
             self.rebase_open(*ino, of).await;
         }
         Ok(())
+    }
+
+    /// Locks each of the open files `moved` in turn and uploads its pending bytes; returns them
+    /// locked.
+    async fn lock_and_commit<'a>(&self, moved: &'a [(u64, SharedFile)]) -> Result<Vec<(u64, FileGuard<'a>)>> {
+        let mut held = Vec::with_capacity(moved.len());
+        for (ino, file) in moved {
+            let mut of = file.lock().await;
+            self.commit(&self.names.inode(*ino)?, &mut of).await?;
+            held.push((*ino, of));
+        }
+        Ok(held)
     }
 
     /// After a rename: open file `ino`, locked as `of`, whose bytes are the stored object reads it
