@@ -275,6 +275,13 @@ pub struct MountArgs {
     /// --metadata-ttl). A file another mount creates shows here at most this long after.
     #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
     pub negative_metadata_ttl: Option<Duration>,
+    /// Seconds a directory's complete listing, kept up with this mount's own changes, answers the
+    /// next `ls` of it before the store is listed again (0 to 86400, or `indefinite`; like rclone's
+    /// --dir-cache-time). A name another mount adds or removes shows in listings here at most this
+    /// long after. Default: `indefinite` with `--metadata-ttl indefinite` (a bucket only this
+    /// mount writes), else 0 (every `ls` lists the store).
+    #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
+    pub listing_ttl: Option<Duration>,
     /// Deletes an unlink may leave running behind it on an S3 bucket (0 to 1000000; 0: each
     /// unlink waits for its DELETE). Only for a bucket no one else writes: a file another writer
     /// stores under a removed name before the queued DELETE runs is deleted by it. The name is

@@ -77,6 +77,8 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
     ns.dir_mode = a.dir_mode.unwrap_or(ns.dir_mode);
     ns.metadata_ttl = a.metadata_ttl;
     ns.negative_ttl = a.negative_metadata_ttl.unwrap_or(a.metadata_ttl);
+    let own_listings = own_bucket && ns.negative_ttl == std::time::Duration::MAX;
+    ns.listing_ttl = a.listing_ttl.unwrap_or(if own_listings { std::time::Duration::MAX } else { Default::default() });
     (cfg.reader.cache_bytes, cfg.io_budget) = memory_split(a.memory_limit, a.memory_cache_size)?;
     let mut disk_cache = None;
     if let Some(dir) = &a.cache_dir {
@@ -441,6 +443,19 @@ mod tests {
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite"), DEFAULT_DELETES_BEHIND);
         assert_eq!(behind("shrinkfs mount memory:// /m --metadata-ttl indefinite --deletes-behind 0"), 0);
         assert_eq!(behind("shrinkfs mount memory:// /m --deletes-behind 100"), 100);
+    }
+
+    #[test]
+    fn listings_are_kept_by_default_only_on_a_bucket_the_mount_is_told_is_its_own() {
+        use std::time::Duration;
+        let kept = |line: &str| fs_config(&mount_args(line)).unwrap().0.namespace.listing_ttl;
+        assert_eq!(kept("shrinkfs mount memory:// /m"), Duration::ZERO);
+        assert_eq!(kept("shrinkfs mount memory:// /m --metadata-ttl 300"), Duration::ZERO);
+        assert_eq!(kept("shrinkfs mount memory:// /m --metadata-ttl indefinite"), Duration::MAX);
+        let told = "shrinkfs mount memory:// /m --metadata-ttl indefinite --negative-metadata-ttl 5";
+        assert_eq!(kept(told), Duration::ZERO, "other writers' new names are to show");
+        assert_eq!(kept("shrinkfs mount memory:// /m --listing-ttl 300"), Duration::from_secs(300));
+        assert_eq!(kept("shrinkfs mount memory:// /m --metadata-ttl indefinite --listing-ttl 0"), Duration::ZERO);
     }
 
     #[test]

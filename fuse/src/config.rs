@@ -64,6 +64,10 @@ pub struct NamespaceConfig {
     /// How long a name is trusted absent — missing from a complete listing of its directory, or
     /// found missing by a lookup — before asking the store again (`Duration::MAX`: indefinitely).
     pub negative_ttl: Duration,
+    /// How long a directory's complete listing answers the next `opendir` of it, kept up with this
+    /// mount's own changes, before the store is listed again (zero: every `opendir` lists;
+    /// `Duration::MAX`: for as long as the mount lasts).
+    pub listing_ttl: Duration,
     /// Attribute fetches in flight when a listed directory's files are looked up.
     pub prefetch_concurrency: usize,
     /// Keys asked for per listing request.
@@ -81,6 +85,7 @@ impl Default for NamespaceConfig {
             dir_mode: 0o755,
             metadata_ttl: Duration::from_secs(1),
             negative_ttl: Duration::from_secs(1),
+            listing_ttl: Duration::ZERO,
             prefetch_concurrency: 32,
             page_keys: 1000,
             readdir_batch: 512,

@@ -297,6 +297,78 @@ async fn a_listing_shows_every_change_closed_before_it_started() {
     assert_eq!(names(&b, ROOT).await, ["f:5"]);
 }
 
+/// The listing TTL of the mounts that keep listings: long enough that a test's steps between two
+/// listings never outlast it, even on a busy machine.
+const LISTING_TTL: Duration = Duration::from_secs(2);
+
+/// A mount of `backend` that trusts attributes, absent names and complete listings for
+/// [`LISTING_TTL`] (`--listing-ttl`).
+fn listing_mount(backend: shrinkfs_fuse::store::Backend, ns: NamespaceConfig) -> Fs {
+    let bucket = Bucket::stack(backend, &Path::from("pre"), "listings", &Default::default());
+    let namespace =
+        NamespaceConfig { metadata_ttl: LISTING_TTL, negative_ttl: LISTING_TTL, listing_ttl: LISTING_TTL, ..ns };
+    Fs::new(bucket, FsConfig { namespace, ..FsConfig::default() }, Services::default())
+}
+
+/// The names `readdir` gives for directory `dir`, "." and ".." left out.
+async fn listed(fs: &Fs, dir: u64) -> Vec<String> {
+    let fh = fs.opendir(dir).await.unwrap();
+    let got = fs.readdir(fh, dir, 0).await.unwrap();
+    fs.releasedir(fh);
+    got.into_iter().map(|(_, e)| e.name).filter(|n| n != "." && n != "..").collect()
+}
+
+/// Line 3 with a listing TTL (`--listing-ttl`): a directory's complete listing answers the next
+/// listings here for that TTL, showing every change this mount makes at once (a file made,
+/// renamed, removed; a directory made, removed) but another mount's new and removed names only
+/// once the TTL has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_the_listing_ttl_listings_show_this_mounts_changes_and_not_another_mounts() {
+    let store = Arc::new(InMemory::new());
+    let a = mount(&store);
+    let b = listing_mount(shrinkfs_fuse::store::Backend::plain(store.clone()), NamespaceConfig::default());
+    write(&a, ROOT, "f", b"one").await;
+    write(&a, ROOT, "g", b"two").await;
+    assert_eq!(names(&b, ROOT).await, ["f:3", "g:3"]);
+    write(&a, ROOT, "h", b"another's").await;
+    a.unlink(ROOT, "g").await.unwrap();
+    write(&b, ROOT, "mine", b"12345").await;
+    b.rename(ROOT, "f", ROOT, "f2", false).await.unwrap();
+    b.mkdir(ROOT, "sub", 0o755, 0, 0).await.unwrap();
+    assert_eq!(listed(&b, ROOT).await, ["f2", "g", "mine", "sub"], "another mount's changes not yet");
+    b.rmdir(ROOT, "sub").await.unwrap();
+    b.unlink(ROOT, "mine").await.unwrap();
+    assert_eq!(names(&b, ROOT).await, ["f2:3", "g:3"]);
+    tokio::time::sleep(LISTING_TTL + Duration::from_millis(50)).await;
+    assert_eq!(names(&b, ROOT).await, ["f2:3", "h:9"], "after the listing TTL");
+}
+
+/// A listing whose pages come while this mount changes the directory records those changes
+/// with it: a name made after its first page shows in the next listing answered from it, and a
+/// name removed after its page was listed does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
+    let store = Arc::new(InMemory::new());
+    let pages = Arc::new(common::PagedMemory { store: store.clone(), cap: 2 });
+    let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(pages), multipart: None };
+    let other = mount(&store);
+    let od = other.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for k in 0..5 {
+        write(&other, od, &format!("b{k}"), b"x").await;
+    }
+    let fs = listing_mount(backend, NamespaceConfig { page_keys: 2, ..NamespaceConfig::default() });
+    let d = fs.lookup(ROOT, "d").await.unwrap().ino;
+    // The first page (the directory's marker and b0) is listed at the open; the rest at the
+    // first readdir. "a0" sorts before every page that is still to come.
+    let fh = fs.opendir(d).await.unwrap();
+    write(&fs, d, "a0", b"new").await;
+    fs.unlink(d, "b0").await.unwrap();
+    let first: Vec<String> = fs.readdir(fh, d, 0).await.unwrap().into_iter().map(|(_, e)| e.name).collect();
+    fs.releasedir(fh);
+    assert_eq!(first, [".", "..", "b0", "b1", "b2", "b3", "b4"], "the open listing, as its pages were");
+    assert_eq!(listed(&fs, d).await, ["a0", "b1", "b2", "b3", "b4"], "answered from the listing");
+}
+
 /// Two mounts: a file the reader has looked up shows the writer's new size, contents, and its
 /// removal once the metadata TTL has passed — and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,7 @@ enum Step {
     Rename { from: u8, to: u8 },
     Faults { percent: u8 },
     Check,
+    List,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -62,6 +63,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (file.clone(), file).prop_map(|(from, to)| Step::Rename { from, to }),
         1 => prop_oneof![Just(0u8), Just(10), Just(30), Just(100)].prop_map(|percent| Step::Faults { percent }),
         1 => Just(Step::Check),
+        1 => Just(Step::List),
     ]
 }
 
@@ -121,7 +123,13 @@ impl Model {
 fn config() -> FsConfig {
     FsConfig {
         encode: EncodeConfig { frame_size: 4096, ..Default::default() },
-        namespace: NamespaceConfig { metadata_ttl: std::time::Duration::ZERO, ..NamespaceConfig::default() },
+        // Listings answered from the last one for a minute (`--listing-ttl`): each must still
+        // show this mount's every change.
+        namespace: NamespaceConfig {
+            metadata_ttl: std::time::Duration::ZERO,
+            listing_ttl: std::time::Duration::from_secs(60),
+            ..NamespaceConfig::default()
+        },
         reader: ReaderConfig { cache_bytes: 1 << 20, ..ReaderConfig::default() },
         io_budget: 16 << 20,
         deletes_behind: 64,
@@ -408,10 +416,43 @@ async fn steps_on(
                 settle(fs, store, m).await?;
                 check_durable(store, m).await?;
             }
+            // A listing (answered from the last one within the listing TTL) shows every name the
+            // model has, and no other but one whose queued delete may have failed. It may fail.
+            Step::List => {
+                if let Ok(shown) = listing(fs).await {
+                    for n in (0..NAMES).map(name) {
+                        let listed = shown.contains(&n);
+                        if m.exists(&n) && !listed {
+                            return Err(fail(ctx(&format!("a listing lost {n}: {shown:?}"))));
+                        }
+                        if listed && !m.exists(&n) && !m.behind.contains_key(&n) {
+                            return Err(fail(ctx(&format!("a listing shows {n}, which the model does not have"))));
+                        }
+                    }
+                }
+            }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// The names a listing of the root shows, as `ls` reads them (READDIRPLUS).
+async fn listing(fs: &Fs) -> Result<Vec<String>, shrinkfs_fuse::Error> {
+    let fh = fs.opendir(ROOT).await?;
+    let mut out = Vec::new();
+    let mut offset = 0;
+    let got = loop {
+        let got = match fs.readdirplus(fh, ROOT, offset).await {
+            Ok(got) => got,
+            Err(e) => break Err(e),
+        };
+        let Some(last) = got.last() else { break Ok(out) };
+        offset = last.0;
+        out.extend(got.into_iter().map(|(_, e, _, _)| e.name).filter(|n| !n.starts_with('.')));
+    };
+    fs.releasedir(fh);
+    got
 }
 
 /// Checks the store, then closes every handle with faults off: every named file's live bytes must
@@ -578,5 +619,55 @@ fn sequences_found_wrong_once_stay_right() {
     ];
     if let Err(e) = rt.block_on(run(seq)) {
         panic!("{e}");
+    }
+    // Listings kept for the listing TTL: a name whose DELETE is queued stays in its directory's
+    // listing until the DELETE is done (it failed here, and the lookup must find the file again);
+    // a file whose close failed is not listed from it without the store saying so; a file open
+    // while its directory was listed whole, closed after, is listed from it.
+    let seqs = [
+        vec![
+            Open { file: 0, write: true, trunc: false },
+            Open { file: 1, write: true, trunc: false },
+            Rename { from: 2, to: 0 },
+            w(0),
+            Close { h: 0 },
+            rd(1),
+            Faults { percent: 10 },
+            w(0),
+            Close { h: 0 },
+            rd(2),
+            Rename { from: 2, to: 0 },
+            Unlink { file: 0 },
+            w(0),
+            Close { h: 0 },
+            Check,
+            rd(1),
+            Close { h: 0 },
+            Unlink { file: 1 },
+            Check,
+            rd(1),
+        ],
+        vec![
+            Open { file: 0, write: true, trunc: false },
+            Open { file: 1, write: true, trunc: false },
+            Faults { percent: 100 },
+            Close { h: 0 },
+            List,
+        ],
+        vec![
+            Open { file: 0, write: true, trunc: false },
+            Open { file: 1, write: true, trunc: false },
+            Faults { percent: 100 },
+            Close { h: 1 },
+            Faults { percent: 0 },
+            rd(1),
+            Close { h: 0 },
+            List,
+        ],
+    ];
+    for seq in seqs {
+        if let Err(e) = rt.block_on(run(seq)) {
+            panic!("{e}");
+        }
     }
 }

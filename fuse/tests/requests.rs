@@ -157,6 +157,27 @@ async fn requests_per_operation_are_at_their_minimum() {
     assert_eq!(ls_l(&again, d4, true).await.len(), 1001);
     assert_eq!(since(&again, &before), "list_delimiter=1", "ls -l of unchanged files after the TTL");
 
+    // `ls -l` with a listing TTL (`--listing-ttl`), within it: answered from the last listing
+    // and the attributes it confirmed, with no request.
+    let cached = Fs::new(
+        Bucket::new(store.clone(), Path::from("pre"), "memory"),
+        FsConfig {
+            namespace: NamespaceConfig {
+                metadata_ttl: Duration::from_secs(60),
+                negative_ttl: Duration::from_secs(60),
+                listing_ttl: Duration::from_secs(60),
+                ..NamespaceConfig::default()
+            },
+            ..FsConfig::default()
+        },
+        Services::default(),
+    );
+    let d6 = cached.lookup(ROOT, "d").await.unwrap().ino;
+    assert_eq!(ls_l(&cached, d6, true).await.len(), 1001);
+    let before = requests(&cached);
+    assert_eq!(ls_l(&cached, d6, true).await.len(), 1001);
+    assert_eq!(since(&cached, &before), "", "ls -l within the listing TTL");
+
     // A burst of stats once the TTL has passed again (after a cache drop: lookups of names the
     // mount still knows): a HEAD for each of the first few (4 per page of the directory's
     // listing, less one: 1,001 names are two pages), then one listing confirms the rest.

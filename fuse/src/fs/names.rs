@@ -342,13 +342,13 @@ impl Fs {
                 None => move_object.await?,
             }
         }
-        self.names.appeared(new_parent, new_name);
+        self.names.appeared(new_parent, new_name, src_attr.kind);
         // Its objects are deleted (each DELETE done, never queued): the old name is absent, unless
         // a directory's files have DELETEs still queued (one that fails leaves it in the bucket).
         if (parent, name) != (new_parent, new_name) && !(is_dir && self.deletes_queued() > 0) {
             self.names.removed_here(parent, name);
         }
-        self.names.table().rename(parent, name, new_parent, new_name);
+        self.names.moved(parent, name, new_parent, new_name);
         if is_dir && parent != new_parent {
             self.names.subdirs_changed(parent, -1);
             self.names.subdirs_changed(new_parent, 1);

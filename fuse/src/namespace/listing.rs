@@ -3,7 +3,7 @@
 //! here (files still being written, new empty directories). Offsets are positions in that order and
 //! never change while the directory is open.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -34,6 +34,10 @@ pub struct Listing {
     next: Next,
     /// When the listing's first request was sent: what it says holds from then on.
     started: Instant,
+    /// The table's change count then.
+    since: u64,
+    /// Answered from the directory's last complete listing, not from the store.
+    cached: bool,
 }
 
 /// Most pages a lookup miss lists to learn a whole directory (4,000 keys at S3's page size): a
@@ -111,8 +115,9 @@ impl Namespace {
         }
     }
 
-    /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
-    /// fails here.
+    /// Opens directory `ino`: from its latest complete listing while that is younger than the
+    /// listing TTL, else its first page is listed now, so a missing or unreadable directory fails
+    /// here.
     pub async fn opendir(&self, ino: u64, is_open: IsOpen<'_>) -> Result<u64> {
         let dir = self.inode(ino)?;
         if dir.kind != Kind::Dir {
@@ -125,8 +130,13 @@ impl Namespace {
             seen: HashSet::new(),
             next: Next::Start,
             started: Instant::now(),
+            since: self.table().changes(),
+            cached: false,
         };
-        self.list_more(&mut l, is_open).await?;
+        match self.cached_listing(ino) {
+            Some((at, names)) => self.list_cached(&mut l, at, names, is_open),
+            None => self.list_more(&mut l, is_open).await?,
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().expect("dirs lock").insert(fh, Arc::new(tokio::sync::Mutex::new(l)));
         Ok(fh)
@@ -135,6 +145,18 @@ impl Namespace {
     /// Entries of an open directory from position `offset` ("." and ".." come first), listing
     /// further pages only as far as this call needs.
     pub async fn readdir(&self, fh: u64, ino: u64, offset: u64, is_open: IsOpen<'_>) -> Result<Vec<(u64, DirEntry)>> {
+        Ok(self.entries_at(fh, ino, offset, is_open).await?.0)
+    }
+
+    /// [`Self::readdir`], and whether the entries come from the directory's last complete listing
+    /// rather than from the store.
+    async fn entries_at(
+        &self,
+        fh: u64,
+        ino: u64,
+        offset: u64,
+        is_open: IsOpen<'_>,
+    ) -> Result<(Vec<(u64, DirEntry)>, bool)> {
         let listing = self.dirs.lock().expect("dirs lock").get(&fh).cloned().ok_or(Error::Stale)?;
         let mut l = listing.lock().await;
         let offset = offset as usize;
@@ -153,14 +175,16 @@ impl Namespace {
                 (i as u64 + 1, e)
             })
             .collect();
-        Ok(out)
+        Ok((out, l.cached))
     }
 
     /// [`Self::readdir`] with each entry's inode (READDIRPLUS): the attributes of entries not
     /// known fresh are fetched first, `prefetch_concurrency` at a time — a HEAD per file (its
     /// recorded attributes, the footer only for objects without a record) and per directory (its
     /// marker) — and every entry but "." and ".." counts a kernel lookup. An entry whose object
-    /// went away since the listing is left out.
+    /// went away since the listing is left out. An entry whose attributes cannot be fetched is
+    /// shown with what is known when the store has just listed it, and fails the call when the
+    /// listing came from the last one (nothing then says it is still there).
     pub async fn readdirplus(
         &self,
         fh: u64,
@@ -169,7 +193,7 @@ impl Namespace {
         is_open: IsOpen<'_>,
     ) -> Result<Vec<(u64, DirEntry, Inode)>> {
         use futures::StreamExt;
-        let entries = self.readdir(fh, ino, offset, is_open).await?;
+        let (entries, cached) = self.entries_at(fh, ino, offset, is_open).await?;
         // The kernel gets every entry's attributes here: no lookups to prefetch for.
         self.listed.lock().expect("listed lock").remove(&ino);
         let dir = self.inode(ino)?;
@@ -202,7 +226,10 @@ impl Namespace {
                 }
             })
             .buffer_unordered(self.cfg.prefetch_concurrency.max(1));
-        let fetched = fetches.collect::<Vec<_>>().await;
+        let mut fetched = fetches.collect::<Vec<_>>().await;
+        if cached && let Some(k) = fetched.iter().position(|(_, got)| got.is_err()) {
+            return fetched.swap_remove(k).1.map(|_| Vec::new());
+        }
         let mut t = self.table();
         for (name, got) in fetched {
             match got {
@@ -210,7 +237,12 @@ impl Namespace {
                     t.observe(ino, &name, kind, attr, false, since);
                 }
                 // Gone since the listing: no entry (the next listing agrees).
-                Ok(None) => t.observe_gone(ino, &name, since),
+                Ok(None) => {
+                    t.observe_gone(ino, &name, since);
+                    if t.child(ino, &name).is_none() {
+                        self.unlisted(ino, &name);
+                    }
+                }
                 // Shown with what is known; a lookup asks again.
                 Err(e) => tracing::debug!(name, error = %e, "attributes of a listed entry"),
             }
@@ -325,13 +357,51 @@ impl Namespace {
         let dirs: HashSet<String> =
             listed.iter().filter(|(_, (_, k, _))| *k == Kind::Dir).map(|(_, (n, _, _))| n.clone()).collect();
         self.subdirs_counted(dir, dirs.len());
-        self.listed_completely(dir, started, listed.into_iter().map(|(_, (n, _, _))| n).collect());
+        // A name listed as a directory and as a file is the directory (as an open directory shows it).
+        let mut kinds = HashMap::with_capacity(listed.len());
+        for (_, (name, kind, _)) in listed {
+            kinds.entry(name).or_insert(kind);
+        }
+        self.listed_completely(dir, started, since, kinds);
         Ok(Some(dirs))
     }
 
     /// Forgets an open directory.
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().expect("dirs lock").remove(&fh);
+    }
+
+    /// Fills `l` from the directory's complete listing that started at `at` (`names`, kept up with
+    /// this mount's changes), and the entries only this mount has: nothing is asked of the store.
+    /// The entries' attributes are trusted as [`Self::readdirplus`] says (fetched when not fresh).
+    fn list_cached(&self, l: &mut Listing, at: Instant, mut names: Vec<(String, Kind)>, is_open: IsOpen<'_>) {
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut files = Vec::new();
+        let mut t = self.table();
+        let local: Vec<(String, Kind)> = t
+            .children(l.ino)
+            .filter(|c| is_open(c.ino) || c.kind == Kind::Dir && c.fetched.is_none())
+            .map(|c| (c.name.clone(), c.kind))
+            .collect();
+        for (name, kind) in names.into_iter().chain(local) {
+            if !l.seen.insert(name.clone()) {
+                continue;
+            }
+            // What the table knows of the name is newer than the listing's kind.
+            let i = match t.child(l.ino, &name) {
+                Some(i) => i.clone(),
+                None => t.upsert(l.ino, &name, kind, Attr::empty(), None, false),
+            };
+            if i.kind != Kind::Dir && i.fetched.is_none() {
+                files.push(name.clone());
+            }
+            l.entries.push(DirEntry { ino: i.ino, kind: i.kind, name });
+        }
+        drop(t);
+        l.next = Next::Done;
+        l.started = at;
+        l.cached = true;
+        self.listed.lock().expect("listed lock").insert(l.ino, files);
     }
 
     /// Lists the next page into `l`; after the last one, adds the entries only this mount has.
@@ -393,7 +463,8 @@ impl Namespace {
         drop(t);
         if matches!(l.next, Next::Done) {
             self.subdirs_counted(l.ino, l.entries.iter().filter(|e| e.kind == Kind::Dir).count());
-            self.listed_completely(l.ino, l.started, l.seen.clone());
+            let kinds = l.entries.iter().map(|e| (e.name.clone(), e.kind)).collect();
+            self.listed_completely(l.ino, l.started, l.since, kinds);
         }
         // The first lookup in this directory fetches these files' attributes together (`ls -l`).
         let mut listed = self.listed.lock().expect("listed lock");

@@ -88,12 +88,21 @@ const RELIST_AFTER: u32 = 4;
 /// Directories whose relisting state is kept; past that, the idle ones are dropped.
 const MAX_RELISTS: usize = 4096;
 
-/// Names known to be absent from the store, each for the negative TTL from when it was learned.
+/// A directory's latest complete listing: when it started, and every name it held with its kind,
+/// kept up with this mount's own changes since (names made, moved in, removed or moved away here,
+/// found in the store or missing by a lookup).
+#[derive(Debug)]
+struct Complete {
+    at: Instant,
+    names: HashMap<String, Kind>,
+}
+
+/// Names known to be absent from the store, each for the negative TTL from when it was learned,
+/// and the complete listings that tell them (which also answer `opendir` for the listing TTL).
 #[derive(Debug, Default)]
 struct Absent {
-    /// Per directory: when its latest complete listing started, and every name it held, plus
-    /// every name this mount made or moved there since. A name it does not hold is absent.
-    listings: HashMap<u64, (Instant, HashSet<String>)>,
+    /// Per directory: its latest complete listing. A name it does not hold is absent.
+    listings: HashMap<u64, Complete>,
     /// Names a lookup found absent (no object, nothing under them), by directory and name.
     missed: HashMap<(u64, String), Instant>,
     /// Directories one listing request does not cover: a miss there asks for one key instead.
@@ -212,26 +221,85 @@ impl Namespace {
         }
         let ttl = self.cfg.negative_ttl;
         let a = self.absent();
-        let unlisted = a.listings.get(&parent).is_some_and(|(at, names)| at.elapsed() < ttl && !names.contains(name));
+        let unlisted = a.listings.get(&parent).is_some_and(|c| c.at.elapsed() < ttl && !c.names.contains_key(name));
         unlisted || a.missed.get(&(parent, name.to_owned())).is_some_and(|at| at.elapsed() < ttl)
     }
 
-    /// Directory `dir` was listed completely, the listing having started at `at`: `names` are all
-    /// it held then.
-    pub(crate) fn listed_completely(&self, dir: u64, at: Instant, names: HashSet<String>) {
-        let ttl = self.cfg.negative_ttl;
-        if ttl.is_zero() {
+    /// How long a complete listing is kept: while it tells absent names or answers `opendir`.
+    fn listing_kept(&self) -> Duration {
+        self.cfg.negative_ttl.max(self.cfg.listing_ttl)
+    }
+
+    /// Directory `dir` was listed completely, the listing having started at `at` when the table's
+    /// change count was `since`: `names` are all it held then (with their kinds). What this mount
+    /// changed there while its pages came is applied on top: names made or moved in since are
+    /// added, names removed here (or missed by a lookup) since are left out.
+    pub(crate) fn listed_completely(&self, dir: u64, at: Instant, since: u64, mut names: HashMap<String, Kind>) {
+        let kept = self.listing_kept();
+        if kept.is_zero() {
             return;
         }
+        let (changed, old): (Vec<(String, Kind)>, Vec<u64>) = {
+            let old: Vec<u64> = self.absent().listings.keys().copied().collect();
+            let t = self.table();
+            let changed = t.children(dir).filter(|c| c.changed > since).map(|c| (c.name.clone(), c.kind)).collect();
+            // Directories the table let go: their listings go too (a new lookup numbers them anew).
+            (changed, old.into_iter().filter(|d| t.get(*d).is_none()).collect())
+        };
+        names.extend(changed);
         let mut a = self.absent();
-        a.listings.retain(|_, (t, _)| t.elapsed() < ttl);
-        a.listings.insert(dir, (at, names));
+        for d in old {
+            a.listings.remove(&d);
+        }
+        let gone: Vec<String> = a
+            .missed
+            .iter()
+            .filter(|((d, n), t)| *d == dir && **t >= at && names.contains_key(n))
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        for n in gone {
+            names.remove(&n);
+        }
+        a.listings.retain(|_, c| c.at.elapsed() < kept);
+        a.listings.insert(dir, Complete { at, names });
+    }
+
+    /// The names and kinds of directory `dir`'s latest complete listing, kept up with this
+    /// mount's changes, and when it started, if it is younger than the listing TTL.
+    fn cached_listing(&self, dir: u64) -> Option<(Instant, Vec<(String, Kind)>)> {
+        let ttl = self.cfg.listing_ttl;
+        let a = self.absent();
+        let c = a.listings.get(&dir).filter(|c| c.at.elapsed() < ttl)?;
+        Some((c.at, c.names.iter().map(|(n, k)| (n.clone(), *k)).collect()))
+    }
+
+    /// `name` of directory `dir` is known not to be there any more (removed or moved away here
+    /// with its DELETE done, missed by a lookup, found gone): its latest complete listing no
+    /// longer holds it.
+    pub(crate) fn unlisted(&self, dir: u64, name: &str) {
+        if let Some(c) = self.absent().listings.get_mut(&dir) {
+            c.names.remove(name);
+        }
+    }
+
+    /// This mount moved `name` of `parent` to `new_name` of `new_parent` (its objects copied and
+    /// deleted): the table follows, and the moved inode counts as changed here (a listing on its
+    /// way meanwhile keeps the new name). The old name leaves its directory's listing once it is
+    /// known absent ([`Self::removed_here`]): a DELETE of a file below a moved directory may still
+    /// be queued, and the name must show again if it fails.
+    pub(crate) fn moved(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
+        let mut t = self.table();
+        t.rename(parent, name, new_parent, new_name);
+        if let Some(ino) = t.child(new_parent, new_name).map(|i| i.ino) {
+            t.changed_here(ino);
+        }
     }
 
     /// Directory `dir` was just made here: it holds nothing.
     pub fn made_empty(&self, dir: u64) {
         self.subdirs_counted(dir, 0);
-        self.listed_completely(dir, Instant::now(), HashSet::new());
+        let since = self.table().changes();
+        self.listed_completely(dir, Instant::now(), since, HashMap::new());
     }
 
     /// This mount removed `name` from directory `parent`: it is absent for the negative TTL, as
@@ -241,6 +309,7 @@ impl Namespace {
     }
 
     fn missed(&self, parent: u64, name: &str) {
+        self.unlisted(parent, name);
         if self.cfg.negative_ttl.is_zero() {
             return;
         }
@@ -258,7 +327,7 @@ impl Namespace {
     /// what it says each name is still holds, as far as this mount can tell).
     fn listing_fresh(&self, dir: u64) -> bool {
         let ttl = self.cfg.negative_ttl;
-        self.absent().listings.get(&dir).is_some_and(|(at, _)| at.elapsed() < ttl)
+        self.absent().listings.get(&dir).is_some_and(|c| c.at.elapsed() < ttl)
     }
 
     /// Directory `dir` gained, lost or renamed an entry: its modification and change times are
@@ -321,7 +390,7 @@ impl Namespace {
 
     /// Records `name` in `parent`, just made here, as the kernel's new entry (a counted lookup).
     pub fn created(&self, parent: u64, name: &str, kind: Kind, attr: Attr, fetched: Option<Instant>) -> Inode {
-        self.appeared(parent, name);
+        self.appeared(parent, name, kind);
         let mut t = self.table();
         let i = t.upsert(parent, name, kind, attr, fetched, true);
         t.changed_here(i.ino);
@@ -331,23 +400,38 @@ impl Namespace {
     /// `name` of `parent` exists now, made or moved there by this mount: what was known of its
     /// absence no longer holds, even once the kernel forgets the inode (the table then no
     /// longer shows it).
-    pub fn appeared(&self, parent: u64, name: &str) {
+    pub fn appeared(&self, parent: u64, name: &str, kind: Kind) {
         let mut a = self.absent();
         a.missed.remove(&(parent, name.to_owned()));
-        if let Some((_, names)) = a.listings.get_mut(&parent) {
-            names.insert(name.to_owned());
+        if let Some(c) = a.listings.get_mut(&parent) {
+            c.names.insert(name.to_owned(), kind);
+        }
+    }
+
+    /// A lookup found `name` of `parent` in the store as a `kind`: a complete listing of its
+    /// directory holds it from now on (the lookup is newer).
+    fn found(&self, parent: u64, name: &str, kind: Kind) {
+        if let Some(c) = self.absent().listings.get_mut(&parent) {
+            c.names.insert(name.to_owned(), kind);
         }
     }
 
     /// Inode `ino` is now object version `info` (just written).
+    /// Its name is then in the store: its directory's complete listing holds it.
     pub fn committed(&self, ino: u64, info: &ObjectInfo) {
         let (kind, attr) = attr_from_object(info);
-        let mut t = self.table();
-        if let Some(cur) = t.get_mut(ino) {
+        let named = {
+            let mut t = self.table();
+            let Some(cur) = t.get_mut(ino) else { return };
             cur.kind = kind;
             cur.attr = attr;
             cur.fetched = Some(Instant::now());
+            let named = (cur.parent != 0).then(|| (cur.parent, cur.name.clone()));
             t.changed_here(ino);
+            named
+        };
+        if let Some((parent, name)) = named {
+            self.appeared(parent, &name, kind);
         }
     }
 
@@ -401,6 +485,7 @@ impl Namespace {
         self.prefetch_listed(parent, &dir.path);
         let since = self.table().changes();
         if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel), had).await? {
+            self.found(parent, name, kind);
             return Ok(self.table().observe(parent, name, kind, attr, true, since));
         }
         // A fresh complete listing said this is a directory: no need to list it again.
@@ -410,6 +495,7 @@ impl Namespace {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
             };
+            self.found(parent, name, Kind::Dir);
             return Ok(self.table().observe(parent, name, Kind::Dir, attr, true, since));
         }
         self.table().observe_gone(parent, name, since);
@@ -508,7 +594,7 @@ impl Namespace {
         // Pages its latest listing took (one if it was not listed yet).
         let pages = {
             let a = self.absent();
-            let names = a.listings.get(&parent).map_or(0, |(_, names)| names.len());
+            let names = a.listings.get(&parent).map_or(0, |c| c.names.len());
             names.div_ceil(self.cfg.page_keys.max(1)).max(1) as u32
         };
         let gate = {
