@@ -444,8 +444,35 @@ async fn blocking<T: Send + 'static>(bytes: u64, work: impl FnOnce() -> Result<T
 /// writer's object under the key. The test `put_etag_is_the_etag_head_reports` holds the two
 /// formulas together.
 fn synced(file: &File, staged: &Staged) -> Result<FileInfo> {
+    mark_version(file).map_err(|e| io_error("set the time of", &staged.display(), e))?;
     file.sync_all().map_err(|e| io_error("sync", &staged.display(), e))?;
     FileInfo::of_file(file).map_err(|e| io_error("stat", &staged.display(), e))
+}
+
+/// The last modification time (µs since the epoch) [`mark_version`] gave a file.
+static LAST_VERSION_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Gives the file of a version about to be published a modification time no other version this
+/// process wrote has: the clock's time in µs, or 1 µs past the last one given. Its ETag (inode,
+/// mtime in µs, size) then names this version alone: with the kernel's own file times, coarse
+/// (a tick of a few ms), two versions of one size written within a tick, the second in an inode
+/// the first's replacement freed, would have one ETag, and a reader could take one for the other.
+/// A record kept beside the bytes is stamped with the new time.
+fn mark_version(file: &File) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    use std::time::SystemTime;
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let mut us = now;
+    // The value stored is the one the last (successful) call computed.
+    let _ = LAST_VERSION_US.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+        us = now.max(last + 1);
+        Some(us)
+    });
+    let at = rustix::fs::Timespec { tv_sec: (us / 1_000_000) as i64, tv_nsec: ((us % 1_000_000) * 1000) as _ };
+    let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
+    rustix::fs::futimens(file, &rustix::fs::Timestamps { last_access: omit, last_modification: at })?;
+    xattr::restamp(file);
+    Ok(())
 }
 
 /// Whether a key lies in the staging directory.
@@ -833,6 +860,51 @@ mod tests {
         assert!(is_not_found(store.copy(&Path::from("missing"), &Path::from("missing")).await));
         assert_eq!((read(&store, &a).await, read(&store, &b).await), (b"x".to_vec(), b"x".to_vec()));
         assert_eq!(staged(&store), 0);
+    }
+
+    /// Versions of one size written one after another name themselves apart: the kernel's file
+    /// times are coarse, and a freed inode is soon reused, so inode, mtime and size alone repeat.
+    #[tokio::test]
+    async fn versions_written_one_after_another_have_etags_of_their_own() {
+        let (_dir, store) = store();
+        let key = Path::from("v/same");
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..200u32 {
+            let put = match k % 3 {
+                0 => store.put(&key, format!("{k:08}").into()).await.unwrap(),
+                1 => {
+                    let mut ip = store.write_in_place(&key).unwrap();
+                    ip.file().write_all_at(format!("{k:08}").as_bytes(), 0).unwrap();
+                    ip.publish().unwrap()
+                }
+                _ => {
+                    let mut up = store.put_multipart(&key).await.unwrap();
+                    up.put_part(format!("{k:08}").into()).await.unwrap();
+                    up.complete().await.unwrap()
+                }
+            };
+            let tag = put.e_tag.clone().unwrap();
+            assert_eq!(Some(&tag), store.head(&key).await.unwrap().e_tag.as_ref(), "version {k}");
+            assert!(seen.insert(tag.clone()), "version {k} has an earlier version's ETag {tag}");
+        }
+    }
+
+    /// Two files with one modification time (as the kernel's coarse clock gives files written
+    /// within one tick) leave `mark_version` with times of their own, in µs, not before now.
+    #[test]
+    fn marked_versions_never_share_a_modification_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let tick = std::time::SystemTime::now();
+        let files: Vec<File> = (0..3).map(|k| File::create(dir.path().join(format!("f{k}"))).unwrap()).collect();
+        let mut times = Vec::new();
+        for f in &files {
+            f.set_modified(tick).unwrap();
+            mark_version(f).unwrap();
+            times.push(FileInfo::of_file(f).unwrap().e_tag().split('-').nth(1).unwrap().to_owned());
+        }
+        let us = |t: &str| u128::from_str_radix(t, 16).unwrap();
+        let floor = tick.duration_since(std::time::SystemTime::UNIX_EPOCH).unwrap().as_micros();
+        assert!(us(&times[0]) >= floor && us(&times[0]) < us(&times[1]) && us(&times[1]) < us(&times[2]), "{times:?}");
     }
 
     #[tokio::test]

@@ -49,6 +49,17 @@ pub(super) fn write_metadata(file: &File, a: &Attributes) {
     }
 }
 
+/// Stamps the metadata recorded with `file`, if any, with the file's modification time now (set
+/// after the metadata was recorded).
+pub(super) fn restamp(file: &File) {
+    let mut written = [0u8; 40];
+    if rustix::fs::fgetxattr(file, WRITTEN_XATTR, &mut written[..]).is_ok()
+        && let Ok(info) = FileInfo::of_file(file)
+    {
+        let _ = rustix::fs::fsetxattr(file, WRITTEN_XATTR, stamp(info.mtime).as_bytes(), XattrFlags::empty());
+    }
+}
+
 fn stamp(mtime: SystemTime) -> String {
     mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos().to_string()
 }
