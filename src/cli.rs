@@ -279,7 +279,7 @@ pub struct MountArgs {
     /// next `ls` of it before the store is listed again (0 to 86400, or `indefinite`; like rclone's
     /// --dir-cache-time). A name another mount adds or removes shows in listings here at most this
     /// long after. Default: `indefinite` with `--metadata-ttl indefinite` (a bucket only this
-    /// mount writes), else 0 (every `ls` lists the store).
+    /// mount writes) and no finite --negative-metadata-ttl, else 0 (every `ls` lists the store).
     #[arg(long, value_name = "SECONDS", value_parser = values::ttl(86_400.0))]
     pub listing_ttl: Option<Duration>,
     /// Deletes an unlink may leave running behind it on an S3 bucket (0 to 1000000; 0: each

@@ -369,6 +369,27 @@ async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
     assert_eq!(listed(&fs, d).await, ["a0", "b1", "b2", "b3", "b4"], "answered from the listing");
 }
 
+/// A directory renamed while its listing's pages come: the later pages list the old, emptied
+/// path, so that listing is not kept, and the directory's next listing shows every entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_a_directory_renamed_while_its_pages_came_is_not_kept() {
+    let store = Arc::new(InMemory::new());
+    let pages = Arc::new(common::PagedMemory { store: store.clone(), cap: 2 });
+    let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(pages), multipart: None };
+    let other = mount(&store);
+    let od = other.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    for k in 0..5 {
+        write(&other, od, &format!("b{k}"), b"x").await;
+    }
+    let fs = listing_mount(backend, NamespaceConfig { page_keys: 2, ..NamespaceConfig::default() });
+    let d = fs.lookup(ROOT, "d").await.unwrap().ino;
+    let fh = fs.opendir(d).await.unwrap();
+    fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
+    let _ = fs.readdir(fh, d, 0).await.unwrap();
+    fs.releasedir(fh);
+    assert_eq!(listed(&fs, d).await, ["b0", "b1", "b2", "b3", "b4"]);
+}
+
 /// Two mounts: a file the reader has looked up shows the writer's new size, contents, and its
 /// removal once the metadata TTL has passed — and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

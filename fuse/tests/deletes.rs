@@ -191,6 +191,54 @@ async fn a_delete_that_fails_behind_its_unlink_is_reported_and_the_next_unlinks_
     assert!(!held(&store, "b").await);
 }
 
+/// With listings kept (`--listing-ttl`, which `--metadata-ttl indefinite` sets with deletes
+/// behind), names removed while DELETEs are queued leave the kept listing at once — files, a
+/// directory emptied so, the old name of a rename — and a queued DELETE that fails brings its
+/// name back into listings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_listings_leave_out_names_whose_deletes_are_queued_and_show_them_again_if_one_fails() {
+    let store = Arc::new(InMemory::new());
+    let ns = NamespaceConfig { listing_ttl: Duration::from_secs(60), ..NamespaceConfig::default() };
+    let (fs, ctl) = faulty_over(Backend::plain(store.clone()), 64, ns);
+    let p = fs.mkdir(ROOT, "p", 0o755, 0, 0).await.unwrap().ino;
+    let d = fs.mkdir(p, "d", 0o755, 0, 0).await.unwrap().ino;
+    for n in ["a", "b"] {
+        write(&fs, d, n, b"in d").await;
+    }
+    write(&fs, p, "x", b"x").await;
+    write(&fs, p, "z", b"z").await;
+    write(&fs, ROOT, "first", b"1").await;
+    write(&fs, ROOT, "other", b"2").await;
+    first_unlink_waits(&fs, &store, "first").await;
+    // These DELETEs run behind, slowly; the requests after them do not wait.
+    ctl.delay(Op::Delete, 2 * SLOW);
+    fs.unlink(d, "a").await.unwrap();
+    fs.unlink(d, "b").await.unwrap();
+    fs.unlink(ROOT, "other").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctl.delay(Op::Delete, Duration::ZERO);
+    fs.rmdir(p, "d").await.unwrap();
+    fs.rename(p, "x", p, "y", false).await.unwrap();
+    assert!(held(&store, "other").await, "a delete is still queued");
+    let plain: Vec<String> = {
+        let fh = fs.opendir(p).await.unwrap();
+        let got = fs.readdir(fh, p, 0).await.unwrap();
+        fs.releasedir(fh);
+        got.into_iter().map(|(_, e)| e.name).filter(|n| n != "." && n != "..").collect()
+    };
+    assert_eq!(plain, ["y", "z"], "readdir from the kept listing");
+    assert_eq!(names(&fs, p).await, ["y", "z"], "and READDIRPLUS");
+    fs.fsyncdir(ROOT).await.unwrap();
+    // A queued DELETE that fails: the file is still in the bucket, and listed again.
+    fs.unlink(p, "z").await.unwrap();
+    assert_eq!(names(&fs, p).await, ["y"]);
+    ctl.fail_next(Op::Delete, 1);
+    fs.unlink(p, "y").await.unwrap();
+    assert!(fs.fsyncdir(ROOT).await.is_err(), "the failure is reported");
+    assert!(held(&store, "p/y").await);
+    assert_eq!(names(&fs, p).await, ["y"], "back in the listing");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushing_at_unmount_waits_for_the_deletes_behind_and_no_more_than_the_limit_are_queued() {
     let store = Arc::new(InMemory::new());

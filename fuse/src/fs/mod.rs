@@ -99,7 +99,7 @@ impl Fs {
             disk_cache,
             budget.clone(),
         );
-        let names = Namespace::new(bucket.clone(), reader.clone(), cfg.namespace.clone());
+        let names = Namespace::new(bucket.clone(), reader.clone(), cfg.namespace.clone(), deletes.clone());
         let writer = FileWriter::new(
             bucket.clone(),
             reader.clone(),

@@ -54,9 +54,7 @@ impl Fs {
         self.remove_dir(parent, name).await?;
         // Known absent from here on, unless DELETEs of files that were in it are still queued
         // (one that fails leaves the directory in the bucket, and it must show again).
-        if self.deletes_queued() == 0 {
-            self.names.removed_here(parent, name);
-        }
+        self.names.removed(parent, name, self.deletes_queued() == 0);
         Ok(())
     }
 
@@ -153,9 +151,7 @@ impl Fs {
         self.names.table().remove_name(parent, name);
         // Known absent once its DELETE is done; a queued one is waited for by the next request
         // for the name instead, which finds the file again if the DELETE failed.
-        if !queued.load(std::sync::atomic::Ordering::Relaxed) {
-            self.names.removed_here(parent, name);
-        }
+        self.names.removed(parent, name, !queued.load(std::sync::atomic::Ordering::Relaxed));
         self.names.entries_changed(parent);
         Ok(())
     }
@@ -342,13 +338,13 @@ impl Fs {
                 None => move_object.await?,
             }
         }
+        self.names.moved(parent, name, new_parent, new_name);
         self.names.appeared(new_parent, new_name, src_attr.kind);
         // Its objects are deleted (each DELETE done, never queued): the old name is absent, unless
         // a directory's files have DELETEs still queued (one that fails leaves it in the bucket).
-        if (parent, name) != (new_parent, new_name) && !(is_dir && self.deletes_queued() > 0) {
-            self.names.removed_here(parent, name);
+        if (parent, name) != (new_parent, new_name) {
+            self.names.removed(parent, name, !(is_dir && self.deletes_queued() > 0));
         }
-        self.names.moved(parent, name, new_parent, new_name);
         if is_dir && parent != new_parent {
             self.names.subdirs_changed(parent, -1);
             self.names.subdirs_changed(new_parent, 1);

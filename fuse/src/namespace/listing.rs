@@ -227,15 +227,21 @@ impl Namespace {
             })
             .buffer_unordered(self.cfg.prefetch_concurrency.max(1));
         let mut fetched = fetches.collect::<Vec<_>>().await;
-        if cached && let Some(k) = fetched.iter().position(|(_, got)| got.is_err()) {
+        // Nothing but the store can say a kept listing's entry is still there: a store that
+        // cannot answer fails the listing, as it would fail listing the directory.
+        let unanswered = |got: &Result<_>| matches!(got, Err(Error::Store(_) | Error::Local(_)));
+        if cached && let Some(k) = fetched.iter().position(|(_, got)| unanswered(got)) {
             return fetched.swap_remove(k).1.map(|_| Vec::new());
         }
         let mut t = self.table();
+        // Answers about the directory's old path say nothing of its entries now.
+        let moved = t.get(ino).is_none_or(|d| d.path != dir.path);
         for (name, got) in fetched {
             match got {
                 Ok(Some((kind, attr))) => {
                     t.observe(ino, &name, kind, attr, false, since);
                 }
+                Ok(None) if moved => {}
                 // Gone since the listing: no entry (the next listing agrees).
                 Ok(None) => {
                     t.observe_gone(ino, &name, since);
@@ -362,7 +368,7 @@ impl Namespace {
         for (_, (name, kind, _)) in listed {
             kinds.entry(name).or_insert(kind);
         }
-        self.listed_completely(dir, started, since, kinds);
+        self.listed_completely(dir, Some(rel), started, since, kinds);
         Ok(Some(dirs))
     }
 
@@ -464,7 +470,7 @@ impl Namespace {
         if matches!(l.next, Next::Done) {
             self.subdirs_counted(l.ino, l.entries.iter().filter(|e| e.kind == Kind::Dir).count());
             let kinds = l.entries.iter().map(|e| (e.name.clone(), e.kind)).collect();
-            self.listed_completely(l.ino, l.started, l.since, kinds);
+            self.listed_completely(l.ino, Some(&l.path), l.started, l.since, kinds);
         }
         // The first lookup in this directory fetches these files' attributes together (`ls -l`).
         let mut listed = self.listed.lock().expect("listed lock");

@@ -2,11 +2,12 @@
 //! attributes against the store (with their TTL and the prefetch after a listing), and the
 //! listings of open directories. It knows nothing of open files but what its callers tell it.
 
+mod absent;
 mod listing;
 pub use listing::WHOLE_PAGES;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicU64;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,7 +20,9 @@ use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
 use crate::objects::{ObjectInfo, Reader};
 use crate::store::Bucket;
+use crate::store::behind::Deletes;
 
+use absent::Absent;
 use listing::Listing;
 
 /// Name of the object that keeps an empty directory in existence. Hidden from listings.
@@ -67,6 +70,11 @@ pub struct Namespace {
     dir_times: Mutex<HashMap<String, Attr>>,
     /// Per directory: the stale revalidations asked for lately, and its relistings.
     relists: Mutex<HashMap<u64, Relist>>,
+    /// The deletes queued behind unlinks, if they are: one that fails puts back a name this
+    /// mount's listings left out.
+    deletes: Option<Arc<Deletes>>,
+    /// Their failures when `absent` last held.
+    deletes_failed: AtomicUsize,
 }
 
 /// A directory's demand for revalidations (see [`Namespace::confirmed_by_listing`]).
@@ -88,33 +96,9 @@ const RELIST_AFTER: u32 = 4;
 /// Directories whose relisting state is kept; past that, the idle ones are dropped.
 const MAX_RELISTS: usize = 4096;
 
-/// A directory's latest complete listing: when it started, and every name it held with its kind,
-/// kept up with this mount's own changes since (names made, moved in, removed or moved away here,
-/// found in the store or missing by a lookup).
-#[derive(Debug)]
-struct Complete {
-    at: Instant,
-    names: HashMap<String, Kind>,
-}
-
-/// Names known to be absent from the store, each for the negative TTL from when it was learned,
-/// and the complete listings that tell them (which also answer `opendir` for the listing TTL).
-#[derive(Debug, Default)]
-struct Absent {
-    /// Per directory: its latest complete listing. A name it does not hold is absent.
-    listings: HashMap<u64, Complete>,
-    /// Names a lookup found absent (no object, nothing under them), by directory and name.
-    missed: HashMap<(u64, String), Instant>,
-    /// Directories one listing request does not cover: a miss there asks for one key instead.
-    large: HashSet<u64>,
-}
-
-/// Most names remembered as missed; past that, the oldest half is dropped.
-const MAX_MISSED: usize = 65_536;
-
 impl Namespace {
     /// The namespace of `bucket`, whose objects `reader` reads.
-    pub fn new(bucket: Bucket, reader: Reader, cfg: NamespaceConfig) -> Self {
+    pub fn new(bucket: Bucket, reader: Reader, cfg: NamespaceConfig, deletes: Option<Arc<Deletes>>) -> Self {
         Namespace {
             bucket,
             reader,
@@ -126,6 +110,8 @@ impl Namespace {
             absent: Mutex::default(),
             dir_times: Mutex::default(),
             relists: Mutex::default(),
+            deletes,
+            deletes_failed: AtomicUsize::new(0),
         }
     }
 
@@ -208,21 +194,24 @@ impl Namespace {
         i.fetched.is_some_and(|t| t.elapsed() < self.cfg.metadata_ttl)
     }
 
+    /// What is known absent; first, if a DELETE queued behind an unlink failed since the last
+    /// call, the listings are forgotten (the name is back in the bucket).
     fn absent(&self) -> MutexGuard<'_, Absent> {
-        self.absent.lock().expect("absent lock")
+        let mut a = self.absent.lock().expect("absent lock");
+        if let Some(d) = &self.deletes {
+            let failed = d.failures();
+            if self.deletes_failed.swap(failed, Ordering::AcqRel) != failed {
+                a.forget_listings();
+            }
+        }
+        a
     }
 
     /// Whether `name` is known absent from directory `parent` without asking the store: not in
     /// the table (`known`), and missing from a complete listing or a lookup younger than the
     /// negative TTL (names made here since are added to both: `appeared`).
     fn known_absent(&self, parent: u64, name: &str, known: Option<&Inode>) -> bool {
-        if known.is_some() {
-            return false;
-        }
-        let ttl = self.cfg.negative_ttl;
-        let a = self.absent();
-        let unlisted = a.listings.get(&parent).is_some_and(|c| c.at.elapsed() < ttl && !c.names.contains_key(name));
-        unlisted || a.missed.get(&(parent, name.to_owned())).is_some_and(|at| at.elapsed() < ttl)
+        known.is_none() && self.absent().is_absent(parent, name, self.cfg.negative_ttl)
     }
 
     /// How long a complete listing is kept: while it tells absent names or answers `opendir`.
@@ -231,62 +220,54 @@ impl Namespace {
     }
 
     /// Directory `dir` was listed completely, the listing having started at `at` when the table's
-    /// change count was `since`: `names` are all it held then (with their kinds). What this mount
-    /// changed there while its pages came is applied on top: names made or moved in since are
-    /// added, names removed here (or missed by a lookup) since are left out.
-    pub(crate) fn listed_completely(&self, dir: u64, at: Instant, since: u64, mut names: HashMap<String, Kind>) {
+    /// change count was `since` and the directory's path was `path`: `names` are all it held then
+    /// (with their kinds). What this mount changed there while its pages came is applied on top:
+    /// names made or moved in since are added, names removed here (or missed by a lookup) since
+    /// are left out. A listing of a directory moved meanwhile is not kept (its later pages may
+    /// have listed an emptied path).
+    pub(crate) fn listed_completely(
+        &self,
+        dir: u64,
+        path: Option<&str>,
+        at: Instant,
+        since: u64,
+        names: HashMap<String, Kind>,
+    ) {
         let kept = self.listing_kept();
         if kept.is_zero() {
             return;
         }
-        let (changed, old): (Vec<(String, Kind)>, Vec<u64>) = {
-            let old: Vec<u64> = self.absent().listings.keys().copied().collect();
-            let t = self.table();
-            let changed = t.children(dir).filter(|c| c.changed > since).map(|c| (c.name.clone(), c.kind)).collect();
-            // Directories the table let go: their listings go too (a new lookup numbers them anew).
-            (changed, old.into_iter().filter(|d| t.get(*d).is_none()).collect())
-        };
-        names.extend(changed);
+        // The table, then what is known absent (the order every holder of both takes them in):
+        // a name made or moved here meanwhile is in the table by now, or is added to this listing
+        // once it is kept.
+        let t = self.table();
+        if path.is_some_and(|p| t.get(dir).is_none_or(|d| d.path != p)) {
+            return;
+        }
+        let made = t.children(dir).filter(|c| c.changed > since).map(|c| (c.name.clone(), c.kind)).collect();
         let mut a = self.absent();
-        for d in old {
-            a.listings.remove(&d);
+        if a.prune_due() {
+            let gone: Vec<u64> = a.listed_dirs().into_iter().filter(|d| t.get(*d).is_none()).collect();
+            a.prune(&gone);
         }
-        let gone: Vec<String> = a
-            .missed
-            .iter()
-            .filter(|((d, n), t)| *d == dir && **t >= at && names.contains_key(n))
-            .map(|((_, n), _)| n.clone())
-            .collect();
-        for n in gone {
-            names.remove(&n);
-        }
-        a.listings.retain(|_, c| c.at.elapsed() < kept);
-        a.listings.insert(dir, Complete { at, names });
+        a.complete(dir, at, names, made, kept);
     }
 
     /// The names and kinds of directory `dir`'s latest complete listing, kept up with this
     /// mount's changes, and when it started, if it is younger than the listing TTL.
     fn cached_listing(&self, dir: u64) -> Option<(Instant, Vec<(String, Kind)>)> {
-        let ttl = self.cfg.listing_ttl;
-        let a = self.absent();
-        let c = a.listings.get(&dir).filter(|c| c.at.elapsed() < ttl)?;
-        Some((c.at, c.names.iter().map(|(n, k)| (n.clone(), *k)).collect()))
+        self.absent().listing(dir, self.cfg.listing_ttl)
     }
 
-    /// `name` of directory `dir` is known not to be there any more (removed or moved away here
-    /// with its DELETE done, missed by a lookup, found gone): its latest complete listing no
-    /// longer holds it.
+    /// `name` of directory `dir` was found gone: its latest complete listing no longer holds it.
     pub(crate) fn unlisted(&self, dir: u64, name: &str) {
-        if let Some(c) = self.absent().listings.get_mut(&dir) {
-            c.names.remove(name);
-        }
+        self.absent().unlisted(dir, name);
     }
 
     /// This mount moved `name` of `parent` to `new_name` of `new_parent` (its objects copied and
     /// deleted): the table follows, and the moved inode counts as changed here (a listing on its
-    /// way meanwhile keeps the new name). The old name leaves its directory's listing once it is
-    /// known absent ([`Self::removed_here`]): a DELETE of a file below a moved directory may still
-    /// be queued, and the name must show again if it fails.
+    /// way meanwhile keeps the new name). The caller then records the new name
+    /// ([`Self::appeared`]) and the old one's removal ([`Self::removed`]).
     pub(crate) fn moved(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
         let mut t = self.table();
         t.rename(parent, name, new_parent, new_name);
@@ -299,35 +280,26 @@ impl Namespace {
     pub fn made_empty(&self, dir: u64) {
         self.subdirs_counted(dir, 0);
         let since = self.table().changes();
-        self.listed_completely(dir, Instant::now(), since, HashMap::new());
+        self.listed_completely(dir, None, Instant::now(), since, HashMap::new());
     }
 
-    /// This mount removed `name` from directory `parent`: it is absent for the negative TTL, as
-    /// if a lookup had missed it (line 1 of the consistency model: a mount sees its own changes).
-    pub(crate) fn removed_here(&self, parent: u64, name: &str) {
-        self.missed(parent, name);
+    /// This mount removed `name` from directory `parent` (unlink, rmdir, a rename away): its
+    /// listings leave it out at once (line 1 of the consistency model: a mount sees its own
+    /// changes). With `done` (its DELETEs done, none queued below it), it is also absent for the
+    /// negative TTL, as if a lookup had missed it; a queued DELETE is waited for by the next
+    /// request for the name instead, which finds it again if the DELETE failed.
+    pub(crate) fn removed(&self, parent: u64, name: &str, done: bool) {
+        self.absent().removed(parent, name, done, !self.cfg.negative_ttl.is_zero());
     }
 
     fn missed(&self, parent: u64, name: &str) {
-        self.unlisted(parent, name);
-        if self.cfg.negative_ttl.is_zero() {
-            return;
-        }
-        let mut a = self.absent();
-        if a.missed.len() >= MAX_MISSED {
-            let mut ages: Vec<Instant> = a.missed.values().copied().collect();
-            ages.sort();
-            let cut = ages[ages.len() / 2];
-            a.missed.retain(|_, t| *t > cut);
-        }
-        a.missed.insert((parent, name.to_owned()), Instant::now());
+        self.absent().missed(parent, name, !self.cfg.negative_ttl.is_zero());
     }
 
     /// Whether the latest listing of `dir` is complete and younger than the negative TTL (so
     /// what it says each name is still holds, as far as this mount can tell).
     fn listing_fresh(&self, dir: u64) -> bool {
-        let ttl = self.cfg.negative_ttl;
-        self.absent().listings.get(&dir).is_some_and(|c| c.at.elapsed() < ttl)
+        self.absent().listed_within(dir, self.cfg.negative_ttl)
     }
 
     /// Directory `dir` gained, lost or renamed an entry: its modification and change times are
@@ -390,30 +362,28 @@ impl Namespace {
 
     /// Records `name` in `parent`, just made here, as the kernel's new entry (a counted lookup).
     pub fn created(&self, parent: u64, name: &str, kind: Kind, attr: Attr, fetched: Option<Instant>) -> Inode {
+        // The table first: a listing that completes meanwhile finds the name there.
+        let i = {
+            let mut t = self.table();
+            let i = t.upsert(parent, name, kind, attr, fetched, true);
+            t.changed_here(i.ino);
+            t.get(i.ino).cloned().expect("just made")
+        };
         self.appeared(parent, name, kind);
-        let mut t = self.table();
-        let i = t.upsert(parent, name, kind, attr, fetched, true);
-        t.changed_here(i.ino);
-        t.get(i.ino).cloned().expect("just made")
+        i
     }
 
     /// `name` of `parent` exists now, made or moved there by this mount: what was known of its
     /// absence no longer holds, even once the kernel forgets the inode (the table then no
     /// longer shows it).
     pub fn appeared(&self, parent: u64, name: &str, kind: Kind) {
-        let mut a = self.absent();
-        a.missed.remove(&(parent, name.to_owned()));
-        if let Some(c) = a.listings.get_mut(&parent) {
-            c.names.insert(name.to_owned(), kind);
-        }
+        self.absent().present(parent, name, kind, true);
     }
 
     /// A lookup found `name` of `parent` in the store as a `kind`: a complete listing of its
     /// directory holds it from now on (the lookup is newer).
     fn found(&self, parent: u64, name: &str, kind: Kind) {
-        if let Some(c) = self.absent().listings.get_mut(&parent) {
-            c.names.insert(name.to_owned(), kind);
-        }
+        self.absent().present(parent, name, kind, false);
     }
 
     /// Inode `ino` is now object version `info` (just written).
@@ -594,7 +564,7 @@ impl Namespace {
         // Pages its latest listing took (one if it was not listed yet).
         let pages = {
             let a = self.absent();
-            let names = a.listings.get(&parent).map_or(0, |c| c.names.len());
+            let names = a.listed_names(parent);
             names.div_ceil(self.cfg.page_keys.max(1)).max(1) as u32
         };
         let gate = {

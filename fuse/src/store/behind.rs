@@ -53,6 +53,8 @@ pub struct Deletes {
     proven: AtomicBool,
     /// Queued deletes that failed, not yet reported by [`Self::settle`].
     failed: Mutex<Vec<(String, String)>>,
+    /// Queued deletes that failed, ever.
+    failures: AtomicUsize,
     metrics: StoreMetrics,
 }
 
@@ -125,6 +127,13 @@ impl Deletes {
         tracing::error!(key, reason, "a delete queued behind its unlink failed: the object is still in the bucket");
         self.proven.store(false, Ordering::Release);
         self.failed.lock().unwrap_or_else(PoisonError::into_inner).push((key.to_owned(), reason.to_owned()));
+        self.failures.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Queued deletes that failed since the mount started (each left a name in the bucket that
+    /// this mount had removed).
+    pub fn failures(&self) -> usize {
+        self.failures.load(Ordering::Acquire)
     }
 
     /// Waits for every queued delete, then reports those that failed and that no report took
@@ -248,6 +257,7 @@ impl Behind {
             sending: Semaphore::new(DELETES_IN_FLIGHT),
             proven: AtomicBool::new(false),
             failed: Mutex::default(),
+            failures: AtomicUsize::new(0),
             metrics,
         });
         (Behind { inner, deletes: deletes.clone() }, deletes)
