@@ -244,6 +244,20 @@ impl OpenHandles {
         }
     }
 
+    /// Takes `file`, the state of `ino`, out of the table if only readers hold it, so the next
+    /// open of `ino` loads a state of its own; returns whether it did. The handles counted on it
+    /// keep it (their releases then count on nothing in the table).
+    pub fn retire_readers(&self, ino: u64, file: &SharedFile) -> bool {
+        let mut open = self.open.lock().expect("open lock");
+        match open.get(&ino) {
+            Some(e) if Arc::ptr_eq(&e.file, file) && e.writers == 0 => {
+                open.remove(&ino);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Every open inode: its state and how many writers hold it.
     pub fn open_files(&self) -> Vec<(u64, SharedFile, u32)> {
         self.open.lock().expect("open lock").iter().map(|(ino, e)| (*ino, e.file.clone(), e.writers)).collect()
@@ -276,6 +290,7 @@ mod tests {
             meta: Default::default(),
             dirty: false,
             unlinked: false,
+            retired: false,
             base: None,
         }
     }

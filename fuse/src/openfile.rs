@@ -224,6 +224,9 @@ pub struct OpenFile {
     pub unlinked: bool,
     /// The object version it started from, or last committed (None: new file).
     pub base: Option<ObjectInfo>,
+    /// Replaced by a newer version for the opens that came after it (see `Fs::renew_outdated`):
+    /// its handles' reads fail with `ESTALE`.
+    pub retired: bool,
 }
 
 impl OpenFile {

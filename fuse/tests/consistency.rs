@@ -526,6 +526,73 @@ async fn an_open_handle_reads_one_version() {
     assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
 }
 
+/// Two mounts: a new open after the TTL reads the newest version even while a handle opened on
+/// an older one is still open here; that handle then gets ESTALE (never the other version's
+/// bytes). An append opened so starts from the newest: it never brings back the old version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_open_beside_an_open_handle_reads_and_appends_to_the_newest_version() {
+    let store = Arc::new(InMemory::new());
+    let cfg = FsConfig {
+        encode: shrinkfs_codec::EncodeConfig { frame_size: 4096, ..Default::default() },
+        namespace: NamespaceConfig { metadata_ttl: TTL, negative_ttl: TTL, ..NamespaceConfig::default() },
+        ..FsConfig::default()
+    };
+    let on = |cfg: &FsConfig| {
+        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg.clone(), Services::default())
+    };
+    let (a, b) = (on(&cfg), on(&cfg));
+    let v1: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    write(&a, ROOT, "f", &v1).await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    let held = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(held, 0, 4096).await.unwrap()[..], &v1[..4096]);
+    let v2: Vec<u8> = v1.iter().rev().copied().chain([7u8; 3000]).collect();
+    write(&a, ROOT, "f", &v2).await;
+    // Within the TTL a new open shares the open handle's version.
+    assert_eq!(read(&b, f.ino).await.unwrap(), v1, "within the TTL");
+    past_ttl().await;
+    assert_eq!(read(&b, f.ino).await.unwrap(), v2, "a new open after the TTL reads the newest");
+    let e = b.read(held, 4096, 4096).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "the handle open all along: {e:?}");
+    // An append (the kernel writes at the size it is told after the open).
+    past_ttl().await;
+    let wh = b.open(f.ino, true, false).await.unwrap();
+    let size = b.getattr(f.ino).await.unwrap().size;
+    assert_eq!(size, v2.len() as u64);
+    b.write(wh, size, b"+x").await.unwrap();
+    b.flush(wh).await.unwrap();
+    b.release(wh).await.unwrap();
+    b.release(held).await.unwrap();
+    let mut want = v2.clone();
+    want.extend_from_slice(b"+x");
+    let fresh = on(&cfg);
+    let ino = fresh.lookup(ROOT, "f").await.unwrap().ino;
+    assert_eq!(read(&fresh, ino).await.unwrap(), want, "the other mount's version, appended to");
+}
+
+/// The same with the append as the first open after the TTL, beside a reader: it never stores
+/// the version the reader holds over the other mount's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_opened_beside_a_reader_never_brings_its_old_version_back() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "log", b"one\n").await;
+    let f = b.lookup(ROOT, "log").await.unwrap();
+    let tail = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(tail, 0, 100).await.unwrap()[..], b"one\n");
+    write(&a, ROOT, "log", b"one\ntwo\n").await;
+    past_ttl().await;
+    let wh = b.open(f.ino, true, false).await.unwrap();
+    let size = b.getattr(f.ino).await.unwrap().size;
+    b.write(wh, size, b"three\n").await.unwrap();
+    b.flush(wh).await.unwrap();
+    b.release(wh).await.unwrap();
+    b.release(tail).await.unwrap();
+    let ino = a.lookup(ROOT, "log").await.unwrap().ino;
+    past_ttl().await;
+    assert_eq!(read(&a, ino).await.unwrap(), b"one\ntwo\nthree\n");
+}
+
 /// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_of_one_file_the_last_close_wins() {

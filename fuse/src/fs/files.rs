@@ -21,6 +21,10 @@ use crate::readahead::max_frames;
 use crate::stamp;
 use crate::upload::Taken;
 
+/// How long an open waits for the mount's store changes to pause, to give a file replaced
+/// elsewhere a state of its own (see `Fs::renew_outdated`).
+const RENEW_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
@@ -49,6 +53,7 @@ impl Fs {
             meta,
             dirty: true,
             unlinked: false,
+            retired: false,
             base: None,
         };
         let i = self.names.created(parent, name, Kind::File, attr, None);
@@ -75,6 +80,50 @@ impl Fs {
         self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
 
+    /// Before an open joins the state other handles of file `i` share: when those are readers that
+    /// changed nothing and the file's attributes are past the metadata TTL, the store is asked (a
+    /// HEAD). If it holds another version (another mount replaced the file), that state is
+    /// retired — its handles' reads fail with `ESTALE` from then on (line 5 of "Consistency":
+    /// one version per handle, never a mix) — and the open loads the new version, so a writer
+    /// opened so never stores the old one over it. Every store change of the mount pauses
+    /// meanwhile (the rename lock), so none holds the old state; when they do not pause within
+    /// [`RENEW_WAIT`], or the store cannot be asked, the open joins the old state, as it would
+    /// within the TTL.
+    async fn renew_outdated(&self, i: &Inode) {
+        if !self.handles.is_open(i.ino) || self.names.trusted(i) {
+            return;
+        }
+        let Ok(_moving) = tokio::time::timeout(RENEW_WAIT, self.moving.write()).await else { return };
+        let _opening = self.handles.opening(i.ino).await;
+        let Some(file) = self.handles.file(i.ino) else { return };
+        let mut of = file.lock().await;
+        let untouched = matches!(of.body, Body::Clean) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
+        let Some(base) = of.base.clone().filter(|_| untouched) else { return };
+        let Ok(now) = self.names.inode(i.ino) else { return };
+        if now.kind != Kind::File || self.names.trusted(&now) {
+            return;
+        }
+        let since = self.names.table().changes();
+        let stored = match self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await {
+            Ok(Some((Kind::File, attr))) => attr,
+            // Gone, or not a file any more: the handles keep what they have, as a lookup decides.
+            Ok(_) => return,
+            Err(e) => return self.log_error(&e, "open", i.ino, None),
+        };
+        let other = stored.etag.as_deref().is_some_and(|e| e != &*base.id.etag);
+        self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
+        if other && self.handles.retire_readers(i.ino, &file) {
+            of.retired = true;
+            // The kernel's pages are the old version's: the next open drops them.
+            self.pages.changed(i.ino);
+            tracing::debug!(
+                ino = i.ino,
+                path = now.path,
+                "open file replaced elsewhere: its readers keep the old version"
+            );
+        }
+    }
+
     /// Opens a file; `truncate` (O_TRUNC) empties it.
     pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64> {
         let i = self.names.inode(ino)?;
@@ -84,6 +133,7 @@ impl Fs {
         if write {
             self.writable()?;
         }
+        self.renew_outdated(&i).await;
         // The version loaded from the store, when this open did (no other handle was open).
         let mut loaded = None;
         let file = match self.handles.attach(ino, write, None) {
@@ -136,6 +186,9 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.handles.handle(fh)?;
         let mut of = h.file.lock().await;
+        if of.retired {
+            return Err(Error::Stale);
+        }
         if matches!(of.body, Body::Streaming(_)) || !of.ahead.is_empty() {
             if offset >= of.len() {
                 // The kernel's write-back asks for the page at the end of a file being written.
@@ -197,6 +250,9 @@ impl Fs {
         let _writing = h.file.begin_write();
         // None: held until the writes before it arrive (see `Ahead`).
         if let Some(mut of) = self.writer.lock(&h.file, offset, data).await {
+            if of.retired {
+                return Err(Error::Stale);
+            }
             let i = self.names.inode(h.ino)?;
             self.writer.write(&mut of, &i.path, offset, data, taken).await?;
         }
