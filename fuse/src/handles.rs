@@ -36,6 +36,8 @@ pub struct Handle {
     pub direct: bool,
     /// Opened with `O_DIRECT`: its reads go around the kernel's page cache too.
     pub uncached: bool,
+    /// The generation of its file's state it was opened on (see `OpenFile::generation`).
+    pub generation: u64,
 }
 
 /// One inode in the open-file table: its state and the handles counted on it.
@@ -151,6 +153,7 @@ impl OpenHandles {
             keep_cache: false,
             direct: false,
             uncached: false,
+            generation: 0,
         };
         self.handles.lock().expect("handles lock").insert(fh, h);
         fh
@@ -244,17 +247,15 @@ impl OpenHandles {
         }
     }
 
-    /// Takes `file`, the state of `ino`, out of the table if only readers hold it, so the next
-    /// open of `ino` loads a state of its own; returns whether it did. The handles counted on it
-    /// keep it (their releases then count on nothing in the table).
-    pub fn retire_readers(&self, ino: u64, file: &SharedFile) -> bool {
-        let mut open = self.open.lock().expect("open lock");
-        match open.get(&ino) {
-            Some(e) if Arc::ptr_eq(&e.file, file) && e.writers == 0 => {
-                open.remove(&ino);
-                true
-            }
-            _ => false,
+    /// Handles open for writing on `ino`.
+    pub fn writers(&self, ino: u64) -> u32 {
+        self.open.lock().expect("open lock").get(&ino).map_or(0, |e| e.writers)
+    }
+
+    /// Records that handle `fh` was opened on generation `g` of its file's state.
+    pub fn set_generation(&self, fh: u64, g: u64) {
+        if let Some(h) = self.handles.lock().expect("handles lock").get_mut(&fh) {
+            h.generation = g;
         }
     }
 
@@ -290,7 +291,7 @@ mod tests {
             meta: Default::default(),
             dirty: false,
             unlinked: false,
-            retired: false,
+            generation: 0,
             base: None,
         }
     }

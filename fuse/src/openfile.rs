@@ -224,9 +224,10 @@ pub struct OpenFile {
     pub unlinked: bool,
     /// The object version it started from, or last committed (None: new file).
     pub base: Option<ObjectInfo>,
-    /// Replaced by a newer version for the opens that came after it (see `Fs::renew_outdated`):
-    /// its handles' reads fail with `ESTALE`.
-    pub retired: bool,
+    /// Counts the times its version was replaced by a newer one another mount stored, while only
+    /// readers held it (see `Fs::renew_outdated`): a handle opened before the last time reads
+    /// `ESTALE`.
+    pub generation: u64,
 }
 
 impl OpenFile {

@@ -146,7 +146,7 @@ impl FileWriter {
             dirty: false,
             unlinked: false,
             base,
-            retired: false,
+            generation: 0,
         })
     }
 

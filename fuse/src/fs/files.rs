@@ -21,10 +21,6 @@ use crate::readahead::max_frames;
 use crate::stamp;
 use crate::upload::Taken;
 
-/// How long an open waits for the mount's store changes to pause, to give a file replaced
-/// elsewhere a state of its own (see `Fs::renew_outdated`).
-const RENEW_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
-
 impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
@@ -53,7 +49,7 @@ impl Fs {
             meta,
             dirty: true,
             unlinked: false,
-            retired: false,
+            generation: 0,
             base: None,
         };
         let i = self.names.created(parent, name, Kind::File, attr, None);
@@ -80,25 +76,26 @@ impl Fs {
         self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
 
-    /// Before an open joins the state other handles of file `i` share: when those are readers that
-    /// changed nothing and the file's attributes are past the metadata TTL, the store is asked (a
-    /// HEAD). If it holds another version (another mount replaced the file), that state is
-    /// retired — its handles' reads fail with `ESTALE` from then on (line 5 of "Consistency":
-    /// one version per handle, never a mix) — and the open loads the new version, so a writer
-    /// opened so never stores the old one over it. Every store change of the mount pauses
-    /// meanwhile (the rename lock), so none holds the old state; when they do not pause within
-    /// [`RENEW_WAIT`], or the store cannot be asked, the open joins the old state, as it would
-    /// within the TTL.
-    async fn renew_outdated(&self, i: &Inode) {
+    /// Before a lookup or an open of file `i` meets the state other handles of it share (a
+    /// lookup first, so the kernel learns the new version's size before it opens): when only
+    /// readers hold that state, it changed nothing and the file's attributes are past the
+    /// metadata TTL, the store is asked (a HEAD). If it holds another version (another mount
+    /// replaced the file), the state is loaded anew from it, in place, so every operation that
+    /// meets the state from then on meets the new version; the handles open before read `ESTALE`
+    /// from then on (line 5 of "Consistency": one version per handle, never a mix from the
+    /// mount), and a writer opened next starts from the new version, so it never stores the old
+    /// one over it. When the store cannot be asked, the state stays as it is.
+    pub(super) async fn renew_outdated(&self, i: &Inode) {
         if !self.handles.is_open(i.ino) || self.names.trusted(i) {
             return;
         }
-        let Ok(_moving) = tokio::time::timeout(RENEW_WAIT, self.moving.write()).await else { return };
         let _opening = self.handles.opening(i.ino).await;
         let Some(file) = self.handles.file(i.ino) else { return };
         let mut of = file.lock().await;
         let untouched = matches!(of.body, Body::Clean) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
-        let Some(base) = of.base.clone().filter(|_| untouched) else { return };
+        // Writers attach under the open table's lock alone: one that came first holds the state
+        // as it is; one that comes later reads the generation after this lock is let go.
+        let Some(base) = of.base.clone().filter(|_| untouched && self.handles.writers(i.ino) == 0) else { return };
         let Ok(now) = self.names.inode(i.ino) else { return };
         if now.kind != Kind::File || self.names.trusted(&now) {
             return;
@@ -112,15 +109,19 @@ impl Fs {
         };
         let other = stored.etag.as_deref().is_some_and(|e| e != &*base.id.etag);
         self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
-        if other && self.handles.retire_readers(i.ino, &file) {
-            of.retired = true;
-            // The kernel's pages are the old version's: the next open drops them.
-            self.pages.changed(i.ino);
-            tracing::debug!(
-                ino = i.ino,
-                path = now.path,
-                "open file replaced elsewhere: its readers keep the old version"
-            );
+        if !other {
+            return;
+        }
+        let Ok(now) = self.names.inode(i.ino) else { return };
+        match self.load(&now, false, false).await {
+            Ok(fresh) => {
+                let generation = of.generation + 1;
+                *of = OpenFile { generation, ..fresh };
+                // The kernel's pages are the old version's: the next open drops them.
+                self.pages.changed(i.ino);
+                tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
+            }
+            Err(e) => self.log_error(&e, "open", i.ino, None),
         }
     }
 
@@ -151,6 +152,8 @@ impl Fs {
             }
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
+        let generation = file.lock().await.generation;
+        self.handles.set_generation(fh, generation);
         if write {
             self.pages.changed(ino);
         } else if loaded.is_some_and(|e| self.pages.opened_clean(ino, &e)) {
@@ -186,7 +189,7 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.handles.handle(fh)?;
         let mut of = h.file.lock().await;
-        if of.retired {
+        if of.generation != h.generation {
             return Err(Error::Stale);
         }
         if matches!(of.body, Body::Streaming(_)) || !of.ahead.is_empty() {
@@ -250,7 +253,7 @@ impl Fs {
         let _writing = h.file.begin_write();
         // None: held until the writes before it arrive (see `Ahead`).
         if let Some(mut of) = self.writer.lock(&h.file, offset, data).await {
-            if of.retired {
+            if of.generation != h.generation {
                 return Err(Error::Stale);
             }
             let i = self.names.inode(h.ino)?;
