@@ -36,7 +36,7 @@ pub struct Handle {
     pub direct: bool,
     /// Opened with `O_DIRECT`: its reads go around the kernel's page cache too.
     pub uncached: bool,
-    /// The generation of its file's state it was opened on (see `OpenFile::generation`).
+    /// The generation of its file's state it was opened on (see `FileCell::generation`).
     pub generation: u64,
 }
 
@@ -291,7 +291,6 @@ mod tests {
             meta: Default::default(),
             dirty: false,
             unlinked: false,
-            generation: 0,
             base: None,
         }
     }

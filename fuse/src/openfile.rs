@@ -31,6 +31,9 @@ pub struct FileCell {
     progress: tokio::sync::Notify,
     /// [`OpenFile::dirty_bytes`] as of the last unlock: what a scrape reads without waiting.
     dirty: AtomicU64,
+    /// Times the state was loaded anew from a version another mount stored, while only readers
+    /// held it (see `Fs::renew_outdated`): a handle opened before the last time reads `ESTALE`.
+    generation: AtomicU64,
 }
 
 impl FileCell {
@@ -41,12 +44,23 @@ impl FileCell {
             writes: AtomicU32::new(0),
             progress: tokio::sync::Notify::new(),
             dirty: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         })
     }
 
     /// Locks the file's state.
     pub async fn lock(&self) -> FileGuard<'_> {
         FileGuard { guard: self.state.lock().await, dirty: &self.dirty }
+    }
+
+    /// Its generation (see the field); never waits.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The state was just loaded anew (while locked): handles opened before read `ESTALE`.
+    pub fn renewed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Logical bytes not yet stored, as of the last time the file was unlocked (a write in
@@ -224,10 +238,6 @@ pub struct OpenFile {
     pub unlinked: bool,
     /// The object version it started from, or last committed (None: new file).
     pub base: Option<ObjectInfo>,
-    /// Counts the times its version was replaced by a newer one another mount stored, while only
-    /// readers held it (see `Fs::renew_outdated`): a handle opened before the last time reads
-    /// `ESTALE`.
-    pub generation: u64,
 }
 
 impl OpenFile {

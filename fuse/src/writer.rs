@@ -139,15 +139,7 @@ impl FileWriter {
                 atime: Some(stamp::now()),
             },
         };
-        Ok(OpenFile {
-            meta,
-            body: Body::Clean,
-            ahead: Default::default(),
-            dirty: false,
-            unlinked: false,
-            base,
-            generation: 0,
-        })
+        Ok(OpenFile { meta, body: Body::Clean, ahead: Default::default(), dirty: false, unlinked: false, base })
     }
 
     /// Locks `file` for a write at `offset`, waiting briefly for writes before it as

@@ -526,11 +526,28 @@ async fn an_open_handle_reads_one_version() {
     assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
 }
 
-/// Two mounts: a new open after the TTL reads the newest version even while a handle opened on
-/// an older one is still open here; that handle then gets ESTALE (never the other version's
-/// bytes). An append opened so starts from the newest: it never brings back the old version.
+/// Opens `ino` (`name` of the root) for writing as the kernel does: an open that fails with
+/// ESTALE is tried once more after a new lookup (the kernel's LOOKUP_REVAL). Returns the handle
+/// and whether the first try failed so.
+async fn open_writing(fs: &Fs, name: &str, ino: u64) -> (u64, bool) {
+    match fs.open(ino, true, false).await {
+        Ok(fh) => (fh, false),
+        Err(e) => {
+            assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
+            let again = fs.lookup(ROOT, name).await.unwrap();
+            assert_eq!(again.ino, ino);
+            (fs.open(ino, true, false).await.unwrap(), true)
+        }
+    }
+}
+
+/// Two mounts: while a reader holds a file open here, another mount replaces it. Past the TTL a
+/// writer's open here loads the newest version (its first try fails with ESTALE, so the kernel
+/// looks the file up again and learns the new size), and an append lands on that version: the
+/// reader's version never comes back. The reader then gets ESTALE, never the other version's
+/// bytes; readers opened beside it before the writer share its version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_open_beside_an_open_handle_reads_and_appends_to_the_newest_version() {
+async fn an_append_opened_beside_a_reader_lands_on_the_newest_version() {
     let store = Arc::new(InMemory::new());
     let cfg = FsConfig {
         encode: shrinkfs_codec::EncodeConfig { frame_size: 4096, ..Default::default() },
@@ -548,49 +565,48 @@ async fn a_new_open_beside_an_open_handle_reads_and_appends_to_the_newest_versio
     assert_eq!(&b.read(held, 0, 4096).await.unwrap()[..], &v1[..4096]);
     let v2: Vec<u8> = v1.iter().rev().copied().chain([7u8; 3000]).collect();
     write(&a, ROOT, "f", &v2).await;
-    // Within the TTL a new open shares the open handle's version.
-    assert_eq!(read(&b, f.ino).await.unwrap(), v1, "within the TTL");
     past_ttl().await;
-    assert_eq!(read(&b, f.ino).await.unwrap(), v2, "a new open after the TTL reads the newest");
-    let e = b.read(held, 4096, 4096).await.unwrap_err();
-    assert_eq!(e.errno(), libc::ESTALE, "the handle open all along: {e:?}");
-    // An append (the kernel writes at the size it is told after the open).
-    past_ttl().await;
-    let wh = b.open(f.ino, true, false).await.unwrap();
+    assert_eq!(read(&b, f.ino).await.unwrap(), v1, "a reader's open shares the open handle's version");
+    let (wh, retried) = open_writing(&b, "f", f.ino).await;
+    assert!(retried, "the first try loads the new version and asks the kernel to look again");
     let size = b.getattr(f.ino).await.unwrap().size;
-    assert_eq!(size, v2.len() as u64);
+    assert_eq!(size, v2.len() as u64, "the size the kernel appends at");
     b.write(wh, size, b"+x").await.unwrap();
     b.flush(wh).await.unwrap();
     b.release(wh).await.unwrap();
+    let e = b.read(held, 4096, 4096).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "the handle open all along: {e:?}");
     b.release(held).await.unwrap();
     let mut want = v2.clone();
     want.extend_from_slice(b"+x");
     let fresh = on(&cfg);
     let ino = fresh.lookup(ROOT, "f").await.unwrap().ino;
-    assert_eq!(read(&fresh, ino).await.unwrap(), want, "the other mount's version, appended to");
+    assert!(read(&fresh, ino).await.unwrap() == want, "the other mount's version, appended to");
+    // Within the TTL nothing is asked: a writer's open beside a reader shares its state.
+    let r = b.open(f.ino, false, false).await.unwrap();
+    let (w, retried) = open_writing(&b, "f", f.ino).await;
+    assert!(!retried);
+    b.release(w).await.unwrap();
+    b.release(r).await.unwrap();
 }
 
-/// The same with the append as the first open after the TTL, beside a reader: it never stores
-/// the version the reader holds over the other mount's.
+/// Nothing changed elsewhere: a writer's open past the TTL beside a reader asks the store once
+/// and shares the reader's state; the reader goes on reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_append_opened_beside_a_reader_never_brings_its_old_version_back() {
+async fn a_writer_opened_beside_a_reader_of_the_current_version_shares_it() {
     let store = Arc::new(InMemory::new());
     let (a, b) = (mount(&store), mount(&store));
     write(&a, ROOT, "log", b"one\n").await;
     let f = b.lookup(ROOT, "log").await.unwrap();
     let tail = b.open(f.ino, false, false).await.unwrap();
-    assert_eq!(&b.read(tail, 0, 100).await.unwrap()[..], b"one\n");
-    write(&a, ROOT, "log", b"one\ntwo\n").await;
     past_ttl().await;
-    let wh = b.open(f.ino, true, false).await.unwrap();
-    let size = b.getattr(f.ino).await.unwrap().size;
-    b.write(wh, size, b"three\n").await.unwrap();
+    let (wh, retried) = open_writing(&b, "log", f.ino).await;
+    assert!(!retried, "the same version");
+    b.write(wh, 4, b"two\n").await.unwrap();
     b.flush(wh).await.unwrap();
     b.release(wh).await.unwrap();
+    assert_eq!(&b.read(tail, 0, 100).await.unwrap()[..], b"one\ntwo\n", "the reader reads on");
     b.release(tail).await.unwrap();
-    let ino = a.lookup(ROOT, "log").await.unwrap().ino;
-    past_ttl().await;
-    assert_eq!(read(&a, ino).await.unwrap(), b"one\ntwo\nthree\n");
 }
 
 /// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.

@@ -49,7 +49,6 @@ impl Fs {
             meta,
             dirty: true,
             unlinked: false,
-            generation: 0,
             base: None,
         };
         let i = self.names.created(parent, name, Kind::File, attr, None);
@@ -76,53 +75,51 @@ impl Fs {
         self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
 
-    /// Before a lookup or an open of file `i` meets the state other handles of it share (a
-    /// lookup first, so the kernel learns the new version's size before it opens): when only
+    /// Before a writer's open of file `i` joins the state other handles of it share: when only
     /// readers hold that state, it changed nothing and the file's attributes are past the
     /// metadata TTL, the store is asked (a HEAD). If it holds another version (another mount
-    /// replaced the file), the state is loaded anew from it, in place, so every operation that
-    /// meets the state from then on meets the new version; the handles open before read `ESTALE`
-    /// from then on (line 5 of "Consistency": one version per handle, never a mix from the
-    /// mount), and a writer opened next starts from the new version, so it never stores the old
-    /// one over it. When the store cannot be asked, the state stays as it is.
-    pub(super) async fn renew_outdated(&self, i: &Inode) {
-        if !self.handles.is_open(i.ino) || self.names.trusted(i) {
-            return;
+    /// replaced the file), the state is loaded anew from it, in place, so the writer starts from
+    /// the new version and never stores the old one over it; the handles open before read
+    /// `ESTALE` from then on (line 5 of "Consistency": one version per handle). Returns whether it
+    /// did; the open then fails with `ESTALE` once, so the kernel looks the file up again and
+    /// learns the new size before it writes (an append lands at the new end). When the store
+    /// cannot be asked or read, the open fails rather than write on the old version.
+    /// Readers' opens share the state as it is (they read the version the open handles read).
+    async fn renew_outdated(&self, i: &Inode) -> Result<bool> {
+        if !self.handles.is_open(i.ino) || self.names.trusted(i) || self.handles.writers(i.ino) > 0 {
+            return Ok(false);
         }
         let _opening = self.handles.opening(i.ino).await;
-        let Some(file) = self.handles.file(i.ino) else { return };
+        let Some(file) = self.handles.file(i.ino) else { return Ok(false) };
         let mut of = file.lock().await;
         let untouched = matches!(of.body, Body::Clean) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
         // Writers attach under the open table's lock alone: one that came first holds the state
-        // as it is; one that comes later reads the generation after this lock is let go.
-        let Some(base) = of.base.clone().filter(|_| untouched && self.handles.writers(i.ino) == 0) else { return };
-        let Ok(now) = self.names.inode(i.ino) else { return };
+        // as it is; one that comes later reads the generation once it has attached.
+        let base = of.base.clone().filter(|b| untouched && !b.id.etag.is_empty());
+        let Some(base) = base.filter(|_| self.handles.writers(i.ino) == 0) else { return Ok(false) };
+        let now = self.names.inode(i.ino)?;
         if now.kind != Kind::File || self.names.trusted(&now) {
-            return;
+            return Ok(false);
         }
         let since = self.names.table().changes();
-        let stored = match self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await {
-            Ok(Some((Kind::File, attr))) => attr,
+        let stored = match self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await? {
+            Some((Kind::File, attr)) => attr,
             // Gone, or not a file any more: the handles keep what they have, as a lookup decides.
-            Ok(_) => return,
-            Err(e) => return self.log_error(&e, "open", i.ino, None),
+            _ => return Ok(false),
         };
-        let other = stored.etag.as_deref().is_some_and(|e| e != &*base.id.etag);
+        if stored.etag.as_deref().is_none_or(|e| e == &*base.id.etag) {
+            self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
+            return Ok(false);
+        }
+        // From the store itself: nothing kept here is of the new version.
+        *of = self.writer.load(&now.path, false, &self.names.attrs_of(&now), None, false).await?;
+        file.renewed();
+        // Known fresh only once the state holds the new version.
         self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
-        if !other {
-            return;
-        }
-        let Ok(now) = self.names.inode(i.ino) else { return };
-        match self.load(&now, false, false).await {
-            Ok(fresh) => {
-                let generation = of.generation + 1;
-                *of = OpenFile { generation, ..fresh };
-                // The kernel's pages are the old version's: the next open drops them.
-                self.pages.changed(i.ino);
-                tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
-            }
-            Err(e) => self.log_error(&e, "open", i.ino, None),
-        }
+        // The kernel's pages are the old version's: the next open drops them.
+        self.pages.changed(i.ino);
+        tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
+        Ok(true)
     }
 
     /// Opens a file; `truncate` (O_TRUNC) empties it.
@@ -134,7 +131,9 @@ impl Fs {
         if write {
             self.writable()?;
         }
-        self.renew_outdated(&i).await;
+        if write && self.renew_outdated(&i).await? {
+            return Err(Error::Stale);
+        }
         // The version loaded from the store, when this open did (no other handle was open).
         let mut loaded = None;
         let file = match self.handles.attach(ino, write, None) {
@@ -152,8 +151,7 @@ impl Fs {
             }
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
-        let generation = file.lock().await.generation;
-        self.handles.set_generation(fh, generation);
+        self.handles.set_generation(fh, file.generation());
         if write {
             self.pages.changed(ino);
         } else if loaded.is_some_and(|e| self.pages.opened_clean(ino, &e)) {
@@ -189,7 +187,7 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.handles.handle(fh)?;
         let mut of = h.file.lock().await;
-        if of.generation != h.generation {
+        if h.file.generation() != h.generation {
             return Err(Error::Stale);
         }
         if matches!(of.body, Body::Streaming(_)) || !of.ahead.is_empty() {
@@ -253,7 +251,7 @@ impl Fs {
         let _writing = h.file.begin_write();
         // None: held until the writes before it arrive (see `Ahead`).
         if let Some(mut of) = self.writer.lock(&h.file, offset, data).await {
-            if of.generation != h.generation {
+            if h.file.generation() != h.generation {
                 return Err(Error::Stale);
             }
             let i = self.names.inode(h.ino)?;

@@ -237,11 +237,6 @@ impl Fs {
 
     /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
-        // A file open here that another mount may have replaced (see `renew_outdated`).
-        let known = self.names.table().child(parent, name).filter(|i| i.kind == Kind::File).cloned();
-        if let Some(i) = known {
-            self.renew_outdated(&i).await;
-        }
         let i = self.names.lookup(parent, name, &self.is_open()).await?;
         // An open file's size and times are its live ones: the stored ones would make the
         // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).

@@ -186,6 +186,8 @@ impl Root {
         let mut from = self.open_file(src).map_err(|e| io_error("copy", &self.display(src), e))?;
         let (mut file, staged) = self.temp_file("cp-")?;
         std::io::copy(&mut from, &mut file).map_err(|e| io_error("copy", &self.display(src), e))?;
+        // A copy is a version of its own (a hard link is the same version under two names).
+        super::mark_version(&file).map_err(|e| io_error("set the time of", &staged.display(), e))?;
         file.sync_all().map_err(|e| io_error("sync staged file", &staged.display(), e))?;
         Ok(staged)
     }

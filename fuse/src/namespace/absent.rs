@@ -179,13 +179,12 @@ impl Absent {
         }
     }
 
-    /// `name` of `dir` is there now, as a `kind`: made, stored or moved there by this mount
-    /// (`here`), or found by a lookup.
-    pub(super) fn present(&mut self, dir: u64, name: &str, kind: Kind, here: bool) {
-        if here {
-            self.missed.remove(dir, name);
-            self.removed.remove(dir, name);
-        }
+    /// `name` of `dir` is there now, as a `kind`: made, stored or moved there by this mount, or
+    /// found by a lookup.
+    pub(super) fn present(&mut self, dir: u64, name: &str, kind: Kind) {
+        // Neither missing nor removed from then on (a listing on its way keeps it).
+        self.missed.remove(dir, name);
+        self.removed.remove(dir, name);
         if let Some(c) = self.listings.get_mut(&dir) {
             c.names.insert(name.to_owned(), kind);
         }
@@ -211,7 +210,7 @@ mod tests {
         assert!(a.is_absent(1, "y", Duration::from_secs(60)), "not in the listing");
         assert!(!a.is_absent(1, "x", Duration::from_secs(60)));
         assert!(a.listing(1, Duration::ZERO).is_none(), "older than the TTL");
-        a.present(1, "y", Kind::File, true);
+        a.present(1, "y", Kind::File);
         assert!(!a.is_absent(1, "y", Duration::from_secs(60)));
     }
 

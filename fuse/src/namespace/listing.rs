@@ -11,7 +11,7 @@ use std::time::Instant;
 use object_store::list::PaginatedListOptions;
 use object_store::{ListResult, ObjectMeta};
 
-use super::{DIR_MARKER, IsOpen, Namespace};
+use super::{DIR_MARKER, IsOpen, Namespace, Start};
 use crate::attrs::{DirEntry, attr_from_object};
 use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, InodeTable, Kind, ROOT, join};
@@ -32,10 +32,8 @@ pub struct Listing {
     entries: Vec<DirEntry>,
     seen: HashSet<String>,
     next: Next,
-    /// When the listing's first request was sent: what it says holds from then on.
-    started: Instant,
-    /// The table's change count then.
-    since: u64,
+    /// Where its first request started from: what it says holds from then on.
+    start: Start,
     /// Answered from the directory's last complete listing, not from the store.
     cached: bool,
 }
@@ -129,12 +127,11 @@ impl Namespace {
             entries: Vec::new(),
             seen: HashSet::new(),
             next: Next::Start,
-            started: Instant::now(),
-            since: self.table().changes(),
+            start: self.listing_start(),
             cached: false,
         };
         match self.cached_listing(ino) {
-            Some((at, names)) => self.list_cached(&mut l, at, names, is_open),
+            Some((_, names)) => self.list_cached(&mut l, names, is_open),
             None => self.list_more(&mut l, is_open).await?,
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -311,8 +308,8 @@ impl Namespace {
         confirm: Option<IsOpen<'_>>,
     ) -> Result<Option<HashSet<String>>> {
         let prefix = self.key(rel);
-        let started = Instant::now();
-        let since = self.table().changes();
+        let start = self.listing_start();
+        let (started, since) = (start.at, start.since);
         // Each page with when its request was sent: what it shows holds from then.
         let pages_got = match &self.bucket.pages {
             Some(pages) => {
@@ -368,7 +365,7 @@ impl Namespace {
         for (_, (name, kind, _)) in listed {
             kinds.entry(name).or_insert(kind);
         }
-        self.listed_completely(dir, Some(rel), started, since, kinds);
+        self.listed_completely(dir, Some(rel), start, kinds);
         Ok(Some(dirs))
     }
 
@@ -377,10 +374,10 @@ impl Namespace {
         self.dirs.lock().expect("dirs lock").remove(&fh);
     }
 
-    /// Fills `l` from the directory's complete listing that started at `at` (`names`, kept up with
-    /// this mount's changes), and the entries only this mount has: nothing is asked of the store.
+    /// Fills `l` from the directory's latest complete listing (`names`, kept up with this mount's
+    /// changes), and the entries only this mount has: nothing is asked of the store.
     /// The entries' attributes are trusted as [`Self::readdirplus`] says (fetched when not fresh).
-    fn list_cached(&self, l: &mut Listing, at: Instant, mut names: Vec<(String, Kind)>, is_open: IsOpen<'_>) {
+    fn list_cached(&self, l: &mut Listing, mut names: Vec<(String, Kind)>, is_open: IsOpen<'_>) {
         names.sort_by(|a, b| a.0.cmp(&b.0));
         let mut files = Vec::new();
         let mut t = self.table();
@@ -405,7 +402,6 @@ impl Namespace {
         }
         drop(t);
         l.next = Next::Done;
-        l.started = at;
         l.cached = true;
         self.listed.lock().expect("listed lock").insert(l.ino, files);
     }
@@ -470,7 +466,7 @@ impl Namespace {
         if matches!(l.next, Next::Done) {
             self.subdirs_counted(l.ino, l.entries.iter().filter(|e| e.kind == Kind::Dir).count());
             let kinds = l.entries.iter().map(|e| (e.name.clone(), e.kind)).collect();
-            self.listed_completely(l.ino, Some(&l.path), l.started, l.since, kinds);
+            self.listed_completely(l.ino, Some(&l.path), l.start, kinds);
         }
         // The first lookup in this directory fetches these files' attributes together (`ls -l`).
         let mut listed = self.listed.lock().expect("listed lock");

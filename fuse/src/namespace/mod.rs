@@ -77,6 +77,17 @@ pub struct Namespace {
     deletes_failed: AtomicUsize,
 }
 
+/// Where a listing of a directory started from (see [`Namespace::listed_completely`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    /// When its first request was sent: what it shows holds from then.
+    at: Instant,
+    /// The inode table's change count then.
+    since: u64,
+    /// DELETEs queued behind unlinks that had failed then.
+    failures: usize,
+}
+
 /// A directory's demand for revalidations (see [`Namespace::confirmed_by_listing`]).
 #[derive(Debug, Default)]
 struct Relist {
@@ -214,6 +225,16 @@ impl Namespace {
         known.is_none() && self.absent().is_absent(parent, name, self.cfg.negative_ttl)
     }
 
+    /// Where a listing starts from: when, the table's change count, and the failed deletes then.
+    pub(crate) fn listing_start(&self) -> Start {
+        Start { at: Instant::now(), since: self.table().changes(), failures: self.deletes_failures() }
+    }
+
+    /// DELETEs queued behind unlinks that failed, since the mount started.
+    fn deletes_failures(&self) -> usize {
+        self.deletes.as_ref().map_or(0, |d| d.failures())
+    }
+
     /// How long a complete listing is kept: while it tells absent names or answers `opendir`.
     fn listing_kept(&self) -> Duration {
         self.cfg.negative_ttl.max(self.cfg.listing_ttl)
@@ -225,18 +246,14 @@ impl Namespace {
     /// names made or moved in since are added, names removed here (or missed by a lookup) since
     /// are left out. A listing of a directory moved meanwhile is not kept (its later pages may
     /// have listed an emptied path).
-    pub(crate) fn listed_completely(
-        &self,
-        dir: u64,
-        path: Option<&str>,
-        at: Instant,
-        since: u64,
-        names: HashMap<String, Kind>,
-    ) {
+    pub(crate) fn listed_completely(&self, dir: u64, path: Option<&str>, at: Start, names: HashMap<String, Kind>) {
         let kept = self.listing_kept();
-        if kept.is_zero() {
+        // A DELETE queued behind an unlink that failed meanwhile may have put back a name the
+        // listing left out (or this mount's removal of it, made since, would leave out).
+        if kept.is_zero() || self.deletes_failures() != at.failures {
             return;
         }
+        let Start { at, since, .. } = at;
         // The table, then what is known absent (the order every holder of both takes them in):
         // a name made or moved here meanwhile is in the table by now, or is added to this listing
         // once it is kept.
@@ -279,8 +296,7 @@ impl Namespace {
     /// Directory `dir` was just made here: it holds nothing.
     pub fn made_empty(&self, dir: u64) {
         self.subdirs_counted(dir, 0);
-        let since = self.table().changes();
-        self.listed_completely(dir, None, Instant::now(), since, HashMap::new());
+        self.listed_completely(dir, None, self.listing_start(), HashMap::new());
     }
 
     /// This mount removed `name` from directory `parent` (unlink, rmdir, a rename away): its
@@ -377,13 +393,13 @@ impl Namespace {
     /// absence no longer holds, even once the kernel forgets the inode (the table then no
     /// longer shows it).
     pub fn appeared(&self, parent: u64, name: &str, kind: Kind) {
-        self.absent().present(parent, name, kind, true);
+        self.absent().present(parent, name, kind);
     }
 
     /// A lookup found `name` of `parent` in the store as a `kind`: a complete listing of its
     /// directory holds it from now on (the lookup is newer).
     fn found(&self, parent: u64, name: &str, kind: Kind) {
-        self.absent().present(parent, name, kind, false);
+        self.absent().present(parent, name, kind);
     }
 
     /// Inode `ino` is now object version `info` (just written).
