@@ -609,6 +609,45 @@ async fn a_writer_opened_beside_a_reader_of_the_current_version_shares_it() {
     b.release(tail).await.unwrap();
 }
 
+/// A chmod of a file only readers hold here, replaced elsewhere past the TTL, fails once with
+/// ESTALE (the kernel then looks the file up again and retries a change made by path) and
+/// applies to the new version; an append opened beside a reader of a file removed elsewhere
+/// fails once the same way, and the lookup that follows finds no file: neither brings the old
+/// version back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_beside_a_reader_never_bring_an_old_version_back() {
+    use shrinkfs_fuse::SetAttr;
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"one").await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    let r = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 10).await.unwrap()[..], b"one");
+    write(&a, ROOT, "f", b"second").await;
+    past_ttl().await;
+    let chmod = SetAttr { mode: Some(0o600), ..SetAttr::default() };
+    let e = b.setattr(f.ino, chmod.clone()).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
+    b.lookup(ROOT, "f").await.unwrap();
+    b.setattr(f.ino, chmod).await.unwrap();
+    b.release(r).await.unwrap();
+    past_ttl().await;
+    let now = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((now.perm, read(&a, now.ino).await.unwrap()), (0o600, b"second".to_vec()));
+
+    write(&a, ROOT, "g", b"gone soon").await;
+    let g = b.lookup(ROOT, "g").await.unwrap();
+    let r = b.open(g.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 10).await.unwrap()[..], b"gone soon");
+    a.unlink(ROOT, "g").await.unwrap();
+    past_ttl().await;
+    let e = b.open(g.ino, true, false).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
+    assert!(matches!(b.lookup(ROOT, "g").await, Err(Error::NotFound)), "the retry's lookup misses it");
+    b.release(r).await.unwrap();
+    assert!(matches!(a.lookup(ROOT, "g").await, Err(Error::NotFound)), "nothing brought back");
+}
+
 /// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_of_one_file_the_last_close_wins() {

@@ -14,6 +14,7 @@ use shrinkfs_codec::format::S_IFREG;
 
 use super::{FileAttrs, Fs, SetAttr};
 use crate::error::{Error, Result};
+use crate::handles::Opening;
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::namespace::check_name;
 use crate::openfile::{Body, FileCell, OpenFile};
@@ -75,26 +76,33 @@ impl Fs {
         self.writer.load(&i.path, replace, &fallback, recent, confirmed).await
     }
 
-    /// Before a writer's open of file `i` joins the state other handles of it share: when only
-    /// readers hold that state, it changed nothing and the file's attributes are past the
-    /// metadata TTL, the store is asked (a HEAD). If it holds another version (another mount
-    /// replaced the file), the state is loaded anew from it, in place, so the writer starts from
-    /// the new version and never stores the old one over it; the handles open before read
-    /// `ESTALE` from then on (line 5 of "Consistency": one version per handle). Returns whether it
-    /// did; the open then fails with `ESTALE` once, so the kernel looks the file up again and
-    /// learns the new size before it writes (an append lands at the new end). When the store
-    /// cannot be asked or read, the open fails rather than write on the old version.
-    /// Readers' opens share the state as it is (they read the version the open handles read).
-    async fn renew_outdated(&self, i: &Inode) -> Result<bool> {
-        if !self.handles.is_open(i.ino) || self.names.trusted(i) || self.handles.writers(i.ino) > 0 {
+    /// Before a writer's open of file `i` joins the state other handles of it share, or a
+    /// change of its attributes applies to that state: when only readers hold it, it changed
+    /// nothing and the file's attributes are past the metadata TTL, the store is asked (a HEAD).
+    /// - Another version there (another mount replaced the file): the state is loaded anew from
+    ///   it, in place, so the writer or the change starts from the new version and never stores
+    ///   the old one over it; the handles open before read `ESTALE` from then on (line 5 of
+    ///   "Consistency": one version per handle).
+    /// - No file there (another mount removed it): the name is forgotten and the readers' state
+    ///   is unlinked (nothing is stored from it any more), as if removed here.
+    ///
+    /// Returns whether either happened: the caller then fails with `ESTALE` once, so the kernel
+    /// looks the file up again (learning the new size, or that the name is gone) and retries.
+    /// When the store cannot be asked or read, the caller fails rather than act on the old
+    /// version. The caller holds `ino`'s opening lock (`_held`), so no writer attaches meanwhile.
+    /// Not with `--writeback-cache`, where the kernel keeps its own size of a cached file (for
+    /// buckets only this mount writes).
+    async fn renew_outdated(&self, i: &Inode, _held: &Opening<'_>) -> Result<bool> {
+        if self.cfg.writer.writeback_cache
+            || !self.handles.is_open(i.ino)
+            || self.names.trusted(i)
+            || self.handles.writers(i.ino) > 0
+        {
             return Ok(false);
         }
-        let _opening = self.handles.opening(i.ino).await;
         let Some(file) = self.handles.file(i.ino) else { return Ok(false) };
         let mut of = file.lock().await;
         let untouched = matches!(of.body, Body::Clean) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
-        // Writers attach under the open table's lock alone: one that came first holds the state
-        // as it is; one that comes later reads the generation once it has attached.
         let base = of.base.clone().filter(|b| untouched && !b.id.etag.is_empty());
         let Some(base) = base.filter(|_| self.handles.writers(i.ino) == 0) else { return Ok(false) };
         let now = self.names.inode(i.ino)?;
@@ -104,8 +112,13 @@ impl Fs {
         let since = self.names.table().changes();
         let stored = match self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await? {
             Some((Kind::File, attr)) => attr,
-            // Gone, or not a file any more: the handles keep what they have, as a lookup decides.
-            _ => return Ok(false),
+            Some(_) => return Ok(false),
+            None => {
+                of.unlinked = true;
+                self.names.table().observe_gone(now.parent, &now.name, since);
+                tracing::debug!(ino = i.ino, path = now.path, "open file removed elsewhere");
+                return Ok(true);
+            }
         };
         if stored.etag.as_deref().is_none_or(|e| e == &*base.id.etag) {
             self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
@@ -114,8 +127,11 @@ impl Fs {
         // From the store itself: nothing kept here is of the new version.
         *of = self.writer.load(&now.path, false, &self.names.attrs_of(&now), None, false).await?;
         file.renewed();
-        // Known fresh only once the state holds the new version.
-        self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
+        // Known fresh once the state holds the version the HEAD named (a later one that the load
+        // found instead is asked for again).
+        if of.base.as_ref().map(|b| &*b.id.etag) == stored.etag.as_deref() {
+            self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
+        }
         // The kernel's pages are the old version's: the next open drops them.
         self.pages.changed(i.ino);
         tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
@@ -131,15 +147,23 @@ impl Fs {
         if write {
             self.writable()?;
         }
-        if write && self.renew_outdated(&i).await? {
-            return Err(Error::Stale);
+        // A writer holds the inode's opening lock until it has attached and knows its generation:
+        // no renew runs under it.
+        let mut held = None;
+        if write {
+            let opening = held.insert(self.handles.opening(ino).await);
+            if self.renew_outdated(&i, opening).await? {
+                return Err(Error::Stale);
+            }
         }
         // The version loaded from the store, when this open did (no other handle was open).
         let mut loaded = None;
         let file = match self.handles.attach(ino, write, None) {
             Some(f) => f,
             None => {
-                let _opening = self.handles.opening(ino).await;
+                if held.is_none() {
+                    held = Some(self.handles.opening(ino).await);
+                }
                 match self.handles.attach(ino, write, None) {
                     Some(f) => f,
                     None => {
@@ -152,6 +176,7 @@ impl Fs {
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
         self.handles.set_generation(fh, file.generation());
+        drop(held);
         if write {
             self.pages.changed(ino);
         } else if loaded.is_some_and(|e| self.pages.opened_clean(ino, &e)) {
@@ -445,6 +470,11 @@ impl Fs {
         self.writable()?;
         if i.kind != Kind::File {
             return self.setattr_node(&i, change).await;
+        }
+        // A change to a file only readers hold, replaced or removed elsewhere, applies to the new
+        // version or fails: never to the old one (see `renew_outdated`).
+        if self.handles.is_open(ino) && self.renew_outdated(&i, &self.handles.opening(ino).await).await? {
+            return Err(Error::Stale);
         }
         let SetAttr { size, mode, uid, gid, atime, mtime } = change;
         // A file not open is changed as if opened, read and committed while no open can read it.

@@ -179,8 +179,19 @@ impl Absent {
         }
     }
 
-    /// `name` of `dir` is there now, as a `kind`: made, stored or moved there by this mount, or
-    /// found by a lookup.
+    /// A lookup asked at `asked` found `name` of `dir` as a `kind`: what was learned of it before
+    /// then no longer holds, and the listing holds it — unless this mount removed it (or a
+    /// lookup missed it) after the lookup was asked.
+    pub(super) fn found(&mut self, dir: u64, name: &str, kind: Kind, asked: Instant) {
+        if self.missed.get(dir, name).is_some_and(|t| t >= asked)
+            || self.removed.get(dir, name).is_some_and(|t| t >= asked)
+        {
+            return;
+        }
+        self.present(dir, name, kind);
+    }
+
+    /// `name` of `dir` is there now, as a `kind`: made, stored or moved there by this mount.
     pub(super) fn present(&mut self, dir: u64, name: &str, kind: Kind) {
         // Neither missing nor removed from then on (a listing on its way keeps it).
         self.missed.remove(dir, name);

@@ -248,12 +248,10 @@ impl Namespace {
     /// have listed an emptied path).
     pub(crate) fn listed_completely(&self, dir: u64, path: Option<&str>, at: Start, names: HashMap<String, Kind>) {
         let kept = self.listing_kept();
-        // A DELETE queued behind an unlink that failed meanwhile may have put back a name the
-        // listing left out (or this mount's removal of it, made since, would leave out).
-        if kept.is_zero() || self.deletes_failures() != at.failures {
+        if kept.is_zero() {
             return;
         }
-        let Start { at, since, .. } = at;
+        let Start { at, since, failures } = at;
         // The table, then what is known absent (the order every holder of both takes them in):
         // a name made or moved here meanwhile is in the table by now, or is added to this listing
         // once it is kept.
@@ -263,6 +261,12 @@ impl Namespace {
         }
         let made = t.children(dir).filter(|c| c.changed > since).map(|c| (c.name.clone(), c.kind)).collect();
         let mut a = self.absent();
+        // A DELETE queued behind an unlink that failed meanwhile may have put back a name the
+        // listing left out (or this mount's removal of it, made since, would leave out). Asked
+        // with `absent` held: one that fails later makes the next `absent()` forget this listing.
+        if self.deletes_failures() != failures {
+            return;
+        }
         if a.prune_due() {
             let gone: Vec<u64> = a.listed_dirs().into_iter().filter(|d| t.get(*d).is_none()).collect();
             a.prune(&gone);
@@ -396,10 +400,10 @@ impl Namespace {
         self.absent().present(parent, name, kind);
     }
 
-    /// A lookup found `name` of `parent` in the store as a `kind`: a complete listing of its
-    /// directory holds it from now on (the lookup is newer).
-    fn found(&self, parent: u64, name: &str, kind: Kind) {
-        self.absent().present(parent, name, kind);
+    /// A lookup asked at `asked` found `name` of `parent` in the store as a `kind`: a complete
+    /// listing of its directory holds it from now on, unless this mount removed it since.
+    fn found(&self, parent: u64, name: &str, kind: Kind, asked: Instant) {
+        self.absent().found(parent, name, kind, asked);
     }
 
     /// Inode `ino` is now object version `info` (just written).
@@ -469,9 +473,9 @@ impl Namespace {
             }
         }
         self.prefetch_listed(parent, &dir.path);
-        let since = self.table().changes();
+        let (since, asked) = (self.table().changes(), Instant::now());
         if let Some((kind, attr)) = self.stat_attrs(&self.key(&rel), had).await? {
-            self.found(parent, name, kind);
+            self.found(parent, name, kind, asked);
             return Ok(self.table().observe(parent, name, kind, attr, true, since));
         }
         // A fresh complete listing said this is a directory: no need to list it again.
@@ -481,7 +485,7 @@ impl Namespace {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
             };
-            self.found(parent, name, Kind::Dir);
+            self.found(parent, name, Kind::Dir, asked);
             return Ok(self.table().observe(parent, name, Kind::Dir, attr, true, since));
         }
         self.table().observe_gone(parent, name, since);
