@@ -34,6 +34,9 @@ pub struct FileCell {
     /// Times the state was loaded anew from a version another mount stored, while only readers
     /// held it (see `Fs::renew_outdated`): a handle opened before the last time reads `ESTALE`.
     generation: AtomicU64,
+    /// The object was found removed elsewhere while only readers held the state (see
+    /// `Fs::renew_outdated`): no writer or change may use it (nothing would be stored).
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl FileCell {
@@ -45,6 +48,7 @@ impl FileCell {
             progress: tokio::sync::Notify::new(),
             dirty: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            gone: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -61,6 +65,16 @@ impl FileCell {
     /// The state was just loaded anew (while locked): handles opened before read `ESTALE`.
     pub fn renewed(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Its object was found removed elsewhere (see the field).
+    pub fn set_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+
+    /// Whether its object was found removed elsewhere.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 
     /// Logical bytes not yet stored, as of the last time the file was unlocked (a write in

@@ -526,6 +526,15 @@ async fn an_open_handle_reads_one_version() {
     assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
 }
 
+/// HEADs `fs` has sent so far.
+fn heads(fs: &Fs) -> u64 {
+    let text = fs.metrics().render(shrinkfs_fuse::metrics::Format::Prometheus);
+    text.lines()
+        .filter(|l| l.starts_with("shrinkfs_store_request_duration_seconds_count{kind=\"head\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// Opens `ino` (`name` of the root) for writing as the kernel does: an open that fails with
 /// ESTALE is tried once more after a new lookup (the kernel's LOOKUP_REVAL). Returns the handle
 /// and whether the first try failed so.
@@ -584,8 +593,10 @@ async fn an_append_opened_beside_a_reader_lands_on_the_newest_version() {
     assert!(read(&fresh, ino).await.unwrap() == want, "the other mount's version, appended to");
     // Within the TTL nothing is asked: a writer's open beside a reader shares its state.
     let r = b.open(f.ino, false, false).await.unwrap();
+    let before = heads(&b);
     let (w, retried) = open_writing(&b, "f", f.ino).await;
     assert!(!retried);
+    assert_eq!(heads(&b), before, "no HEAD within the TTL");
     b.release(w).await.unwrap();
     b.release(r).await.unwrap();
 }
@@ -600,8 +611,10 @@ async fn a_writer_opened_beside_a_reader_of_the_current_version_shares_it() {
     let f = b.lookup(ROOT, "log").await.unwrap();
     let tail = b.open(f.ino, false, false).await.unwrap();
     past_ttl().await;
+    let before = heads(&b);
     let (wh, retried) = open_writing(&b, "log", f.ino).await;
     assert!(!retried, "the same version");
+    assert_eq!(heads(&b) - before, 1, "one HEAD says so");
     b.write(wh, 4, b"two\n").await.unwrap();
     b.flush(wh).await.unwrap();
     b.release(wh).await.unwrap();
@@ -644,6 +657,12 @@ async fn changes_beside_a_reader_never_bring_an_old_version_back() {
     let e = b.open(g.ino, true, false).await.unwrap_err();
     assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
     assert!(matches!(b.lookup(ROOT, "g").await, Err(Error::NotFound)), "the retry's lookup misses it");
+    // The inode is still the reader's: a writer or a change reaching it without a lookup (an
+    // open of /proc/PID/fd, an fchmod) fails rather than write into a file that is no more.
+    let e = b.open(g.ino, true, false).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "a writer's open of the gone file: {e:?}");
+    let e = b.setattr(g.ino, SetAttr { mode: Some(0o600), ..SetAttr::default() }).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "a change of the gone file: {e:?}");
     b.release(r).await.unwrap();
     assert!(matches!(a.lookup(ROOT, "g").await, Err(Error::NotFound)), "nothing brought back");
 }

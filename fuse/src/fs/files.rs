@@ -115,7 +115,9 @@ impl Fs {
             Some(_) => return Ok(false),
             None => {
                 of.unlinked = true;
+                file.set_gone();
                 self.names.table().observe_gone(now.parent, &now.name, since);
+                self.names.removed(now.parent, &now.name, true);
                 tracing::debug!(ino = i.ino, path = now.path, "open file removed elsewhere");
                 return Ok(true);
             }
@@ -149,10 +151,13 @@ impl Fs {
         }
         // A writer holds the inode's opening lock until it has attached and knows its generation:
         // no renew runs under it.
+        // Store changes are held off meanwhile, as for every change: a directory's rename moves
+        // no object under this HEAD.
         let mut held = None;
+        let moving = if write { Some(self.moving.read().await) } else { None };
         if write {
             let opening = held.insert(self.handles.opening(ino).await);
-            if self.renew_outdated(&i, opening).await? {
+            if self.renew_outdated(&i, opening).await? || self.handles.file(ino).is_some_and(|f| f.is_gone()) {
                 return Err(Error::Stale);
             }
         }
@@ -176,7 +181,9 @@ impl Fs {
         };
         let fh = self.handles.new_handle(ino, write, file.clone());
         self.handles.set_generation(fh, file.generation());
+        // Let go before anything below that may take them again (a failed truncate's release).
         drop(held);
+        drop(moving);
         if write {
             self.pages.changed(ino);
         } else if loaded.is_some_and(|e| self.pages.opened_clean(ino, &e)) {
@@ -473,7 +480,9 @@ impl Fs {
         }
         // A change to a file only readers hold, replaced or removed elsewhere, applies to the new
         // version or fails: never to the old one (see `renew_outdated`).
-        if self.handles.is_open(ino) && self.renew_outdated(&i, &self.handles.opening(ino).await).await? {
+        if self.handles.is_open(ino) && self.renew_outdated(&i, &self.handles.opening(ino).await).await?
+            || self.handles.file(ino).is_some_and(|f| f.is_gone())
+        {
             return Err(Error::Stale);
         }
         let SetAttr { size, mode, uid, gid, atime, mtime } = change;
