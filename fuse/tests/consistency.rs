@@ -454,6 +454,8 @@ async fn a_file_written_here_and_replaced_elsewhere_reads_the_new_version_after_
     assert_eq!(read(&a, f).await.unwrap(), b"written by a");
     write(&b, ROOT, "f", b"written by b, longer").await;
     past_ttl().await;
+    // Past the entry TTL the kernel looks the name up before it opens.
+    a.lookup(ROOT, "f").await.unwrap();
     assert_eq!(read(&a, f).await.unwrap(), b"written by b, longer");
     assert_eq!(a.getattr(f).await.unwrap().size, 20);
     // And the same the other way round, b's kept frame being the stale one now.
@@ -665,6 +667,56 @@ async fn changes_beside_a_reader_never_bring_an_old_version_back() {
     assert_eq!(e.errno(), libc::ESTALE, "a change of the gone file: {e:?}");
     b.release(r).await.unwrap();
     assert!(matches!(a.lookup(ROOT, "g").await, Err(Error::NotFound)), "nothing brought back");
+}
+
+/// Found by a black-box probe through real mounts. A lookup while a reader holds the file tells
+/// the kernel the reader's size; once the reader has closed, the next open loads the newest
+/// version and fails once with ESTALE, so the kernel learns its size before an append. And after
+/// one such renew and an append stored from it, a later replacement elsewhere is noticed again
+/// (the state then holds the bytes it stored, staged, not changed since).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_append_beside_or_after_a_reader_lands_on_the_newest_version() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "g", b"old\n").await;
+    let g = b.lookup(ROOT, "g").await.unwrap();
+    let r = b.open(g.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"old\n");
+    write(&a, ROOT, "g", b"new-longer-version\n").await;
+    past_ttl().await;
+    assert_eq!(b.lookup(ROOT, "g").await.unwrap().size, 4, "the open reader's size, as documented");
+    b.release(r).await.unwrap();
+    let (w, retried) = open_writing(&b, "g", g.ino).await;
+    assert!(retried, "the kernel was told another size");
+    let size = b.getattr(g.ino).await.unwrap().size;
+    assert_eq!(size, 19);
+    b.write(w, size, b"APP\n").await.unwrap();
+    b.flush(w).await.unwrap();
+    b.release(w).await.unwrap();
+    past_ttl().await;
+    let ga = a.lookup(ROOT, "g").await.unwrap().ino;
+    assert_eq!(read(&a, ga).await.unwrap(), b"new-longer-version\nAPP\n");
+
+    write(&a, ROOT, "t", b"v1\n").await;
+    let t = b.lookup(ROOT, "t").await.unwrap();
+    let r = b.open(t.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"v1\n");
+    write(&a, ROOT, "t", b"v2-two\n").await;
+    past_ttl().await;
+    for (add, want) in [(&b"A1\n"[..], &b"v2-two\nA1\n"[..]), (b"A2\n", b"v3-three-three\nA2\n")] {
+        let (w, retried) = open_writing(&b, "t", t.ino).await;
+        assert!(retried, "another version each time");
+        let size = b.getattr(t.ino).await.unwrap().size;
+        b.write(w, size, add).await.unwrap();
+        b.flush(w).await.unwrap();
+        b.release(w).await.unwrap();
+        past_ttl().await;
+        let ta = a.lookup(ROOT, "t").await.unwrap().ino;
+        assert_eq!(read(&a, ta).await.unwrap(), want);
+        write(&a, ROOT, "t", b"v3-three-three\n").await;
+        past_ttl().await;
+    }
+    b.release(r).await.unwrap();
 }
 
 /// Two writers of one file on two mounts: the last close wins, whole; the other's bytes are gone.

@@ -40,7 +40,8 @@ fn config() -> FsConfig {
 /// stack, retries per `retry`.
 fn mount(mem: &Arc<InMemory>, retry: RetryPolicy) -> (Fs, Arc<FaultControl>) {
     let ctl = Arc::new(FaultControl::default());
-    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem.clone()) };
+    let parts = Arc::new(common::MemoryParts::new(mem.clone()));
+    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(parts) };
     let cfg = StoreConfig { retry, ..StoreConfig::default() };
     let bucket = Bucket::stack(FaultStore::layer(backend, ctl.clone()), &Path::from("pre"), "faulty", &cfg);
     assert!(bucket.multipart.is_some(), "the stack forwards the multipart API");
@@ -212,7 +213,8 @@ async fn max_requests_bounds_the_requests_in_flight() {
     }
     let ctl = Arc::new(FaultControl::default());
     ctl.delay(Op::Head, Duration::from_millis(100));
-    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem.clone()) };
+    let parts = Arc::new(common::MemoryParts::new(mem.clone()));
+    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(parts) };
     let cfg = StoreConfig { max_requests: 2, retry: quick(), ..StoreConfig::default() };
     let bucket = Bucket::stack(FaultStore::layer(backend, ctl.clone()), &Path::from("pre"), "limited", &cfg);
     let started = std::time::Instant::now();

@@ -13,6 +13,7 @@ use shrinkfs_codec::FileMeta;
 use shrinkfs_codec::format::S_IFREG;
 
 use super::{FileAttrs, Fs, SetAttr};
+use crate::attrs::attr_from_object;
 use crate::error::{Error, Result};
 use crate::handles::Opening;
 use crate::inode::{Attr, Inode, Kind, join};
@@ -102,7 +103,8 @@ impl Fs {
         }
         let Some(file) = self.handles.file(i.ino) else { return Ok(false) };
         let mut of = file.lock().await;
-        let untouched = matches!(of.body, Body::Clean) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
+        // Nothing here differs from `base` (bytes kept staged after a commit are base's).
+        let untouched = !matches!(of.body, Body::Streaming(_)) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
         let base = of.base.clone().filter(|b| untouched && !b.id.etag.is_empty());
         let Some(base) = base.filter(|_| self.handles.writers(i.ino) == 0) else { return Ok(false) };
         let now = self.names.inode(i.ino)?;
@@ -172,7 +174,20 @@ impl Fs {
                 match self.handles.attach(ino, write, None) {
                     Some(f) => f,
                     None => {
+                        let since = self.names.table().changes();
                         let fresh = self.load(&i, write, write && truncate).await?;
+                        // The kernel was told another size (of an older version, for the entry
+                        // TTL): an append would land at that size, a read stop there. The open
+                        // fails once with ESTALE, so the kernel looks the file up again and
+                        // learns this version's size first (see `renew_outdated`).
+                        if let Some(b) = fresh.base.as_ref().filter(|_| !(write && truncate)) {
+                            let now = self.names.inode(ino)?;
+                            if now.fetched.is_some() && now.attr.size != b.size() {
+                                let (kind, attr) = attr_from_object(b);
+                                self.names.table().observe(now.parent, &now.name, kind, attr, false, since);
+                                return Err(Error::Stale);
+                            }
+                        }
                         loaded = fresh.base.as_ref().map(|b| b.id.etag.clone());
                         self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
                     }

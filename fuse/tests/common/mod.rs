@@ -94,3 +94,72 @@ impl object_store::list::PaginatedListStore for PagedMemory {
         Ok(object_store::list::PaginatedListResult { result, page_token: None })
     }
 }
+
+/// Multipart uploads into an in-memory store whose parts may arrive in any order: object_store's
+/// own `InMemory` uploads panic on a part that arrives two or more places ahead of the others
+/// (which retries after an outage make happen).
+#[derive(Debug)]
+pub struct MemoryParts {
+    /// The objects.
+    pub store: std::sync::Arc<object_store::memory::InMemory>,
+    uploads: std::sync::Mutex<std::collections::HashMap<String, Vec<Option<bytes::Bytes>>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl MemoryParts {
+    /// Uploads into `store`.
+    pub fn new(store: std::sync::Arc<object_store::memory::InMemory>) -> Self {
+        MemoryParts { store, uploads: Default::default(), next: Default::default() }
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::multipart::MultipartStore for MemoryParts {
+    async fn create_multipart(&self, _path: &object_store::path::Path) -> object_store::Result<String> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_string();
+        self.uploads.lock().unwrap().insert(id.clone(), Vec::new());
+        Ok(id)
+    }
+
+    async fn put_part(
+        &self,
+        _path: &object_store::path::Path,
+        id: &String,
+        part_idx: usize,
+        data: object_store::PutPayload,
+    ) -> object_store::Result<object_store::multipart::PartId> {
+        let mut uploads = self.uploads.lock().unwrap();
+        let parts = uploads
+            .get_mut(id)
+            .ok_or_else(|| object_store::Error::NotFound { path: id.clone(), source: "no such upload".into() })?;
+        if parts.len() <= part_idx {
+            parts.resize(part_idx + 1, None);
+        }
+        parts[part_idx] = Some(bytes::Bytes::from(data));
+        Ok(object_store::multipart::PartId { content_id: part_idx.to_string() })
+    }
+
+    async fn complete_multipart(
+        &self,
+        path: &object_store::path::Path,
+        id: &String,
+        parts: Vec<object_store::multipart::PartId>,
+    ) -> object_store::Result<object_store::PutResult> {
+        let held = self.uploads.lock().unwrap().remove(id).unwrap_or_default();
+        let mut whole = Vec::new();
+        for p in &parts {
+            let idx: usize = p.content_id.parse().unwrap_or(usize::MAX);
+            let part = held.get(idx).cloned().flatten().ok_or_else(|| object_store::Error::Generic {
+                store: "MemoryParts",
+                source: format!("part {idx} missing").into(),
+            })?;
+            whole.extend_from_slice(&part);
+        }
+        object_store::ObjectStore::put(self.store.as_ref(), path, whole.into()).await
+    }
+
+    async fn abort_multipart(&self, _path: &object_store::path::Path, id: &String) -> object_store::Result<()> {
+        self.uploads.lock().unwrap().remove(id);
+        Ok(())
+    }
+}
