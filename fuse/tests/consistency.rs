@@ -343,11 +343,10 @@ async fn within_the_listing_ttl_listings_show_this_mounts_changes_and_not_anothe
     assert_eq!(names(&b, ROOT).await, ["f2:3", "h:9"], "after the listing TTL");
 }
 
-/// A listing whose pages come while this mount changes the directory records those changes
-/// with it: a name made after its first page shows in the next listing answered from it, and a
-/// name removed after its page was listed does not.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
+/// Another mount's directory "d" of five files, b0 to b4, and a mount keeping listings of a
+/// store listed two entries a page (so "d", with its marker, takes three pages); returns that mount
+/// and d's inode there.
+async fn paged_listing_mount() -> (Fs, u64) {
     let store = Arc::new(InMemory::new());
     let pages = Arc::new(common::PagedMemory { store: store.clone(), cap: 2 });
     let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(pages), multipart: None };
@@ -358,6 +357,15 @@ async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
     }
     let fs = listing_mount(backend, NamespaceConfig { page_keys: 2, ..NamespaceConfig::default() });
     let d = fs.lookup(ROOT, "d").await.unwrap().ino;
+    (fs, d)
+}
+
+/// A listing whose pages come while this mount changes the directory records those changes
+/// with it: a name made after its first page shows in the next listing answered from it, and a
+/// name removed after its page was listed does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
+    let (fs, d) = paged_listing_mount().await;
     // The first page (the directory's marker and b0) is listed at the open; the rest at the
     // first readdir. "a0" sorts before every page that is still to come.
     let fh = fs.opendir(d).await.unwrap();
@@ -373,16 +381,7 @@ async fn changes_made_while_a_listings_pages_come_are_kept_with_it() {
 /// path, so that listing is not kept, and the directory's next listing shows every entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_of_a_directory_renamed_while_its_pages_came_is_not_kept() {
-    let store = Arc::new(InMemory::new());
-    let pages = Arc::new(common::PagedMemory { store: store.clone(), cap: 2 });
-    let backend = shrinkfs_fuse::store::Backend { store: store.clone(), pages: Some(pages), multipart: None };
-    let other = mount(&store);
-    let od = other.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
-    for k in 0..5 {
-        write(&other, od, &format!("b{k}"), b"x").await;
-    }
-    let fs = listing_mount(backend, NamespaceConfig { page_keys: 2, ..NamespaceConfig::default() });
-    let d = fs.lookup(ROOT, "d").await.unwrap().ino;
+    let (fs, d) = paged_listing_mount().await;
     let fh = fs.opendir(d).await.unwrap();
     fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
     let _ = fs.readdir(fh, d, 0).await.unwrap();
