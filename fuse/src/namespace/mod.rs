@@ -240,9 +240,8 @@ impl Namespace {
         self.cfg.negative_ttl.max(self.cfg.listing_ttl)
     }
 
-    /// Directory `dir` was listed completely, the listing having started at `at` when the table's
-    /// change count was `since` and the directory's path was `path`: `names` are all it held then
-    /// (with their kinds). What this mount changed there while its pages came is applied on top:
+    /// Directory `dir` was listed completely, from `at` (see [`Start`]), its path then being
+    /// `path`: `names` are all it held then (with their kinds). What this mount changed there while its pages came is applied on top:
     /// names made or moved in since are added, names removed here (or missed by a lookup) since
     /// are left out. A listing of a directory moved meanwhile is not kept (its later pages may
     /// have listed an emptied path).
