@@ -87,13 +87,17 @@ impl Fs {
     /// - No file there (another mount removed it): the name is forgotten and the readers' state
     ///   is unlinked (nothing is stored from it any more), as if removed here.
     ///
-    /// Returns whether either happened: the caller then fails with `ESTALE` once, so the kernel
+    /// Returns whether either happened (now or before): the caller then fails with `ESTALE`, so the kernel
     /// looks the file up again (learning the new size, or that the name is gone) and retries.
     /// When the store cannot be asked or read, the caller fails rather than act on the old
     /// version. The caller holds `ino`'s opening lock (`_held`), so no writer attaches meanwhile.
     /// Not with `--writeback-cache`, where the kernel keeps its own size of a cached file (for
     /// buckets only this mount writes).
     async fn renew_outdated(&self, i: &Inode, _held: &Opening<'_>) -> Result<bool> {
+        // Found removed elsewhere before: nothing may be stored from it.
+        if self.handles.file(i.ino).is_some_and(|f| f.is_gone()) {
+            return Ok(true);
+        }
         if self.cfg.writer.writeback_cache
             || !self.handles.is_open(i.ino)
             || self.names.trusted(i)
@@ -142,6 +146,22 @@ impl Fs {
         Ok(true)
     }
 
+    /// Whether the kernel was told another size of `ino` (of an older version, for the entry TTL)
+    /// than `fresh`, just loaded when the table's change count was `since`, has: an append would
+    /// land at that size, a read stop there. The table then describes `fresh`'s version, and the
+    /// open fails once with `ESTALE`, so the kernel looks the file up again and learns this
+    /// version's size first (see `renew_outdated`).
+    fn told_another_size(&self, ino: u64, fresh: &OpenFile, since: u64) -> Result<bool> {
+        let Some(b) = &fresh.base else { return Ok(false) };
+        let now = self.names.inode(ino)?;
+        if now.fetched.is_none() || now.attr.size == b.size() {
+            return Ok(false);
+        }
+        let (kind, attr) = attr_from_object(b);
+        self.names.table().observe(now.parent, &now.name, kind, attr, false, since);
+        Ok(true)
+    }
+
     /// Opens a file; `truncate` (O_TRUNC) empties it.
     pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64> {
         let i = self.names.inode(ino)?;
@@ -151,15 +171,14 @@ impl Fs {
         if write {
             self.writable()?;
         }
-        // A writer holds the inode's opening lock until it has attached and knows its generation:
-        // no renew runs under it.
-        // Store changes are held off meanwhile, as for every change: a directory's rename moves
-        // no object under this HEAD.
+        // A writer holds the inode's opening lock until it has attached and knows its generation
+        // (no renew runs under it), and holds store changes off, as every change does (a
+        // directory's rename moves no object under the renew's HEAD).
         let mut held = None;
         let moving = if write { Some(self.moving.read().await) } else { None };
         if write {
             let opening = held.insert(self.handles.opening(ino).await);
-            if self.renew_outdated(&i, opening).await? || self.handles.file(ino).is_some_and(|f| f.is_gone()) {
+            if self.renew_outdated(&i, opening).await? {
                 return Err(Error::Stale);
             }
         }
@@ -176,17 +195,8 @@ impl Fs {
                     None => {
                         let since = self.names.table().changes();
                         let fresh = self.load(&i, write, write && truncate).await?;
-                        // The kernel was told another size (of an older version, for the entry
-                        // TTL): an append would land at that size, a read stop there. The open
-                        // fails once with ESTALE, so the kernel looks the file up again and
-                        // learns this version's size first (see `renew_outdated`).
-                        if let Some(b) = fresh.base.as_ref().filter(|_| !(write && truncate)) {
-                            let now = self.names.inode(ino)?;
-                            if now.fetched.is_some() && now.attr.size != b.size() {
-                                let (kind, attr) = attr_from_object(b);
-                                self.names.table().observe(now.parent, &now.name, kind, attr, false, since);
-                                return Err(Error::Stale);
-                            }
+                        if !(write && truncate) && self.told_another_size(ino, &fresh, since)? {
+                            return Err(Error::Stale);
                         }
                         loaded = fresh.base.as_ref().map(|b| b.id.etag.clone());
                         self.handles.attach(ino, write, Some(fresh)).expect("fresh state given")
@@ -495,9 +505,7 @@ impl Fs {
         }
         // A change to a file only readers hold, replaced or removed elsewhere, applies to the new
         // version or fails: never to the old one (see `renew_outdated`).
-        if self.handles.is_open(ino) && self.renew_outdated(&i, &self.handles.opening(ino).await).await?
-            || self.handles.file(ino).is_some_and(|f| f.is_gone())
-        {
+        if self.handles.is_open(ino) && self.renew_outdated(&i, &self.handles.opening(ino).await).await? {
             return Err(Error::Stale);
         }
         let SetAttr { size, mode, uid, gid, atime, mtime } = change;
