@@ -45,12 +45,14 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Compress a file into a shrinkfs object (`-` for stdin/stdout).
+    #[command(allow_negative_numbers = true)]
     Pack(PackArgs),
     /// Decode a shrinkfs object back into the original bytes (plain objects are copied as they are).
     Unpack(UnpackArgs),
     /// Describe a stored object: format version, frames, codecs, sizes and ratio.
     Inspect(InspectArgs),
     /// Mount a bucket (a local directory, s3://bucket[/prefix] or memory://) at a directory.
+    #[command(allow_negative_numbers = true)]
     Mount(Box<MountArgs>),
     /// Unmount a shrinkfs mount (pending files are uploaded first by the mount process).
     Unmount(UnmountArgs),
@@ -93,9 +95,11 @@ pub struct StatsArgs {
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Ratio and host-to-host GB/s of every CPU and GPU codec, plus the small-object case.
+    #[command(allow_negative_numbers = true)]
     Codecs(BenchCodecsArgs),
     /// Run filesystem workloads on mounted directories side by side and report throughput,
     /// latency, the filesystem process's CPU and memory, and the bytes stored.
+    #[command(allow_negative_numbers = true)]
     Fs(Box<BenchFsArgs>),
 }
 

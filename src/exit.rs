@@ -105,6 +105,13 @@ mod tests {
             crate::cli::Cli::try_parse_from(["shrinkfs", "mount", "memory://", "/m", "--metadata-ttl=-1"]).unwrap_err();
         let m = clap_message(&e);
         assert!(!m.contains('\n') && m.contains("--metadata-ttl") && m.contains("0 to 86400"), "{m}");
+        // A negative number given as the next word is the flag's (bad) value, not an unknown flag.
+        let e = crate::cli::Cli::try_parse_from(["shrinkfs", "mount", "memory://", "/m", "--metadata-ttl", "-5"])
+            .unwrap_err();
+        let m = clap_message(&e);
+        assert!(!m.contains('\n') && m.contains("--metadata-ttl") && m.contains("0 to 86400"), "{m}");
+        let e = crate::cli::Cli::try_parse_from(["shrinkfs", "bench", "fs", "--files", "-3"]).unwrap_err();
+        assert!(clap_message(&e).contains("--files"), "{}", clap_message(&e));
         let e = crate::cli::Cli::try_parse_from(["shrinkfs", "pack", "--codec", "brotli", "a", "b"]).unwrap_err();
         let m = clap_message(&e);
         assert!(!m.contains('\n') && m.contains("--codec") && m.contains("possible values"), "{m}");

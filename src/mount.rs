@@ -268,7 +268,7 @@ fn serve(
     let services = Services { dispatcher: Arc::new(dispatcher), disk_cache };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let bucket = rt.block_on(store::open(&source, &s3))?;
-    rt.block_on(bucket.check_reachable())?;
+    rt.block_on(bucket.check_reachable(std::time::Duration::from_secs(30)))?;
     if a.skip_key_check {
         tracing::warn!("--skip-key-check: the key is not compared with the bucket's sealed objects");
     } else {

@@ -7,7 +7,7 @@ pub mod collect;
 pub mod names;
 pub mod text;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -97,6 +97,9 @@ pub struct StoreMetrics {
     deletes_behind: Gauge,
     read_bytes: Counter,
     written_bytes: Counter,
+    /// Why the latest try that failed for a passing reason failed (not exported: the one line
+    /// an error about a store that never answered can name).
+    last_retried: Arc<Mutex<Option<String>>>,
 }
 
 impl StoreMetrics {
@@ -110,9 +113,15 @@ impl StoreMetrics {
         self.errors.get_or_create(&KindLabel { kind }).inc();
     }
 
-    /// Counts a retry of `kind`.
-    pub fn retry(&self, kind: &'static str) {
+    /// Counts a retry of `kind`, after a try that failed with `reason`.
+    pub fn retry(&self, kind: &'static str, reason: &dyn std::fmt::Display) {
         self.retries.get_or_create(&KindLabel { kind }).inc();
+        *self.last_retried.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.to_string());
+    }
+
+    /// Why the latest try that was retried failed, if one was.
+    pub fn last_retried(&self) -> Option<String> {
+        self.last_retried.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Moves the in-flight gauge.
@@ -184,6 +193,7 @@ impl Metrics {
             deletes_behind: Gauge::default(),
             read_bytes: Counter::default(),
             written_bytes: Counter::default(),
+            last_retried: Arc::default(),
         };
         let mut m = Metrics {
             registry: Registry::default(),

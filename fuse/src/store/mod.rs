@@ -256,12 +256,18 @@ pub enum OpenError {
         source: object_store::Error,
     },
     /// The first request got no answer in time.
-    #[error("{describe}: no answer within {} s (is the endpoint reachable?)", .after.as_secs())]
+    #[error(
+        "{describe}: no answer within {} s (is the endpoint reachable?){}",
+        .after.as_secs(),
+        .last.as_ref().map(|e| format!("; the last try failed: {e}")).unwrap_or_default()
+    )]
     NoAnswer {
         /// The bucket.
         describe: String,
         /// How long it waited.
         after: std::time::Duration,
+        /// Why the last of its tries failed, where one failed (refused, reset) rather than hung.
+        last: Option<String>,
     },
     /// The first request failed: a missing bucket, refused credentials, an unreachable endpoint.
     #[error("{describe}")]
@@ -365,14 +371,14 @@ impl Bucket {
     }
 
     /// Lists one key: fails clearly when the bucket is missing, the credentials are refused or
-    /// the endpoint cannot be reached.
-    pub async fn check_reachable(&self) -> Result<(), OpenError> {
+    /// the endpoint cannot be reached, or (naming why the last try failed) when that takes
+    /// longer than `after`, retries included.
+    pub async fn check_reachable(&self, after: std::time::Duration) -> Result<(), OpenError> {
         let mut list = self.store.list(None);
-        let after = std::time::Duration::from_secs(30);
         let first = tokio::time::timeout(after, list.next()).await;
         let describe = self.describe.clone();
         match first {
-            Err(_) => Err(OpenError::NoAnswer { describe, after }),
+            Err(_) => Err(OpenError::NoAnswer { describe, after, last: self.metrics.store().last_retried() }),
             Ok(Some(Err(source))) => Err(OpenError::Unreachable { describe, source }),
             Ok(_) => Ok(()),
         }
@@ -461,6 +467,26 @@ mod tests {
         assert_eq!(Source::parse("/data").unwrap(), Source::Local("/data".into()));
         assert!(Source::parse("s3://").is_err());
         assert!(Source::parse("gs://x").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_keeps_failing_at_the_start_is_reported_with_its_last_failure() {
+        use fault::FaultControl;
+        let ctl = Arc::new(FaultControl::default());
+        let backend = fault::FaultStore::layer(Backend::plain(Arc::new(InMemory::new())), ctl.clone());
+        let b = Bucket::stack(backend, &Path::default(), "s3://b/", &StoreConfig::default());
+        ctl.set_down(true);
+        let e = b.check_reachable(Duration::from_millis(300)).await.unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, OpenError::NoAnswer { .. }), "{e:?}");
+        assert!(
+            m.starts_with("s3://b/: no answer within")
+                && m.contains("the last try failed: ")
+                && m.contains("injected outage"),
+            "{m}"
+        );
+        ctl.set_down(false);
+        b.check_reachable(Duration::from_secs(30)).await.unwrap();
     }
 
     #[tokio::test]
