@@ -232,6 +232,8 @@ async fn kept_listings_leave_out_names_whose_deletes_are_queued_and_show_them_ag
     // A queued DELETE that fails: the file is still in the bucket, and listed again.
     fs.unlink(p, "z").await.unwrap();
     assert_eq!(names(&fs, p).await, ["y"]);
+    // z's DELETE done first, so the one that fails is y's.
+    fs.fsyncdir(ROOT).await.unwrap();
     ctl.fail_next(Op::Delete, 1);
     fs.unlink(p, "y").await.unwrap();
     assert!(fs.fsyncdir(ROOT).await.is_err(), "the failure is reported");
