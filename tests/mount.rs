@@ -864,6 +864,25 @@ fn two_mounts_of_one_bucket_see_each_other_as_the_consistency_model_says() {
     drop(held);
     past_ttl();
     assert_eq!(fs::read(ma.join("log")).unwrap(), b"one\ntwo\nthree\n", "appended to the newest version");
+
+    // Line 5 again: past the TTL a new reader's open (and `stat`) on b beside a reader holding
+    // the file shows a's version, while the held reader keeps reading its own.
+    let old: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(ma.join("conf"), &old).unwrap();
+    let mut held = fs::File::open(mb.join("conf")).unwrap();
+    let mut head = vec![0u8; 1000];
+    held.read_exact(&mut head).unwrap();
+    fs::write(ma.join("conf"), b"short new version\n").unwrap();
+    past_ttl();
+    assert_eq!(fs::metadata(mb.join("conf")).unwrap().len(), 18, "stat: the new size");
+    assert_eq!(fs::read(mb.join("conf")).unwrap(), b"short new version\n", "a new open: the new version");
+    assert_eq!(held.metadata().unwrap().len(), old.len() as u64, "the held file keeps its size");
+    let mut rest = Vec::new();
+    match held.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest == old[1000..], "the held reader: its own version, whole"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "or ESTALE, never a mix: {e}"),
+    }
+    drop(held);
     a.unmount();
     b.unmount();
 }

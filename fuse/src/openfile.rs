@@ -34,8 +34,9 @@ pub struct FileCell {
     /// Times the state was loaded anew from a version another mount stored, while only readers
     /// held it (see `Fs::renew_outdated`): a handle opened before the last time reads `ESTALE`.
     generation: AtomicU64,
-    /// The object was found removed elsewhere while only readers held the state (see
-    /// `Fs::renew_outdated`): no writer or change may use it (nothing would be stored).
+    /// The object was found removed or replaced elsewhere while only readers held the state
+    /// (see `Fs::renew_outdated`, `Fs::detach_replaced`): the name is no longer this state's, and
+    /// no writer or change may use it (nothing would be stored).
     gone: std::sync::atomic::AtomicBool,
 }
 
@@ -67,12 +68,12 @@ impl FileCell {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Its object was found removed elsewhere (see the field).
+    /// Its object was found removed or replaced elsewhere (see the field).
     pub fn set_gone(&self) {
         self.gone.store(true, Ordering::Release);
     }
 
-    /// Whether its object was found removed elsewhere.
+    /// Whether its object was found removed or replaced elsewhere.
     pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)
     }

@@ -94,23 +94,16 @@ impl Fs {
     /// Not with `--writeback-cache`, where the kernel keeps its own size of a cached file (for
     /// buckets only this mount writes).
     async fn renew_outdated(&self, i: &Inode, _held: &Opening<'_>) -> Result<bool> {
-        // Found removed elsewhere before: nothing may be stored from it.
+        // Found removed or replaced elsewhere before: nothing may be stored from it.
         if self.handles.file(i.ino).is_some_and(|f| f.is_gone()) {
             return Ok(true);
         }
-        if self.cfg.writer.writeback_cache
-            || !self.handles.is_open(i.ino)
-            || self.names.trusted(i)
-            || self.handles.writers(i.ino) > 0
-        {
+        if !self.may_be_outdated(i) {
             return Ok(false);
         }
         let Some(file) = self.handles.file(i.ino) else { return Ok(false) };
         let mut of = file.lock().await;
-        // Nothing here differs from `base` (bytes kept staged after a commit are base's).
-        let untouched = !matches!(of.body, Body::Streaming(_)) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
-        let base = of.base.clone().filter(|b| untouched && !b.id.etag.is_empty());
-        let Some(base) = base.filter(|_| self.handles.writers(i.ino) == 0) else { return Ok(false) };
+        let Some(base) = self.read_only_base(i.ino, &of) else { return Ok(false) };
         let now = self.names.inode(i.ino)?;
         if now.kind != Kind::File || self.names.trusted(&now) {
             return Ok(false);
@@ -144,6 +137,70 @@ impl Fs {
         self.pages.changed(i.ino);
         tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
         Ok(true)
+    }
+
+    /// Whether file `i` is held open here by readers alone and its attributes are past the
+    /// metadata TTL, so the store may hold another version (not with `--writeback-cache`, where
+    /// the kernel keeps its own size of a cached file).
+    fn may_be_outdated(&self, i: &Inode) -> bool {
+        i.kind == Kind::File
+            && !self.cfg.writer.writeback_cache
+            && self.handles.is_open(i.ino)
+            && !self.names.trusted(i)
+            && self.handles.writers(i.ino) == 0
+    }
+
+    /// The stored version `of` (the state of `ino`, locked) holds, when only readers hold it and
+    /// nothing here differs from that version (bytes kept staged after a commit are its own).
+    fn read_only_base(&self, ino: u64, of: &OpenFile) -> Option<crate::objects::ObjectInfo> {
+        let untouched = !matches!(of.body, Body::Streaming(_)) && !of.dirty && of.ahead.is_empty() && !of.unlinked;
+        of.base.clone().filter(|b| untouched && !b.id.etag.is_empty() && self.handles.writers(ino) == 0)
+    }
+
+    /// Before a lookup of `name` in `parent` answers with the inode of a file that only readers
+    /// hold here (past the metadata TTL; see [`Self::may_be_outdated`]): the store is asked (a
+    /// HEAD), and when it holds another version, or none, the name leaves that inode, as if the
+    /// file had been replaced or removed here. The readers keep their inode and their version
+    /// (line 5 of "Consistency": one version per handle), so the kernel's pages and a program's
+    /// mapping of it stay whole; the lookup then answers with a new inode for the new version
+    /// (or finds no file), whose opens read it. Nothing is stored from the old inode any more:
+    /// a writer or a change that reaches it without a lookup gets `ESTALE`.
+    pub(super) async fn detach_replaced(&self, parent: u64, name: &str) -> Result<()> {
+        let Some(i) = self.names.table().child(parent, name).cloned() else { return Ok(()) };
+        if !self.may_be_outdated(&i) {
+            return Ok(());
+        }
+        // As a writer's open: no writer attaches, and no directory moves, meanwhile.
+        let _moving = self.moving.read().await;
+        let _held = self.handles.opening(i.ino).await;
+        let Some(file) = self.handles.file(i.ino).filter(|f| !f.is_gone()) else { return Ok(()) };
+        let mut of = file.lock().await;
+        let Some(base) = self.read_only_base(i.ino, &of) else { return Ok(()) };
+        let now = self.names.inode(i.ino)?;
+        if now.parent != parent || now.name != name || self.names.trusted(&now) {
+            return Ok(());
+        }
+        let since = self.names.table().changes();
+        let stored = self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await?;
+        if let Some((Kind::File, attr)) = &stored
+            && attr.etag.as_deref().is_none_or(|e| e == &*base.id.etag)
+        {
+            self.names.table().observe(parent, name, Kind::File, attr.clone(), false, since);
+            return Ok(());
+        }
+        of.unlinked = true;
+        file.set_gone();
+        let mut t = self.names.table();
+        if t.child(parent, name).is_some_and(|c| c.ino == i.ino) {
+            t.remove_name(parent, name);
+            // The new version is known as of the HEAD: the lookup answers from it. Anything else
+            // there (none, a directory, a link) the lookup asks for itself.
+            if let Some((Kind::File, attr)) = stored {
+                t.observe(parent, name, Kind::File, attr, false, since);
+            }
+        }
+        tracing::debug!(ino = i.ino, path = now.path, "open file replaced or removed elsewhere: its name moves on");
+        Ok(())
     }
 
     /// Whether the kernel was told another size of `ino` (of an older version, for the entry TTL)

@@ -237,6 +237,7 @@ impl Fs {
 
     /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
+        self.detach_replaced(parent, name).await?;
         let i = self.names.lookup(parent, name, &self.is_open()).await?;
         // An open file's size and times are its live ones: the stored ones would make the
         // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).
