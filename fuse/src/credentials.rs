@@ -215,7 +215,7 @@ enum ProfileError {
         source: std::io::Error,
     },
     /// aws-config could not parse the files.
-    #[error("{}", chain(.0))]
+    #[error("{}", crate::error::chain(.0))]
     Load(#[source] aws_runtime::env_config::error::EnvConfigFileLoadError),
 }
 
@@ -386,21 +386,7 @@ fn sdk_message(e: &SdkError) -> String {
     if let SdkError::ProviderTimedOut(t) = e {
         return format!("no answer within {} s", t.timeout_duration().as_secs());
     }
-    chain(e)
-}
-
-/// An error and its causes as "error: cause: cause", on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = cause.source();
-    }
-    parts.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::error::chain(e)
 }
 
 /// object_store's view of an aws-config provider: the last credentials, fetched again shortly

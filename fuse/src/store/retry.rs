@@ -46,7 +46,7 @@ where
         match r {
             Err(e) if is_transient(&e) && policy.allows(retry + 1, start.elapsed()) => {
                 retry += 1;
-                metrics.retry(kind, &e);
+                metrics.retry(kind, &crate::error::chain(&e));
                 tracing::debug!(kind, retry, error = %e, "store request failed; trying again");
                 tokio::time::sleep(policy.backoff(retry)).await;
             }
