@@ -735,6 +735,111 @@ async fn past_the_ttl_a_lookup_beside_readers_finds_the_new_version_and_the_read
     assert!(matches!(a.lookup(ROOT, "gone").await, Err(Error::NotFound)), "nothing brought back");
 }
 
+/// A rename here of a name another mount replaced while readers hold it here: past the TTL the
+/// rename fails once with ESTALE (the kernel named the readers' file; it looks the name up
+/// again and retries), then moves the new version; a rename onto such a name replaces the new
+/// version. The readers keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_of_a_name_replaced_elsewhere_beside_readers_moves_the_new_version() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"old f").await;
+    write(&a, ROOT, "d", b"old d").await;
+    let (f, d) = (b.lookup(ROOT, "f").await.unwrap(), b.lookup(ROOT, "d").await.unwrap());
+    let (rf, rd) = (b.open(f.ino, false, false).await.unwrap(), b.open(d.ino, false, false).await.unwrap());
+    assert_eq!(&b.read(rf, 0, 100).await.unwrap()[..], b"old f");
+    assert_eq!(&b.read(rd, 0, 100).await.unwrap()[..], b"old d");
+    write(&a, ROOT, "f", b"new f").await;
+    write(&a, ROOT, "d", b"new d").await;
+    past_ttl().await;
+    let e = b.rename(ROOT, "f", ROOT, "g", false).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
+    let f2 = b.lookup(ROOT, "f").await.unwrap();
+    assert_ne!(f2.ino, f.ino);
+    b.rename(ROOT, "f", ROOT, "g", false).await.unwrap();
+    write(&b, ROOT, "src", b"from b").await;
+    b.rename(ROOT, "src", ROOT, "d", false).await.unwrap();
+    assert_eq!(&b.read(rf, 0, 100).await.unwrap()[..], b"old f", "the readers keep their version");
+    b.release(rf).await.unwrap();
+    b.release(rd).await.unwrap();
+    past_ttl().await;
+    let (g, d) = (a.lookup(ROOT, "g").await.unwrap().ino, a.lookup(ROOT, "d").await.unwrap().ino);
+    assert_eq!(read(&a, g).await.unwrap(), b"new f", "the new version moved");
+    assert_eq!(read(&a, d).await.unwrap(), b"from b", "the new version replaced");
+    assert!(matches!(a.lookup(ROOT, "f").await, Err(Error::NotFound)));
+}
+
+/// A listing (`ls -l`) past the TTL tells the kernel not to keep the entry of a file readers
+/// hold here, so its next lookup asks the store and moves the name on to the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_past_the_ttl_beside_readers_leaves_the_new_version_to_the_next_lookup() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"one").await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    let r = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"one");
+    let kept = |entries: Vec<(u64, shrinkfs_fuse::DirEntry, shrinkfs_fuse::FileAttrs, bool)>| {
+        entries.into_iter().find(|(_, e, _, _)| e.name == "f").map(|(_, _, at, keep)| (at.ino, keep)).unwrap()
+    };
+    let fh = b.opendir(ROOT).await.unwrap();
+    assert_eq!(kept(b.readdirplus(fh, ROOT, 0).await.unwrap()), (f.ino, true), "within the TTL");
+    b.releasedir(fh);
+    write(&a, ROOT, "f", b"second").await;
+    past_ttl().await;
+    let fh = b.opendir(ROOT).await.unwrap();
+    assert_eq!(kept(b.readdirplus(fh, ROOT, 0).await.unwrap()), (f.ino, false), "asked again at the next lookup");
+    b.releasedir(fh);
+    let g = b.lookup(ROOT, "f").await.unwrap();
+    assert_ne!(g.ino, f.ino);
+    assert_eq!(read(&b, g.ino).await.unwrap(), b"second");
+    assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"one");
+    b.release(r).await.unwrap();
+}
+
+/// The readers' file whose name moved on: once its last handle has closed, a change or an open
+/// that reaches it without a lookup fails with ESTALE (its path is the new version's now), and
+/// the kernel's forget of it, sent before the last release, lets the mount drop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_file_that_lost_its_name_takes_no_change_once_closed_and_is_forgotten() {
+    use shrinkfs_fuse::SetAttr;
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    write(&a, ROOT, "f", b"one").await;
+    let f = b.lookup(ROOT, "f").await.unwrap();
+    let r = b.open(f.ino, false, false).await.unwrap();
+    write(&a, ROOT, "f", b"second").await;
+    past_ttl().await;
+    let g = b.lookup(ROOT, "f").await.unwrap();
+    assert_ne!(g.ino, f.ino);
+    b.release(r).await.unwrap();
+    for e in [
+        b.open(f.ino, false, false).await.unwrap_err(),
+        b.open(f.ino, true, false).await.unwrap_err(),
+        b.setattr(f.ino, SetAttr { mode: Some(0o600), ..SetAttr::default() }).await.unwrap_err(),
+    ] {
+        assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
+    }
+    // Another: the kernel's forget comes before the last release.
+    write(&a, ROOT, "h", b"one").await;
+    let h = b.lookup(ROOT, "h").await.unwrap();
+    let r = b.open(h.ino, false, false).await.unwrap();
+    write(&a, ROOT, "h", b"second").await;
+    past_ttl().await;
+    assert_ne!(b.lookup(ROOT, "h").await.unwrap().ino, h.ino);
+    let known = |fs: &Fs| -> u64 {
+        let line = fs.state_line();
+        line.split(" inode(s) known").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    b.forget(h.ino, 1);
+    let before = known(&b);
+    b.release(r).await.unwrap();
+    assert_eq!(known(&b), before - 1, "forgotten once closed");
+    past_ttl().await;
+    let now = a.lookup(ROOT, "f").await.unwrap();
+    assert_eq!((now.perm & 0o777 != 0o600, read(&a, now.ino).await.unwrap()), (true, b"second".to_vec()));
+}
+
 /// Found by a black-box probe through real mounts. An open that loads a version of another
 /// size than the kernel was told (here: told by a lookup within the TTL, before the other mount
 /// replaced the file) fails once with ESTALE, so the kernel learns the size before an append.

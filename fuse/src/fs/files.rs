@@ -142,7 +142,7 @@ impl Fs {
     /// Whether file `i` is held open here by readers alone and its attributes are past the
     /// metadata TTL, so the store may hold another version (not with `--writeback-cache`, where
     /// the kernel keeps its own size of a cached file).
-    fn may_be_outdated(&self, i: &Inode) -> bool {
+    pub(super) fn may_be_outdated(&self, i: &Inode) -> bool {
         i.kind == Kind::File
             && !self.cfg.writer.writeback_cache
             && self.handles.is_open(i.ino)
@@ -165,20 +165,22 @@ impl Fs {
     /// mapping of it stay whole; the lookup then answers with a new inode for the new version
     /// (or finds no file), whose opens read it. Nothing is stored from the old inode any more:
     /// a writer or a change that reaches it without a lookup gets `ESTALE`.
-    pub(super) async fn detach_replaced(&self, parent: u64, name: &str) -> Result<()> {
-        let Some(i) = self.names.table().child(parent, name).cloned() else { return Ok(()) };
+    ///
+    /// Returns whether the name moved on. The caller holds no `moving` lock (this takes it).
+    pub(super) async fn detach_replaced(&self, parent: u64, name: &str) -> Result<bool> {
+        let Some(i) = self.names.table().child(parent, name).cloned() else { return Ok(false) };
         if !self.may_be_outdated(&i) {
-            return Ok(());
+            return Ok(false);
         }
         // As a writer's open: no writer attaches, and no directory moves, meanwhile.
         let _moving = self.moving.read().await;
         let _held = self.handles.opening(i.ino).await;
-        let Some(file) = self.handles.file(i.ino).filter(|f| !f.is_gone()) else { return Ok(()) };
+        let Some(file) = self.handles.file(i.ino).filter(|f| !f.is_gone()) else { return Ok(false) };
         let mut of = file.lock().await;
-        let Some(base) = self.read_only_base(i.ino, &of) else { return Ok(()) };
+        let Some(base) = self.read_only_base(i.ino, &of) else { return Ok(false) };
         let now = self.names.inode(i.ino)?;
         if now.parent != parent || now.name != name || self.names.trusted(&now) {
-            return Ok(());
+            return Ok(false);
         }
         let since = self.names.table().changes();
         let stored = self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await?;
@@ -186,7 +188,7 @@ impl Fs {
             && attr.etag.as_deref().is_none_or(|e| e == &*base.id.etag)
         {
             self.names.table().observe(parent, name, Kind::File, attr.clone(), false, since);
-            return Ok(());
+            return Ok(false);
         }
         of.unlinked = true;
         file.set_gone();
@@ -200,7 +202,7 @@ impl Fs {
             }
         }
         tracing::debug!(ino = i.ino, path = now.path, "open file replaced or removed elsewhere: its name moves on");
-        Ok(())
+        Ok(true)
     }
 
     /// Whether the kernel was told another size of `ino` (of an older version, for the entry TTL)
@@ -211,7 +213,7 @@ impl Fs {
     fn told_another_size(&self, ino: u64, fresh: &OpenFile, since: u64) -> Result<bool> {
         let Some(b) = &fresh.base else { return Ok(false) };
         let now = self.names.inode(ino)?;
-        if now.fetched.is_none() || now.attr.size == b.size() {
+        if now.fetched.is_none() || now.parent == 0 || now.attr.size == b.size() {
             return Ok(false);
         }
         let (kind, attr) = attr_from_object(b);
@@ -249,6 +251,8 @@ impl Fs {
                 }
                 match self.handles.attach(ino, write, None) {
                     Some(f) => f,
+                    // A file that lost its name and is no longer open (see `setattr`).
+                    None if i.kind == Kind::File && self.names.inode(ino)?.parent == 0 => return Err(Error::Stale),
                     None => {
                         let since = self.names.table().changes();
                         let fresh = self.load(&i, write, write && truncate).await?;
@@ -475,6 +479,7 @@ impl Fs {
             Err(_) => Ok(()),
         };
         if self.handles.retire(h.ino, &h.file) {
+            self.retired(h.ino);
             if let Err(e) = &res {
                 tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
             }
@@ -574,6 +579,9 @@ impl Fs {
                 opening = Some(self.handles.opening(ino).await);
                 match self.handles.file(ino) {
                     Some(of) => (of, false),
+                    // A file that lost its name (removed, or replaced elsewhere while readers
+                    // held it) and is no longer open: its path is no longer its own.
+                    None if self.names.inode(ino)?.parent == 0 => return Err(Error::Stale),
                     None => (FileCell::new(self.load(&i, true, size == Some(0)).await?), true),
                 }
             }

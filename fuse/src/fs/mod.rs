@@ -73,6 +73,9 @@ pub struct Fs {
     /// subtree between its copy and the deletes of the old keys, where the rename would leave it
     /// behind or delete it. (A create stores nothing: its file's first upload waits.)
     moving: tokio::sync::RwLock<()>,
+    /// Kernel forgets of inodes that were open when they came (the kernel may send an inode's
+    /// FORGET before its last RELEASE), passed on once the last handle has closed.
+    forgotten: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -123,6 +126,7 @@ impl Fs {
             deletes,
             dir_writes: tokio::sync::Mutex::default(),
             moving: tokio::sync::RwLock::default(),
+            forgotten: std::sync::Mutex::default(),
         }
     }
 
@@ -238,6 +242,12 @@ impl Fs {
     /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
         self.detach_replaced(parent, name).await?;
+        self.lookup_here(parent, name).await
+    }
+
+    /// [`Self::lookup`] of the name as this mount knows it, asking the store only where that
+    /// is past the TTL and no handle holds the file (no `detach_replaced`).
+    pub(super) async fn lookup_here(&self, parent: u64, name: &str) -> Result<FileAttrs> {
         let i = self.names.lookup(parent, name, &self.is_open()).await?;
         // An open file's size and times are its live ones: the stored ones would make the
         // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).
@@ -257,10 +267,23 @@ impl Fs {
 
     /// The kernel dropped `n` lookups of `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
+        // Checked and recorded under the lock that `retired` takes after the last handle went.
+        let mut forgotten = self.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.handles.is_open(ino) {
+            *forgotten.entry(ino).or_default() += n;
             return;
         }
+        drop(forgotten);
         self.names.forget(ino, n);
+    }
+
+    /// The last handle of `ino` has closed: the kernel's forgets that came while it was open
+    /// count now.
+    fn retired(&self, ino: u64) {
+        let n = self.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&ino);
+        if let Some(n) = n {
+            self.names.forget(ino, n);
+        }
     }
 
     /// Opens directory `ino`: its first page is listed now, so a missing or unreadable directory
@@ -283,10 +306,17 @@ impl Fs {
         let mut out = Vec::with_capacity(entries.len());
         for (off, e, i) in entries {
             let dots = e.name == "." || e.name == "..";
-            let trusted = !dots && (self.names.trusted(&i) || self.handles.is_open(i.ino));
+            let trusted = !dots && self.kernel_may_keep(&i);
             out.push((off, e, self.live_attrs(&i).await, trusted));
         }
         Ok(out)
+    }
+
+    /// Whether the kernel may keep listed entry `i` for the TTL: a file open here with changes
+    /// is described by its live attributes; one only readers hold, while it is within the TTL
+    /// (else the kernel's next lookup of it asks the store again: `detach_replaced`).
+    fn kernel_may_keep(&self, i: &Inode) -> bool {
+        self.names.trusted(i) || self.handles.is_open(i.ino) && !self.may_be_outdated(i)
     }
 
     /// Forgets an open directory.

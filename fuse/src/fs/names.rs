@@ -247,7 +247,13 @@ impl Fs {
         self.writable()?;
         check_name(name)?;
         check_name(new_name)?;
-        let src_attr = self.lookup(parent, name).await?;
+        // A name of a file replaced elsewhere while readers held it here moves on to the new
+        // version: the kernel, which named the readers' file, looks it up again and retries.
+        if self.detach_replaced(parent, name).await? {
+            return Err(Error::Stale);
+        }
+        let src_attr = self.lookup_here(parent, name).await?;
+        self.detach_replaced(new_parent, new_name).await?;
         // A directory's move keeps every other store change out until it is done (`Fs::moving`);
         // a file's keeps out directory moves, and holds the file itself (below).
         let (_tree, _shared) = match src_attr.kind {
@@ -258,7 +264,7 @@ impl Fs {
         let src_dir = self.names.inode(parent)?;
         let dst_dir = self.names.inode(new_parent)?;
         self.forget(src_attr.ino, 1);
-        let dst = match self.lookup(new_parent, new_name).await {
+        let dst = match self.lookup_here(new_parent, new_name).await {
             Ok(a) => {
                 self.forget(a.ino, 1);
                 Some(a)
