@@ -130,6 +130,30 @@ async fn links_nodes_and_directories_keep_their_times_across_a_remount() {
     }
 }
 
+/// Found by a black-box probe (`tar x`, `cp -a`, `rsync -a` make a directory, fill it, then set
+/// its mode and times): a change of a directory right after an entry changed in it outlives the
+/// rewrite of its marker pending for that entry, here and after a remount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_s_mode_and_times_set_after_its_entries_changed_are_what_its_marker_keeps() {
+    let store = Arc::new(InMemory::new());
+    let fs = mount(&store);
+    let d = fs.mkdir(ROOT, "d", 0o700, 0, 0).await.unwrap();
+    write(&fs, d.ino, "f", b"x").await;
+    let mtime = UNIX_EPOCH + Duration::new(1_546_300_800, 0);
+    let set = SetAttr { mode: Some(0o755), mtime: Some(mtime), uid: Some(7), ..SetAttr::default() };
+    let a = fs.setattr(d.ino, set).await.unwrap();
+    assert_eq!((a.perm, a.mtime, a.uid), (0o755, mtime, 7));
+    fs.write_dir_times().await.unwrap();
+    let b = lookup(&mount(&store), "d").await.unwrap();
+    assert_eq!((b.perm, b.mtime, b.uid), (0o755, mtime, 7), "after a remount");
+    // An entry changed after it moves the times again, and keeps the mode.
+    tick().await;
+    write(&fs, d.ino, "g", b"y").await;
+    fs.write_dir_times().await.unwrap();
+    let c = lookup(&mount(&store), "d").await.unwrap();
+    assert!(c.mtime > mtime && c.perm == 0o755 && c.uid == 7, "{c:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_s_times_follow_its_entries_and_reach_its_marker() {
     let store = Arc::new(InMemory::new());

@@ -378,6 +378,35 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
+    /// `fallocate(2)` through handle `fh`. A bucket has no space to set aside, so the default
+    /// mode extends the file with zeros to `offset + len` where it is shorter (what glibc's
+    /// `posix_fallocate` does where the filesystem does not), and `FALLOC_FL_KEEP_SIZE` alone
+    /// changes nothing; punching, zeroing, collapsing or inserting ranges is not supported.
+    pub async fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Error::Unsupported("fallocate modes other than allocating (punch, zero, collapse, insert)"));
+        }
+        let h = self.handles.handle(fh)?;
+        if !h.write {
+            return Err(Error::NotWritable);
+        }
+        // The kernel refuses ranges past the largest file size (EFBIG) before asking.
+        let end = offset.saturating_add(len);
+        if mode != 0 {
+            return Ok(());
+        }
+        let _writing = h.file.begin_write();
+        let mut of = h.file.lock().await;
+        if h.file.generation() != h.generation {
+            return Err(Error::Stale);
+        }
+        if end <= of.len() {
+            return Ok(());
+        }
+        let i = self.names.inode(h.ino)?;
+        self.writer.truncate(&mut of, &i.path, end).await
+    }
+
     /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
     /// this returns, and the inode describes it.
     pub(super) async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
@@ -627,6 +656,10 @@ impl Fs {
         if size.is_some() {
             return Err(if i.kind == Kind::Dir { Error::IsDir } else { Error::WrongType("truncate a link") });
         }
+        // A directory's marker is written here with the change, and no rewrite for its entries
+        // pending from before may land after it with the attributes it had then.
+        let marked = i.kind == Kind::Dir && i.parent != 0;
+        let _writing = if marked { Some(self.dir_writes.lock().await) } else { None };
         let attr = {
             let mut t = self.names.table();
             let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
@@ -641,7 +674,15 @@ impl Fs {
             cur.attr.clone()
         };
         match i.kind {
-            Kind::Dir if i.parent != 0 => self.put_dir_marker(&i.path, &attr).await?,
+            Kind::Dir if marked => {
+                self.names.drop_dir_times(&i.path);
+                // As the table has it now (an entry changed meanwhile moved its times).
+                let attr = self.names.inode(i.ino)?.attr;
+                if let Err(e) = self.put_dir_marker(&i.path, &attr).await {
+                    self.names.keep_dir_times([(i.path.clone(), attr)].into());
+                    return Err(e);
+                }
+            }
             Kind::Symlink | Kind::Special(_) => self.rewrite_node(i, &attr).await?,
             _ => {}
         }
