@@ -76,6 +76,20 @@ fn directory_and_symlink_metadata_outlive_the_kernel_cache_and_a_remount() {
     let want_link = (libc::S_IFLNK | 0o777, 65534, 100, 1_100_000_000);
     assert_eq!(meta(&private), want_private);
     assert_eq!(meta(&link), want_link);
+    // As `tar x`, `cp -a` and `rsync -a` do: fill a directory, then set its mode and time.
+    let tarred = mnt.join("tarred");
+    fs::create_dir(&tarred).unwrap();
+    fs::set_permissions(&tarred, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(tarred.join("f"), b"x").unwrap();
+    fs::set_permissions(&tarred, fs::Permissions::from_mode(0o755)).unwrap();
+    set_mtime_nofollow(&tarred, 1_200_000_000);
+    let want_tarred = (libc::S_IFDIR | 0o755, 0, 0, 1_200_000_000);
+    // fallocate(1): the file grows with zeros.
+    let f = fs::OpenOptions::new().create(true).truncate(true).write(true).open(mnt.join("pre")).unwrap();
+    // SAFETY: a descriptor open for writing; offsets within range.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 3 << 20) };
+    assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
+    drop(f);
     // The kernel forgets the inodes; lookups bring them back from the bucket.
     drop_kernel_caches();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -84,6 +98,8 @@ fn directory_and_symlink_metadata_outlive_the_kernel_cache_and_a_remount() {
     m.unmount();
     let m = mount(bucket.to_str().unwrap(), &mnt, &["--allow-other"], &[]);
     assert_eq!(meta(&private), want_private, "after a remount");
+    assert_eq!(meta(&tarred), want_tarred, "filled, then changed: after a remount");
+    assert!(fs::read(mnt.join("pre")).unwrap() == vec![0u8; 3 << 20], "fallocated: zeros");
     assert_eq!(meta(&link), want_link, "after a remount");
     assert_eq!(fs::read_link(&link).unwrap(), Path::new("shared/f"));
     assert_eq!(fs::read(&link).unwrap(), b"x");

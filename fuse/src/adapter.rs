@@ -464,6 +464,19 @@ impl Filesystem for FuseAdapter {
         Self::empty(reply, self.run("fsync", ino.0, self.fs.fsync(fh.0)));
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.run("fallocate", ino.0, self.fs.fallocate(fh.0, offset, length, mode)));
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.run("opendir", ino.0, self.fs.opendir(ino.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),

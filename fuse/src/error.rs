@@ -151,7 +151,8 @@ impl Error {
             Error::IsDir => (libc::EISDIR, Failure),
             Error::ReadOnly => (libc::EROFS, Failure),
             Error::Unsupported(_) => (libc::ENOTSUP, Failure),
-            Error::HardLink => (libc::EPERM, Failure),
+            // Programs that try a hard link first (git, lock files) fall back to other ways.
+            Error::HardLink => (libc::EPERM, Expected),
             Error::InvalidName(_)
             | Error::ReservedName(_)
             | Error::NotUtf8(_)

@@ -215,6 +215,37 @@ async fn a_truncation_to_zero_drops_writes_held_past_a_gap() {
     assert_eq!(read_file(&other, fh_ino(&other, "t").await).await, b"after");
 }
 
+/// Found by a black-box probe: `fallocate(1)` failed. The default mode extends a shorter file
+/// with zeros and never shortens one; `FALLOC_FL_KEEP_SIZE` changes nothing; other modes are
+/// not supported; a read-only handle may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallocate_extends_with_zeros_and_never_shortens() {
+    let store = Arc::new(InMemory::new());
+    let fs = fs_on(&store, small_frames());
+    let (attr, fh) = fs.create(ROOT, "pre", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"head").await.unwrap();
+    fs.fallocate(fh, 0, 2, 0).await.unwrap();
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, 4, "never shorter");
+    fs.fallocate(fh, 10_000, 100, libc::FALLOC_FL_KEEP_SIZE).await.unwrap();
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, 4, "the size kept");
+    fs.fallocate(fh, 1000, 9000, 0).await.unwrap();
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, 10_000);
+    fs.write(fh, 5000, b"mid").await.unwrap();
+    for mode in [libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_ZERO_RANGE] {
+        assert_eq!(fs.fallocate(fh, 0, 10, mode).await.unwrap_err().errno(), libc::EOPNOTSUPP);
+    }
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await.unwrap();
+    let mut want = vec![0u8; 10_000];
+    want[..4].copy_from_slice(b"head");
+    want[5000..5003].copy_from_slice(b"mid");
+    let other = fs_on(&store, small_frames());
+    assert!(read_file(&other, fh_ino(&other, "pre").await).await == want, "zeros up to the new size");
+    let r = fs.open(attr.ino, false, false).await.unwrap();
+    assert_eq!(fs.fallocate(r, 0, 20_000, 0).await.unwrap_err().errno(), libc::EBADF);
+    fs.release(r).await.unwrap();
+}
+
 /// On a sealed mount, a write that moves a file's upload into a staging file (a write back over
 /// bytes already sent) keeps every byte, sealed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
