@@ -121,7 +121,9 @@ fn fs_sealed(stand: &Arc<Stand>, policy: GpuPolicy, key: Option<MasterKey>) -> (
     let cfg = DispatchConfig { policy, decode_retry: Duration::from_secs(60), ..DispatchConfig::default() };
     let dispatcher = Arc::new(Dispatcher::with_backend(back, cfg).unwrap());
     let mem = Arc::new(InMemory::new());
-    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(mem) };
+    // Parts may arrive in any order (object_store's own in-memory uploads panic on that).
+    let parts = Arc::new(common::MemoryParts::new(mem.clone()));
+    let backend = Backend { store: mem.clone(), pages: None, multipart: Some(parts) };
     let bucket = Bucket::stack(backend, &Path::from("b"), "memory", &StoreConfig::default());
     let encode = EncodeConfig { frame_size: MIB as u32, key, ..EncodeConfig::default() };
     let cfg = FsConfig { encode, ..FsConfig::default() };

@@ -127,7 +127,8 @@ async fn the_filesystem_core_moves_every_documented_metric() {
     };
     let services = Services { disk_cache: Some(disk), ..Services::default() };
     let retry = RetryPolicy { init_backoff: Duration::from_millis(1), ..RetryPolicy::default() };
-    let backend = FaultStore::layer(Backend { store: mem.clone(), pages: None, multipart: Some(mem) }, ctl.clone());
+    let parts = Arc::new(common::MemoryParts::new(mem.clone()));
+    let backend = FaultStore::layer(Backend { store: mem.clone(), pages: None, multipart: Some(parts) }, ctl.clone());
     let bucket = Bucket::stack(backend, &Path::from("pre"), "metrics", &StoreConfig { retry, ..Default::default() });
     let fs = Arc::new(Fs::new(bucket.clone(), cfg.clone(), services.clone()));
     let m = fs.metrics().clone();
