@@ -664,6 +664,20 @@ fn sequences_found_wrong_once_stay_right() {
             Close { h: 0 },
             List,
         ],
+        vec![
+            Open { file: 0, write: true, trunc: false },
+            Open { file: 1, write: true, trunc: false },
+            Write { h: 19, at: 1, len: 1, seed: 0 },
+            rd(1),
+            Rename { from: 1, to: 0 },
+            Open { file: 1, write: true, trunc: false },
+            Close { h: 101 },
+            rd(0),
+            rd(0),
+            rd(0),
+            Rename { from: 0, to: 1 },
+            List,
+        ],
     ];
     for seq in seqs {
         if let Err(e) = rt.block_on(run(seq)) {

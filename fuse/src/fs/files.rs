@@ -241,6 +241,13 @@ impl Fs {
                 return Err(Error::Stale);
             }
         }
+        // A reader's open that reaches a file only readers hold, past the TTL, without the
+        // kernel's lookup (its entry outlived the TTL the mount counts): asked as that lookup
+        // would; a file replaced or removed elsewhere fails once with ESTALE, and the kernel looks
+        // the name up again and retries.
+        if !write && self.may_be_outdated(&i) && self.detach_replaced(i.parent, &i.name).await? {
+            return Err(Error::Stale);
+        }
         // The version loaded from the store, when this open did (no other handle was open).
         let mut loaded = None;
         let file = match self.handles.attach(ino, write, None) {
@@ -346,7 +353,12 @@ impl Fs {
         if !step.passed.is_empty() {
             self.reader.passed(&info, step.passed);
         }
-        data
+        // The handle's version is gone from the store (removed or replaced elsewhere): the
+        // handle is stale, as for a version replaced (a failed `If-Match`), not a missing name.
+        match data {
+            Err(Error::Store(object_store::Error::NotFound { .. })) => Err(Error::Stale),
+            other => other,
+        }
     }
 
     /// Writes `data` at `offset`; returns the bytes written. A write that lands a little past the

@@ -254,6 +254,19 @@ impl Fs {
         Ok(self.live_attrs(&i).await)
     }
 
+    /// Whether `name` exists in `parent`: a lookup the kernel does not count (forgotten at once,
+    /// or once the file's last handle has closed).
+    pub(super) async fn exists(&self, parent: u64, name: &str) -> Result<bool> {
+        match self.names.lookup(parent, name, &self.is_open()).await {
+            Ok(i) => {
+                self.forget(i.ino, 1);
+                Ok(true)
+            }
+            Err(Error::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Attributes of an inode, refreshed from the store when older than the metadata TTL.
     pub async fn getattr(&self, ino: u64) -> Result<FileAttrs> {
         let open = self.handles.is_open(ino);
@@ -342,7 +355,9 @@ impl Fs {
         // It uploads the file's pending bytes first: not into a directory being moved.
         let _moving = self.moving.read().await;
         let i = self.names.inode(ino)?;
-        if i.kind != Kind::File || !name.starts_with("user.shrinkfs.") {
+        // A file that lost its name (removed, or replaced elsewhere) has no stored object of its
+        // own to describe: its path names another's.
+        if i.kind != Kind::File || i.parent == 0 || !name.starts_with("user.shrinkfs.") {
             return Err(Error::NoXattr);
         }
         self.commit_ino(ino).await?;

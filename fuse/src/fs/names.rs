@@ -23,7 +23,7 @@ impl Fs {
         if dir.kind != Kind::Dir {
             return Err(Error::NotDir);
         }
-        if self.names.exists(parent, name, &self.is_open()).await? {
+        if self.exists(parent, name).await? {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
@@ -162,7 +162,7 @@ impl Fs {
         let _moving = self.moving.read().await;
         check_name(name)?;
         let dir = self.names.inode(parent)?;
-        if self.names.exists(parent, name, &self.is_open()).await? {
+        if self.exists(parent, name).await? {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
@@ -203,7 +203,7 @@ impl Fs {
             S_IFREG | 0 => Kind::File,
             _ => return Err(Error::WrongType("mknod of this file type")),
         };
-        if self.names.exists(parent, name, &self.is_open()).await? {
+        if self.exists(parent, name).await? {
             return Err(Error::Exists);
         }
         let rel = join(&dir.path, name);
@@ -375,10 +375,16 @@ impl Fs {
         Ok(held)
     }
 
-    /// After a rename: open file `ino`, locked as `of`, whose bytes are the stored object reads it
-    /// under its new key.
+    /// After a rename: open file `ino`, locked as `of`, whose bytes are the stored object (read
+    /// from it, or kept staged after its commit) reads it, and knows its version, under its new
+    /// key (a copy's version is another: a stale one would look replaced elsewhere).
     async fn rebase_open(&self, ino: u64, of: &mut OpenFile) {
-        if !matches!(of.body, Body::Clean) || of.base.is_none() {
+        let stored = match of.body {
+            Body::Clean => true,
+            Body::Staged { .. } => !of.dirty && of.ahead.is_empty(),
+            Body::Streaming(_) => false,
+        };
+        if !stored || of.base.is_none() {
             return;
         }
         let Ok(i) = self.names.inode(ino) else { return };

@@ -506,20 +506,6 @@ impl Namespace {
         self.dir_exists(rel).await
     }
 
-    /// Whether `name` exists in `parent` (a lookup the kernel does not count).
-    pub async fn exists(&self, parent: u64, name: &str, is_open: IsOpen<'_>) -> Result<bool> {
-        match self.lookup(parent, name, is_open).await {
-            Ok(i) => {
-                if !is_open(i.ino) {
-                    self.table().forget(i.ino, 1);
-                }
-                Ok(true)
-            }
-            Err(Error::NotFound) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Attributes of inode `i`, refreshed from the store when older than the metadata TTL: by a
     /// listing of its directory in a burst of such requests there, else by a HEAD.
     pub async fn getattr(&self, i: &Inode, is_open: IsOpen<'_>) -> Result<FileAttrs> {
