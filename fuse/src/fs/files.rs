@@ -716,8 +716,11 @@ impl Fs {
         let _moving = self.moving.read().await;
         for (ino, file, writers) in self.handles.open_files() {
             if writers > 0 {
-                let path = self.names.path_of(ino);
-                tracing::warn!(path = %format!("/{path}"), "still open for writing at unmount: stored when its writer closes it");
+                let path = format!("/{}", self.names.path_of(ino));
+                match self.told_open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(ino) {
+                    true => tracing::warn!(path, "still open for writing at unmount: stored when its writer closes it"),
+                    false => tracing::debug!(path, "still open for writing at unmount"),
+                }
                 continue;
             }
             let mut of = file.lock().await;

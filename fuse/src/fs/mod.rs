@@ -76,6 +76,9 @@ pub struct Fs {
     /// Kernel forgets of inodes that were open when they came (the kernel may send an inode's
     /// FORGET before its last RELEASE), passed on once the last handle has closed.
     forgotten: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    /// Files `flush_all` found still open for writing and said so (once each: a busy unmount
+    /// calls it every second).
+    told_open: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -127,6 +130,7 @@ impl Fs {
             dir_writes: tokio::sync::Mutex::default(),
             moving: tokio::sync::RwLock::default(),
             forgotten: std::sync::Mutex::default(),
+            told_open: std::sync::Mutex::default(),
         }
     }
 
