@@ -526,15 +526,7 @@ async fn an_open_handle_reads_one_version() {
     b.release(fh).await.unwrap();
     assert_eq!(read(&b, f.ino).await.unwrap()[..4096], new[..4096], "a new open reads the new version");
     // Removed elsewhere: frames not read yet are ESTALE too (the version is gone), not ENOENT.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let noise: Vec<u8> = (0..300_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let noise = common::data(300_000, 7, 1, b"-");
     write(&a, ROOT, "r", &noise).await;
     let r = b.lookup(ROOT, "r").await.unwrap();
     let fh = b.open(r.ino, false, false).await.unwrap();
@@ -543,6 +535,16 @@ async fn an_open_handle_reads_one_version() {
     let e = b.read(fh, 250_000, 4096).await.unwrap_err();
     assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
     b.release(fh).await.unwrap();
+}
+
+/// Mount `a` stores `name` as `first`, and mount `b` looks it up and opens it for reading (and
+/// reads it): the inode and the reader's handle.
+async fn held_by_a_reader(a: &Fs, b: &Fs, name: &str, first: &[u8]) -> (shrinkfs_fuse::FileAttrs, u64) {
+    write(a, ROOT, name, first).await;
+    let f = b.lookup(ROOT, name).await.unwrap();
+    let r = b.open(f.ino, false, false).await.unwrap();
+    assert_eq!(&b.read(r, 0, 1 << 20).await.unwrap()[..], first);
+    (f, r)
 }
 
 /// HEADs `fs` has sent so far.
@@ -761,10 +763,7 @@ async fn a_readers_open_past_the_ttl_without_a_lookup_finds_a_replacement_too() 
     let store = Arc::new(InMemory::new());
     let (a, b) = (mount(&store), mount(&store));
     for (name, replace) in [("f", true), ("g", false)] {
-        write(&a, ROOT, name, b"one").await;
-        let f = b.lookup(ROOT, name).await.unwrap();
-        let r = b.open(f.ino, false, false).await.unwrap();
-        assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"one");
+        let (f, r) = held_by_a_reader(&a, &b, name, b"one").await;
         match replace {
             true => write(&a, ROOT, name, b"second").await,
             false => a.unlink(ROOT, name).await.unwrap(),
@@ -814,12 +813,8 @@ async fn a_file_renamed_here_while_readers_hold_it_keeps_its_inode_past_the_ttl(
 async fn a_rename_of_a_name_replaced_elsewhere_beside_readers_moves_the_new_version() {
     let store = Arc::new(InMemory::new());
     let (a, b) = (mount(&store), mount(&store));
-    write(&a, ROOT, "f", b"old f").await;
-    write(&a, ROOT, "d", b"old d").await;
-    let (f, d) = (b.lookup(ROOT, "f").await.unwrap(), b.lookup(ROOT, "d").await.unwrap());
-    let (rf, rd) = (b.open(f.ino, false, false).await.unwrap(), b.open(d.ino, false, false).await.unwrap());
-    assert_eq!(&b.read(rf, 0, 100).await.unwrap()[..], b"old f");
-    assert_eq!(&b.read(rd, 0, 100).await.unwrap()[..], b"old d");
+    let (f, rf) = held_by_a_reader(&a, &b, "f", b"old f").await;
+    let (_, rd) = held_by_a_reader(&a, &b, "d", b"old d").await;
     write(&a, ROOT, "f", b"new f").await;
     write(&a, ROOT, "d", b"new d").await;
     past_ttl().await;
@@ -846,10 +841,7 @@ async fn a_rename_of_a_name_replaced_elsewhere_beside_readers_moves_the_new_vers
 async fn a_listing_past_the_ttl_beside_readers_leaves_the_new_version_to_the_next_lookup() {
     let store = Arc::new(InMemory::new());
     let (a, b) = (mount(&store), mount(&store));
-    write(&a, ROOT, "f", b"one").await;
-    let f = b.lookup(ROOT, "f").await.unwrap();
-    let r = b.open(f.ino, false, false).await.unwrap();
-    assert_eq!(&b.read(r, 0, 100).await.unwrap()[..], b"one");
+    let (f, r) = held_by_a_reader(&a, &b, "f", b"one").await;
     let kept = |entries: Vec<(u64, shrinkfs_fuse::DirEntry, shrinkfs_fuse::FileAttrs, bool)>| {
         entries.into_iter().find(|(_, e, _, _)| e.name == "f").map(|(_, _, at, keep)| (at.ino, keep)).unwrap()
     };
@@ -876,9 +868,7 @@ async fn a_readers_file_that_lost_its_name_takes_no_change_once_closed_and_is_fo
     use shrinkfs_fuse::SetAttr;
     let store = Arc::new(InMemory::new());
     let (a, b) = (mount(&store), mount(&store));
-    write(&a, ROOT, "f", b"one").await;
-    let f = b.lookup(ROOT, "f").await.unwrap();
-    let r = b.open(f.ino, false, false).await.unwrap();
+    let (f, r) = held_by_a_reader(&a, &b, "f", b"one").await;
     write(&a, ROOT, "f", b"second").await;
     past_ttl().await;
     let g = b.lookup(ROOT, "f").await.unwrap();
@@ -892,9 +882,7 @@ async fn a_readers_file_that_lost_its_name_takes_no_change_once_closed_and_is_fo
         assert_eq!(e.errno(), libc::ESTALE, "{e:?}");
     }
     // Another: the kernel's forget comes before the last release.
-    write(&a, ROOT, "h", b"one").await;
-    let h = b.lookup(ROOT, "h").await.unwrap();
-    let r = b.open(h.ino, false, false).await.unwrap();
+    let (h, r) = held_by_a_reader(&a, &b, "h", b"one").await;
     write(&a, ROOT, "h", b"second").await;
     past_ttl().await;
     assert_ne!(b.lookup(ROOT, "h").await.unwrap().ino, h.ino);
