@@ -181,8 +181,11 @@ impl Fs {
         let _moving = self.moving.read().await;
         let _held = self.handles.opening(i.ino).await;
         let Some(file) = self.handles.file(i.ino).filter(|f| !f.is_gone()) else { return Ok(false) };
-        let mut of = file.lock().await;
-        let Some(base) = self.read_only_base(i.ino, &of) else { return Ok(false) };
+        // The file's lock is not held across the HEAD: its readers read on meanwhile.
+        let base = match self.read_only_base(i.ino, &*file.lock().await) {
+            Some(b) => b.id.etag,
+            None => return Ok(false),
+        };
         let now = self.names.inode(i.ino)?;
         if now.parent != parent || now.name != name || self.names.trusted(&now) {
             return Ok(false);
@@ -190,9 +193,14 @@ impl Fs {
         let since = self.names.table().changes();
         let stored = self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await?;
         if let Some((Kind::File, attr)) = &stored
-            && attr.etag.as_deref().is_none_or(|e| e == &*base.id.etag)
+            && attr.etag.as_deref().is_none_or(|e| e == &*base)
         {
             self.names.table().observe(parent, name, Kind::File, attr.clone(), false, since);
+            return Ok(false);
+        }
+        let mut of = file.lock().await;
+        // Still only readers of that version (no writer could attach: `_held`).
+        if self.read_only_base(i.ino, &of).is_none_or(|b| b.id.etag != base) {
             return Ok(false);
         }
         of.unlinked = true;
