@@ -358,16 +358,24 @@ pub const CLEANUP_AT_MOUNT: std::time::Duration = std::time::Duration::from_secs
 /// Removes leftovers of interrupted writes older than `older_than` and says what went.
 pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Duration) -> anyhow::Result<String> {
     let done = bucket.cleanup(older_than).with_context(|| format!("cleaning up {}", bucket.describe))?;
-    let aborted = bucket
+    let uploads = bucket
         .abort_stale_uploads(older_than)
         .await
         .with_context(|| format!("aborting interrupted uploads in {}", bucket.describe))?;
-    Ok(format!(
-        "{}: removed {} leftover file(s) of interrupted writes, {}; aborted {aborted} interrupted upload(s)",
+    let said = format!(
+        "{}: removed {} leftover file(s) of interrupted writes, {}; aborted {} interrupted upload(s)",
         bucket.describe,
         done.files,
-        crate::size::human(done.bytes)
-    ))
+        crate::size::human(done.bytes),
+        uploads.aborted,
+    );
+    match uploads.first_refusal {
+        None => Ok(said),
+        Some((key, reason)) => Err(anyhow::anyhow!(
+            "{said}; the store refused to abort {} more (first: {key}: {reason}); their markers stay for the next cleanup",
+            uploads.refused
+        )),
+    }
 }
 
 /// Runs `shrinkfs cleanup`.

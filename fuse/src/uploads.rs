@@ -131,17 +131,30 @@ impl MultipartUpload for Tracked {
     }
 }
 
+/// What [`abort_stale`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Stale {
+    /// Uploads aborted (their markers removed, as are those of uploads the store no longer has).
+    pub aborted: u64,
+    /// Uploads the store refused to abort: their markers stay, for a later cleanup.
+    pub refused: u64,
+    /// The first refused upload's key and the store's reason.
+    pub first_refusal: Option<(String, String)>,
+}
+
 /// Aborts the uploads whose markers under `markers` are older than `older_than`, and removes the
-/// markers; returns how many uploads were aborted.
+/// markers of those aborted or already gone (completed, aborted, forgotten by the store). A
+/// marker whose abort the store refuses (a permission missing, an outage) stays, so the upload is
+/// not left without a name to find it by.
 pub async fn abort_stale(
     store: &dyn ObjectStore,
     multipart: &dyn MultipartStore,
     markers: &Path,
     older_than: Duration,
-) -> object_store::Result<u64> {
+) -> object_store::Result<Stale> {
     let now = SystemTime::now();
     let listed: Vec<_> = store.list(Some(markers)).try_collect().await?;
-    let mut aborted = 0;
+    let mut done = Stale::default();
     for meta in listed {
         let age = now.duration_since(meta.last_modified.into()).unwrap_or_default();
         if age < older_than {
@@ -153,14 +166,20 @@ pub async fn abort_stale(
         // The key as it was written (`Path::from` would encode its `~`, `#`, `%`…).
         if let (Some(Ok(key)), Some(id)) = (lines.next().map(Path::parse), lines.next()) {
             match multipart.abort_multipart(&key, &id.to_owned()).await {
-                Ok(()) => aborted += 1,
+                Ok(()) => done.aborted += 1,
                 // Already completed or aborted, or a server that forgot it: nothing to do.
-                Err(e) => tracing::debug!(%key, error = %e, "abort of a stale upload"),
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "the store refused to abort an interrupted upload; its marker stays");
+                    done.refused += 1;
+                    done.first_refusal.get_or_insert_with(|| (key.to_string(), e.to_string()));
+                    continue;
+                }
             }
         }
         store.delete(&meta.location).await?;
     }
-    Ok(aborted)
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -189,9 +208,12 @@ mod tests {
         // A crash: the marker stays until a cleanup old enough removes it.
         let up = start(mem.clone(), mem.clone(), &markers, &Path::from("pre/c")).await.unwrap();
         drop(up);
-        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_secs(3600)).await.unwrap(), 0);
+        assert_eq!(
+            abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_secs(3600)).await.unwrap().aborted,
+            0
+        );
         assert_eq!(count().await, 1, "a young marker may be another mount's upload in progress");
-        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::ZERO).await.unwrap(), 1);
+        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::ZERO).await.unwrap().aborted, 1);
         assert_eq!(count().await, 0);
         assert!(mem.head(&Path::from("pre/c")).await.is_err(), "nothing published");
     }
@@ -210,10 +232,59 @@ mod tests {
         idle.put_part(PutPayload::from_static(b"1")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         busy.put_part(PutPayload::from_static(b"2")).await.unwrap();
-        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_millis(200)).await.unwrap(), 1);
+        assert_eq!(
+            abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::from_millis(200)).await.unwrap().aborted,
+            1
+        );
         busy.complete().await.unwrap();
         assert_eq!(&mem.get(&Path::from("busy")).await.unwrap().bytes().await.unwrap()[..], b"12");
         assert!(idle.complete().await.is_err(), "the idle one was aborted");
+    }
+
+    /// A store that refuses aborts (a permission missing; s3rver answers 405): the marker stays,
+    /// and the refusal is counted and named. Found by a black-box probe.
+    #[tokio::test]
+    async fn a_refused_abort_keeps_its_marker_and_is_reported() {
+        #[derive(Debug)]
+        struct Refusing(Arc<InMemory>);
+        #[async_trait::async_trait]
+        impl MultipartStore for Refusing {
+            async fn create_multipart(&self, path: &Path) -> object_store::Result<MultipartId> {
+                self.0.create_multipart(path).await
+            }
+            async fn put_part(
+                &self,
+                path: &Path,
+                id: &MultipartId,
+                part_idx: usize,
+                data: PutPayload,
+            ) -> object_store::Result<PartId> {
+                self.0.put_part(path, id, part_idx, data).await
+            }
+            async fn complete_multipart(
+                &self,
+                path: &Path,
+                id: &MultipartId,
+                parts: Vec<PartId>,
+            ) -> object_store::Result<PutResult> {
+                self.0.complete_multipart(path, id, parts).await
+            }
+            async fn abort_multipart(&self, _: &Path, _: &MultipartId) -> object_store::Result<()> {
+                Err(object_store::Error::Generic { store: "refusing", source: "405 Method Not Allowed".into() })
+            }
+        }
+        let mem = Arc::new(InMemory::new());
+        let refusing = Arc::new(Refusing(mem.clone()));
+        let markers = marker_dir(&Path::default());
+        drop(start(mem.clone(), refusing.clone(), &markers, &Path::from("k1")).await.unwrap());
+        let count = || async { mem.list(Some(&markers)).try_collect::<Vec<_>>().await.unwrap().len() };
+        let done = abort_stale(mem.as_ref(), refusing.as_ref(), &markers, Duration::ZERO).await.unwrap();
+        assert_eq!((done.aborted, done.refused), (0, 1));
+        let (key, reason) = done.first_refusal.unwrap();
+        assert!(key == "k1" && reason.contains("405"), "{key}: {reason}");
+        assert_eq!(count().await, 1, "the marker stays for the next cleanup");
+        assert_eq!(abort_stale(mem.as_ref(), mem.as_ref(), &markers, Duration::ZERO).await.unwrap().aborted, 1);
+        assert_eq!(count().await, 0);
     }
 
     #[tokio::test]

@@ -406,12 +406,15 @@ impl Bucket {
 
     /// Aborts the multipart uploads that crashed mounts left (their markers older than
     /// `older_than`); returns how many.
-    pub async fn abort_stale_uploads(&self, older_than: std::time::Duration) -> object_store::Result<u64> {
+    pub async fn abort_stale_uploads(
+        &self,
+        older_than: std::time::Duration,
+    ) -> object_store::Result<crate::uploads::Stale> {
         match &self.multipart {
             Some(mp) => {
                 crate::uploads::abort_stale(self.store.as_ref(), mp.as_ref(), &self.upload_markers(), older_than).await
             }
-            None => Ok(0),
+            None => Ok(crate::uploads::Stale::default()),
         }
     }
 
