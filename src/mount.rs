@@ -342,6 +342,13 @@ fn serve(
         tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
     }
     flushed.context("uploading pending files, or deleting removed ones, at unmount")?;
+    let lost = fs.files_lost();
+    if lost > 0 {
+        return Err(std::io::Error::other(format!(
+            "{lost} file(s) closed, or left open at unmount, with changes that could not be stored (the log names them)"
+        )))
+        .context("unmounted");
+    }
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     Ok(())
 }

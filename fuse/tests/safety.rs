@@ -112,6 +112,16 @@ async fn a_close_that_failed_is_retried_by_release_and_never_stores_an_empty_obj
     assert!(!in_store(&store, "f").await, "nothing published by the failed close");
     fs.release(fh).await.unwrap();
     assert!(read_name(&remount(&store), "f").await == bytes);
+    assert_eq!(fs.files_lost(), 0, "nothing given up");
+    // The store still down when the last handle closes: the changes are given up, and counted
+    // (the mount's exit status says so). Found by a black-box probe: the unmount exited 0.
+    let (_, fh) = fs.create(ROOT, "g", 0o644, 0, 0).await.unwrap();
+    write_all(&fs, fh, 0, &bytes).await;
+    ctl.set_down(true);
+    assert!(fs.flush(fh).await.is_err());
+    assert!(fs.release(fh).await.is_err());
+    ctl.set_down(false);
+    assert_eq!(fs.files_lost(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,6 +443,7 @@ async fn unmounting_on_a_signal_never_publishes_a_file_still_being_written() {
     write_all(&fs, fh, 0, &bytes).await;
     assert_eq!(fs.abandon_open().await, 1);
     assert!(!in_store(&store, "abandoned").await);
+    assert_eq!(fs.files_lost(), 1, "counted for the exit status");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

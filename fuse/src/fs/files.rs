@@ -536,6 +536,7 @@ impl Fs {
             self.retired(h.ino);
             if let Err(e) = &res {
                 tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
+                self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
                 u.abort().await;
@@ -758,6 +759,7 @@ impl Fs {
                 let path = self.names.path_of(ino);
                 tracing::warn!(path = %format!("/{path}"), "unmounted while open for writing: unsaved changes discarded, the previous version stays");
                 n += 1;
+                self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
                 u.abort().await;

@@ -79,6 +79,8 @@ pub struct Fs {
     /// Files `flush_all` found still open for writing and said so (once each: a busy unmount
     /// calls it every second).
     told_open: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// Files whose last handle closed, or that the unmount left, with changes not stored.
+    lost: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Fs {
@@ -131,6 +133,7 @@ impl Fs {
             moving: tokio::sync::RwLock::default(),
             forgotten: std::sync::Mutex::default(),
             told_open: std::sync::Mutex::default(),
+            lost: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -175,6 +178,13 @@ impl Fs {
             None => dir,
         };
         e.log(op, &format!("/{path}"), self.names.key(&path).as_ref());
+    }
+
+    /// Files whose changes were given up: their last handle closed after a failed upload (its
+    /// writer was told), or the unmount found them still open for writing. The mount's exit
+    /// status says so.
+    pub fn files_lost(&self) -> usize {
+        self.lost.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The mount's state now, on one line (what SIGUSR1 logs).
