@@ -15,9 +15,16 @@ const UNIT: u64 = 1024;
 #[derive(Clone)]
 pub struct Budget {
     sem: Arc<Semaphore>,
+    /// The share set aside for bytes kept only to save work ([`Self::try_keep`]): never waited
+    /// for, so holding it can never keep anyone waiting.
+    keep: Arc<Semaphore>,
     units: u32,
+    keep_units: u32,
     metrics: Arc<Metrics>,
 }
+
+/// The share of a budget set aside for [`Budget::try_keep`].
+const KEEP_SHARE: u64 = 8;
 
 impl std::fmt::Debug for Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,18 +50,27 @@ impl Budget {
     /// A budget of `bytes` (at least one unit).
     pub fn new(bytes: u64, metrics: Arc<Metrics>) -> Self {
         let units = (bytes / UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize) as u64) as u32;
+        let keep = units / KEEP_SHARE as u32;
         metrics.budget_limit(units as u64 * UNIT);
-        Budget { sem: Arc::new(Semaphore::new(units as usize)), units, metrics }
+        Budget {
+            sem: Arc::new(Semaphore::new((units - keep) as usize)),
+            keep: Arc::new(Semaphore::new(keep as usize)),
+            units: units - keep,
+            keep_units: keep,
+            metrics,
+        }
     }
 
-    /// Size of the budget.
+    /// Size of the budget (the share for [`Self::try_keep`] included).
     pub fn bytes(&self) -> u64 {
-        self.units as u64 * UNIT
+        (self.units as u64 + self.keep_units as u64) * UNIT
     }
 
     /// Bytes held now.
     pub fn in_use(&self) -> u64 {
-        (self.units as u64).saturating_sub(self.sem.available_permits() as u64) * UNIT
+        let held = (self.units as u64).saturating_sub(self.sem.available_permits() as u64);
+        let kept = (self.keep_units as u64).saturating_sub(self.keep.available_permits() as u64);
+        (held + kept) * UNIT
     }
 
     /// Units for `bytes`; a request larger than the whole budget takes all of it rather than
@@ -87,6 +103,15 @@ impl Budget {
         let units = self.units_for(bytes);
         self.sem.clone().try_acquire_many_owned(units).ok().map(|p| self.held(p, units))
     }
+
+    /// Room for `bytes` kept only to save work (encoded bytes kept in memory beside the spill
+    /// file that also has them), from the budget's share set aside for that (an eighth), if it
+    /// is free now. Nothing ever waits for this share.
+    pub fn try_keep(&self, bytes: u64) -> Option<Held> {
+        let units = bytes.div_ceil(UNIT).max(1);
+        let units = u32::try_from(units).ok().filter(|&u| u <= self.keep_units)?;
+        self.keep.clone().try_acquire_many_owned(units).ok().map(|p| self.held(p, units))
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +137,21 @@ mod tests {
         assert_eq!(m.value("shrinkfs_memory_budget_waits_total"), 1);
         drop(second);
         assert_eq!(m.value("shrinkfs_memory_budget_used_bytes"), 0);
+    }
+
+    #[tokio::test]
+    async fn bytes_kept_to_save_work_use_their_own_eighth_and_never_keep_takers_waiting() {
+        let m = Arc::new(Metrics::new());
+        let b = Budget::new(64 * UNIT, m.clone());
+        assert_eq!(b.bytes(), 64 * UNIT);
+        let kept = b.try_keep(6 * UNIT).unwrap();
+        assert!(b.try_keep(3 * UNIT).is_none(), "2 of its 8 units left");
+        assert!(b.try_keep(100 * UNIT).is_none(), "more than the share: never");
+        let all = b.try_take(56 * UNIT).expect("the takers' 56 units are all free");
+        assert_eq!((b.in_use(), m.value("shrinkfs_memory_budget_used_bytes")), (62 * UNIT, 62 * UNIT));
+        drop((kept, all));
+        assert_eq!(b.in_use(), 0);
+        assert!(b.try_keep(8 * UNIT).is_some());
     }
 
     #[tokio::test]

@@ -211,6 +211,9 @@ pub struct Sink {
 /// frame cache.
 const KEPT_RAW_MAX: usize = 64 << 10;
 
+/// How long writes ship no part after shipping failed (see `Upload::ship_again_at`).
+const SHIP_PAUSE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One object being written.
 pub struct Upload {
     sink: Sink,
@@ -241,12 +244,17 @@ pub struct Upload {
     released: u64,
     /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
+    /// Shipping failed (after its retries) while the file was written: writes ship no part
+    /// before this time, so a writer is not held a retry timeout per write while the store is
+    /// down (the bytes wait in the spill; `finish` ships them).
+    ship_again_at: Option<std::time::Instant>,
     /// A frame whose encoder stopped without it (a bug, logged): this upload can only fail.
     lost_frame: Option<u64>,
     /// Stored bytes not shipped yet, in order from their offset on, kept in memory so parts are
     /// shipped from here rather than read back from the spill file (empty for in-place and
-    /// in-memory spills).
-    recent: VecDeque<(u64, Bytes)>,
+    /// in-memory spills), each holding its room in the budget's share for that
+    /// (`Budget::try_keep`): where there is none, the bytes are read back from the spill instead.
+    recent: VecDeque<(u64, Bytes, crate::budget::Held)>,
     /// Appends to the spill or in-place file in flight.
     appends: JoinSet<Appended>,
     /// Appends handed to `appends` so far.
@@ -335,6 +343,7 @@ impl Upload {
             confirmed: 0,
             released: 0,
             broken: false,
+            ship_again_at: None,
             lost_frame: None,
             recent: VecDeque::new(),
             appends: JoinSet::new(),
@@ -453,7 +462,7 @@ impl Upload {
             // The bytes outgrow memory: from now on they go to a file, off the writer's thread.
             // A file that cannot be made keeps the frame for the next try.
             match self.spill.overflow() {
-                Ok(kept) if !kept.is_empty() && !self.spill.in_place() => self.recent.push_back((0, kept)),
+                Ok(kept) if !kept.is_empty() && !self.spill.in_place() => self.keep_recent(0, kept),
                 Ok(_) => {}
                 Err(e) => {
                     self.encoding.frames().put_back(frame);
@@ -469,7 +478,9 @@ impl Upload {
             // stored as it is, the buffer its bytes were cut into), with no copy behind a header.
             let pieces = [(at, Bytes::copy_from_slice(&frame.head())), (at + FRAME_HEADER_LEN as u64, frame.payload)];
             if !self.spill.in_place() {
-                self.recent.extend(pieces.iter().cloned());
+                for (at, bytes) in &pieces {
+                    self.keep_recent(*at, bytes.clone());
+                }
             }
             // (One file takes every frame after the overflow: a batch never spans two.)
             debug_assert!(batch.file.as_ref().is_none_or(|f| Arc::ptr_eq(f, &file)), "one spill file");
@@ -479,6 +490,22 @@ impl Upload {
         };
         self.append_batch(&mut batch).await;
         res
+    }
+
+    /// Keeps stored bytes `bytes` (at `at`, right after those kept before) in memory until
+    /// they are shipped, where the budget's share for that has room; else lets every kept byte
+    /// go (what is kept must run on to the last byte stored), to be read back from the spill. A
+    /// payload much smaller than a frame is kept as a copy of its own size, not in the encoder's
+    /// buffer (as large as a frame), so the room held is the memory held.
+    fn keep_recent(&mut self, at: u64, bytes: Bytes) {
+        let bytes = match bytes.len() * 2 < self.frame_size as usize {
+            true => Bytes::copy_from_slice(&bytes),
+            false => bytes,
+        };
+        match self.sink.budget.try_keep(bytes.len() as u64) {
+            Some(room) => self.recent.push_back((at, bytes, room)),
+            None => self.recent.clear(),
+        }
     }
 
     /// Sends what `batch` gathered to the file in one append.
@@ -577,7 +604,7 @@ impl Upload {
     /// Stored bytes `from..to`, as pieces: from memory where they are still kept, else read back
     /// from the spill (after its appends settle; a failed append's bytes are still in memory).
     async fn stored_range(&mut self, from: u64, to: u64) -> Result<Vec<Bytes>> {
-        let in_memory_from = self.recent.front().map_or(to, |(at, _)| *at).clamp(from, to);
+        let in_memory_from = self.recent.front().map_or(to, |(at, _, _)| *at).clamp(from, to);
         let mut pieces = Vec::new();
         if from < in_memory_from {
             self.join_appends().await;
@@ -592,7 +619,7 @@ impl Upload {
             }
             pieces.push(Bytes::from(buf));
         }
-        for (at, bytes) in &self.recent {
+        for (at, bytes, _) in &self.recent {
             let (s, e) = ((*at).max(in_memory_from), (at + bytes.len() as u64).min(to));
             if s < e {
                 pieces.push(bytes.slice((s - at) as usize..(e - at) as usize));
@@ -605,10 +632,14 @@ impl Upload {
     /// the spill): the multipart upload is dropped and the next call, or `finish`, starts again
     /// from the first byte.
     async fn ship_full_parts(&mut self) {
+        if self.ship_again_at.is_some_and(|t| std::time::Instant::now() < t) {
+            return;
+        }
         while !self.broken && !self.spill.in_place() && self.stored - self.shipped >= self.sink.sizes.part_size as u64 {
             if let Err(e) = self.ship(self.sink.sizes.part_size, None).await {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
                 self.reset_shipping().await;
+                self.ship_again_at = Some(std::time::Instant::now() + SHIP_PAUSE);
                 break;
             }
         }
@@ -621,7 +652,7 @@ impl Upload {
         let mut pieces = self.stored_range(self.shipped, self.shipped + len as u64).await?;
         pieces.extend(tail.map(Bytes::copy_from_slice));
         self.shipped += len as u64;
-        while self.recent.front().is_some_and(|(at, b)| at + b.len() as u64 <= self.shipped) {
+        while self.recent.front().is_some_and(|(at, b, _)| at + b.len() as u64 <= self.shipped) {
             self.recent.pop_front();
         }
         Ok((pieces.into_iter().collect(), held))
@@ -676,7 +707,7 @@ impl Upload {
     /// Drops the multipart upload in progress (aborting it in the store); shipping starts again
     /// from the first byte of the spill — unless bytes were given back to a full staging disk.
     async fn reset_shipping(&mut self) {
-        self.abort_parts().await;
+        self.abort_parts(true).await;
         self.done_ranges.clear();
         self.confirmed = 0;
         if self.released > 0 {
@@ -736,12 +767,19 @@ impl Upload {
             // The file is the object: every frame must be in it.
             self.store_unstored().await?;
         }
-        // Parts shipped while the file was written: one that failed means shipping again.
+        // Parts shipped while the file was written: one that failed (after its retries) fails
+        // this call at once, and the next one ships again from the first byte, so the caller
+        // hears of an outage one retry timeout after it began, not after a new upload's too.
+        let mut failed = None;
         while let Some(done) = self.parts.join_next().await {
             if let Err(e) = self.settle(done) {
-                tracing::warn!(key = %self.path, error = %e, "part upload failed; uploading again from the start");
-                self.reset_shipping().await;
+                failed.get_or_insert(e);
             }
+        }
+        if let Some(e) = failed {
+            tracing::warn!(key = %self.path, error = %e, "part upload failed; the next try uploads again from the start");
+            self.reset_shipping().await;
+            return Err(e);
         }
         let result = self.complete(meta).await;
         if result.is_err() {
@@ -787,17 +825,24 @@ impl Upload {
         Ok(Written { put, stored: total, layout, raw: self.whole_raw.clone() })
     }
 
-    async fn abort_parts(&mut self) {
+    /// Stops the parts in flight and aborts the multipart upload in the store: awaited, or
+    /// (`behind`) left to run in the background, so a caller whose upload failed gets its error
+    /// without waiting for the abort's own retries against a store that is down (an abort that
+    /// never lands leaves its marker for a cleanup).
+    async fn abort_parts(&mut self, behind: bool) {
         self.parts.abort_all();
         while self.parts.join_next().await.is_some() {}
         if let Some(mut mp) = self.multipart.take() {
-            let _ = mp.abort().await;
+            match behind {
+                true => drop(tokio::spawn(async move { mp.abort().await })),
+                false => drop(mp.abort().await),
+            }
         }
     }
 
     /// Cancels the upload: nothing appears under the key.
     pub async fn abort(mut self) {
-        self.abort_parts().await;
+        self.abort_parts(false).await;
     }
 
     /// Writes every byte accepted so far, decoded, to `out` from offset 0, and returns the length.
