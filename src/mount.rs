@@ -378,10 +378,11 @@ pub async fn clean_leftovers(bucket: &store::Bucket, older_than: std::time::Dura
     );
     match uploads.first_refusal {
         None => Ok(said),
-        Some((key, reason)) => Err(anyhow::anyhow!(
+        Some((key, reason)) => Err(std::io::Error::other(format!(
             "{said}; the store refused to abort {} more (first: {key}: {reason}); their markers stay for the next cleanup",
             uploads.refused
-        )),
+        ))
+        .into()),
     }
 }
 

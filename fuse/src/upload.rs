@@ -129,16 +129,29 @@ impl SpillBuf {
         Ok(Bytes::from(v))
     }
 
-    /// Reads `buf.len()` stored bytes from offset `at` (of a file: those its appends wrote).
-    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    /// Reads stored bytes from offset `at` into `buf` up to the end of what the spill has (a
+    /// file's last appends may have failed: their bytes are still in memory); returns how many.
+    fn read_up_to(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
         match &self.spill {
             Spill::Memory(v) => {
-                let from = at as usize;
-                let src = v.get(from..from + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
-                buf.copy_from_slice(src);
-                Ok(())
+                let src = v.get(at as usize..).unwrap_or_default();
+                let n = src.len().min(buf.len());
+                buf[..n].copy_from_slice(&src[..n]);
+                Ok(n)
             }
-            Spill::File(_) | Spill::InPlace(_) => self.spill.file().expect("a file").read_exact_at(buf, at),
+            Spill::File(_) | Spill::InPlace(_) => {
+                let file = self.spill.file().expect("a file");
+                let mut done = 0;
+                while done < buf.len() {
+                    match file.read_at(&mut buf[done..], at + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(done)
+            }
         }
     }
 
@@ -204,6 +217,10 @@ pub struct Sink {
     /// Record each object's attributes beside it (`recorded`), where one PUT or a local file
     /// writes it whole: not on a sealed mount.
     pub record: bool,
+    /// How long the store's requests are tried again (zero: never): a part that failed after
+    /// trying that long says the store is down, and `Upload::finish` fails at once rather than
+    /// start the upload over.
+    pub retry_timeout: std::time::Duration,
 }
 
 /// Largest file whose bytes an upload keeps for reads of the version it writes ([`Written::raw`]):
@@ -268,7 +285,7 @@ pub struct Upload {
 }
 
 /// What a part upload reports: the spill range it carried, and how it went.
-type PartDone = (std::ops::Range<u64>, object_store::Result<()>);
+type PartDone = (std::ops::Range<u64>, object_store::Result<()>, std::time::Duration);
 
 /// What an append to the spill or in-place file reports: its pieces (offset and bytes), how it went.
 type Appended = (Vec<(u64, Bytes)>, std::io::Result<()>);
@@ -609,14 +626,10 @@ impl Upload {
         if from < in_memory_from {
             self.join_appends().await;
             let mut buf = vec![0u8; (in_memory_from - from) as usize];
-            self.spill.read_exact_at(&mut buf, from)?;
-            for (at, bytes) in &self.unstored {
-                let (s, e) = ((*at).max(from), (at + bytes.len() as u64).min(in_memory_from));
-                if s < e {
-                    buf[(s - from) as usize..(e - from) as usize]
-                        .copy_from_slice(&bytes[(s - at) as usize..(e - at) as usize]);
-                }
-            }
+            // The spill may end early: appends that failed (a full staging disk) left their
+            // bytes in `unstored`, the last ones among them past its end.
+            let got = self.spill.read_up_to(&mut buf, from)?;
+            overlay_unstored(&mut buf, from, got, &self.unstored)?;
             pieces.push(Bytes::from(buf));
         }
         for (at, bytes, _) in &self.recent {
@@ -635,6 +648,11 @@ impl Upload {
         if self.ship_again_at.is_some_and(|t| std::time::Instant::now() < t) {
             return;
         }
+        self.ship_full_parts_now().await;
+    }
+
+    /// [`Self::ship_full_parts`], paused or not (a full staging disk has no other way out).
+    async fn ship_full_parts_now(&mut self) {
         while !self.broken && !self.spill.in_place() && self.stored - self.shipped >= self.sink.sizes.part_size as u64 {
             if let Err(e) = self.ship(self.sink.sizes.part_size, None).await {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed; will upload again from the start");
@@ -674,9 +692,10 @@ impl Upload {
         let range = start..self.shipped;
         let part = self.multipart.as_mut().expect("started above").put_part(payload);
         self.parts.spawn(async move {
+            let began = std::time::Instant::now();
             let done = part.await;
             drop(held);
-            (range, done)
+            (range, done, began.elapsed())
         });
         while let Some(done) = self.parts.try_join_next() {
             self.settle(done)?;
@@ -692,14 +711,14 @@ impl Upload {
     /// Records how a part upload ended.
     fn settle(&mut self, done: std::result::Result<PartDone, tokio::task::JoinError>) -> Result<()> {
         match done {
-            Ok((range, Ok(()))) => {
+            Ok((range, Ok(()), _)) => {
                 self.done_ranges.insert(range.start, range.end);
                 while let Some(end) = self.done_ranges.remove(&self.confirmed) {
                     self.confirmed = end;
                 }
                 Ok(())
             }
-            Ok((_, Err(e))) => Err(e.into()),
+            Ok((_, Err(e), _)) => Err(e.into()),
             Err(source) => Err(Error::Task { task: "part upload", source }),
         }
     }
@@ -720,7 +739,7 @@ impl Upload {
     /// The staging disk is full: ships what can be shipped, waits for the parts in flight, and
     /// gives the bytes the store confirmed back to the disk. Whether any room was made.
     async fn make_room(&mut self) -> bool {
-        self.ship_full_parts().await;
+        self.ship_full_parts_now().await;
         while let Some(done) = self.parts.join_next().await {
             if let Err(e) = self.settle(done) {
                 tracing::warn!(key = %self.path, error = %e, "part upload failed while the staging disk is full");
@@ -767,19 +786,27 @@ impl Upload {
             // The file is the object: every frame must be in it.
             self.store_unstored().await?;
         }
-        // Parts shipped while the file was written: one that failed (after its retries) fails
-        // this call at once, and the next one ships again from the first byte, so the caller
-        // hears of an outage one retry timeout after it began, not after a new upload's too.
+        // Parts shipped while the file was written: one that failed means shipping again from
+        // the first byte; but one that kept failing through its retries (the store is down)
+        // fails this call at once, so the caller hears of an outage one retry timeout after it
+        // began, not after a new upload's too. The next call ships again.
         let mut failed = None;
         while let Some(done) = self.parts.join_next().await {
+            let tried = match &done {
+                Ok((_, Err(_), tried)) => *tried,
+                _ => std::time::Duration::ZERO,
+            };
             if let Err(e) = self.settle(done) {
-                failed.get_or_insert(e);
+                failed.get_or_insert((e, tried));
             }
         }
-        if let Some(e) = failed {
-            tracing::warn!(key = %self.path, error = %e, "part upload failed; the next try uploads again from the start");
+        if let Some((e, tried)) = failed {
             self.reset_shipping().await;
-            return Err(e);
+            if !self.sink.retry_timeout.is_zero() && tried >= self.sink.retry_timeout {
+                tracing::warn!(key = %self.path, error = %e, "part upload failed; the next try uploads again from the start");
+                return Err(e);
+            }
+            tracing::warn!(key = %self.path, error = %e, "part upload failed; uploading again from the start");
         }
         let result = self.complete(meta).await;
         if result.is_err() {
@@ -901,6 +928,29 @@ pub async fn upload_file(mut up: Upload, file: &File, len: u64, meta: &FileMeta)
     res
 }
 
+/// Completes `buf`, stored bytes from offset `from` of which the spill gave the first `got`,
+/// with the bytes of failed appends (`unstored`): within what the spill gave (its holes), and
+/// past its end, which they must cover whole.
+fn overlay_unstored(buf: &mut [u8], from: u64, got: usize, unstored: &[(u64, Bytes)]) -> std::io::Result<()> {
+    let to = from + buf.len() as u64;
+    let mut known = from + got as u64;
+    let mut overlays: Vec<_> = unstored.iter().collect();
+    overlays.sort_by_key(|(at, _)| *at);
+    for (at, bytes) in overlays {
+        let (s, e) = ((*at).max(from), (at + bytes.len() as u64).min(to));
+        if s < e {
+            buf[(s - from) as usize..(e - from) as usize].copy_from_slice(&bytes[(s - at) as usize..(e - at) as usize]);
+            if s <= known {
+                known = known.max(e);
+            }
+        }
+    }
+    match known >= to {
+        true => Ok(()),
+        false => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+    }
+}
+
 /// Whether a local write failed for want of space.
 fn staging_full(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
@@ -950,6 +1000,22 @@ mod tests {
         assert!(left(11).is_empty(), "all written");
     }
 
+    /// Found by a review: with the bytes kept in memory let go, a part was read back from a
+    /// spill whose last appends had failed (a full staging disk) and failed at its end, for good.
+    #[test]
+    fn bytes_of_failed_appends_complete_a_spill_that_ends_early_or_has_holes() {
+        let unstored =
+            [(4, Bytes::from_static(b"EF")), (10, Bytes::from_static(b"KL")), (8, Bytes::from_static(b"IJ"))];
+        // The spill has bytes 2..8 (a hole at 4..6), then ends: 8..12 come from failed appends.
+        let mut buf = *b"cd\0\0gh\0\0\0\0";
+        overlay_unstored(&mut buf, 2, 6, &unstored).unwrap();
+        assert_eq!(&buf, b"cdEFghIJKL");
+        // Past the end with a byte nothing holds: an error, never a zero in its place.
+        let mut buf = *b"cd\0\0gh\0\0\0\0\0";
+        let e = overlay_unstored(&mut buf, 2, 6, &unstored).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
     #[test]
     fn pieces_written_with_one_call_land_end_to_end_at_their_offset() {
         let file = tempfile::tempfile().unwrap();
@@ -974,6 +1040,7 @@ mod tests {
             local: None,
             sizes: UploadConfig::default(),
             record: false,
+            retry_timeout: std::time::Duration::ZERO,
         }
     }
 

@@ -77,6 +77,7 @@ impl FileWriter {
             local: self.bucket.local.clone(),
             sizes: self.cfg.upload,
             record: self.encode.key.is_none(),
+            retry_timeout: self.bucket.retry_timeout,
         }
     }
 

@@ -534,7 +534,8 @@ impl Fs {
         };
         if self.handles.retire(h.ino, &h.file) {
             self.retired(h.ino);
-            if let Err(e) = &res {
+            // (A commit can fail after its object was stored: then nothing is lost.)
+            if let (Err(e), true) = (&res, of.dirty && !of.unlinked) {
                 tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
                 self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }

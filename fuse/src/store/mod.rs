@@ -171,6 +171,8 @@ pub struct Bucket {
     pub prefix_len: usize,
     /// The metrics the stack records into (the mount's registry).
     pub metrics: Arc<Metrics>,
+    /// How long a request is tried again (`--retry-timeout`; zero: never).
+    pub retry_timeout: std::time::Duration,
 }
 
 /// Longest S3 object key, in bytes.
@@ -367,6 +369,7 @@ impl Bucket {
             max_key_len: S3_MAX_KEY_LEN,
             prefix_len,
             metrics,
+            retry_timeout: cfg.retry.timeout,
         }
     }
 
