@@ -73,6 +73,13 @@ impl Budget {
         (held + kept) * UNIT
     }
 
+    /// Whether `bytes` more would keep what takers hold (the share for kept bytes left out)
+    /// within the first half of their share.
+    pub fn within_half(&self, bytes: u64) -> bool {
+        let held = (self.units as u64).saturating_sub(self.sem.available_permits() as u64) * UNIT;
+        held + bytes <= self.units as u64 * UNIT / 2
+    }
+
     /// Units for `bytes`; a request larger than the whole budget takes all of it rather than
     /// waiting forever.
     fn units_for(&self, bytes: u64) -> u32 {
@@ -149,9 +156,14 @@ mod tests {
         assert!(b.try_keep(100 * UNIT).is_none(), "more than the share: never");
         let all = b.try_take(56 * UNIT).expect("the takers' 56 units are all free");
         assert_eq!((b.in_use(), m.value("shrinkfs_memory_budget_used_bytes")), (62 * UNIT, 62 * UNIT));
+        assert!(!b.within_half(1), "the takers' share is full");
         drop((kept, all));
         assert_eq!(b.in_use(), 0);
-        assert!(b.try_keep(8 * UNIT).is_some());
+        let _kept = b.try_keep(8 * UNIT).unwrap();
+        assert!(
+            b.within_half(28 * UNIT) && !b.within_half(29 * UNIT),
+            "half of the takers' 56 units, kept bytes aside"
+        );
     }
 
     #[tokio::test]

@@ -163,7 +163,7 @@ impl FileWriter {
         if !ahead
             || of.ahead.bytes() + n > self.cfg.reorder_window
             || of.ahead.overlaps(offset, offset + n)
-            || self.budget.in_use() + n > self.budget.bytes() / 2
+            || !self.budget.within_half(n)
         {
             return false;
         }
