@@ -261,6 +261,8 @@ pub struct Upload {
     released: u64,
     /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
+    /// The abort of a dropped multipart upload, left running behind the failure that dropped it.
+    aborting: Option<tokio::task::JoinHandle<()>>,
     /// Shipping failed (after its retries) while the file was written: writes ship no part
     /// before this time, so a writer is not held a retry timeout per write while the store is
     /// down (the bytes wait in the spill; `finish` ships them).
@@ -361,6 +363,7 @@ impl Upload {
             released: 0,
             broken: false,
             ship_again_at: None,
+            aborting: None,
             lost_frame: None,
             recent: VecDeque::new(),
             appends: JoinSet::new(),
@@ -680,6 +683,7 @@ impl Upload {
     /// earlier part failed.
     async fn ship(&mut self, len: usize, tail: Option<&[u8]>) -> Result<()> {
         if self.multipart.is_none() {
+            self.aborted().await;
             self.multipart = Some(match &self.sink.tracked {
                 Some((mp, markers)) => {
                     crate::uploads::start(self.sink.store.clone(), mp.clone(), markers, &self.path).await?
@@ -832,6 +836,7 @@ impl Upload {
             object.record(&record.unwrap_or_default());
             crate::store::instrument::in_place(self.sink.metrics.store(), total, || object.publish())?
         } else if self.multipart.is_none() && self.stored < self.sink.sizes.part_size as u64 {
+            self.aborted().await;
             let (payload, _held) = self.unshipped((self.stored - self.shipped) as usize, Some(&tail)).await?;
             let opts = object_store::PutOptions { attributes: record.unwrap_or_default(), ..Default::default() };
             self.sink.store.put_opts(&self.path, payload, opts).await?
@@ -861,9 +866,17 @@ impl Upload {
         while self.parts.join_next().await.is_some() {}
         if let Some(mut mp) = self.multipart.take() {
             match behind {
-                true => drop(tokio::spawn(async move { mp.abort().await })),
+                true => self.aborting = Some(tokio::spawn(async move { drop(mp.abort().await) })),
                 false => drop(mp.abort().await),
             }
+        }
+    }
+
+    /// Waits for an abort left running behind a failure, before anything else is stored under
+    /// the key: some S3-compatible servers abort by key, which would take a newer upload too.
+    async fn aborted(&mut self) {
+        if let Some(abort) = self.aborting.take() {
+            let _ = abort.await;
         }
     }
 
