@@ -168,11 +168,6 @@ impl Fs {
     ///
     /// Returns whether the name moved on. The caller holds no `moving` lock (this takes it).
     pub(super) async fn detach_replaced(&self, parent: u64, name: &str) -> Result<bool> {
-        // Every lookup comes here: most names are of files no handle holds, told apart first.
-        let ino = self.names.table().child(parent, name).map(|c| c.ino);
-        if !ino.is_some_and(|ino| self.handles.is_open(ino)) {
-            return Ok(false);
-        }
         let Some(i) = self.names.table().child(parent, name).cloned() else { return Ok(false) };
         if !self.may_be_outdated(&i) {
             return Ok(false);

@@ -255,8 +255,17 @@ impl Fs {
 
     /// Looks `name` up in directory `parent`; counts a kernel lookup on success.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<FileAttrs> {
-        self.detach_replaced(parent, name).await?;
-        self.lookup_here(parent, name).await
+        let i = self.names.lookup(parent, name, &self.is_open()).await?;
+        // A file only readers hold here, past the TTL, may have been replaced elsewhere (asked
+        // only then, so other lookups cost nothing more): if its name moved on, the lookup
+        // counted on the readers' file goes back, and the name is looked up anew.
+        if self.may_be_outdated(&i) && self.detach_replaced(parent, name).await? {
+            self.forget(i.ino, 1);
+            return self.lookup_here(parent, name).await;
+        }
+        // An open file's size and times are its live ones: the stored ones would make the
+        // kernel shrink the file it has mapped (SIGBUS for a program reading the mapping).
+        Ok(self.live_attrs(&i).await)
     }
 
     /// [`Self::lookup`] of the name as this mount knows it, asking the store only where that
