@@ -108,8 +108,8 @@ impl Fs {
         if now.kind != Kind::File || self.names.trusted(&now) {
             return Ok(false);
         }
-        let since = self.names.table().changes();
-        let stored = match self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await? {
+        let Some((stored, since)) = self.stored_other_than(&now, &base.id.etag).await? else { return Ok(false) };
+        let stored = match stored {
             Some((Kind::File, attr)) => attr,
             Some(_) => return Ok(false),
             None => {
@@ -121,10 +121,6 @@ impl Fs {
                 return Ok(true);
             }
         };
-        if stored.etag.as_deref().is_none_or(|e| e == &*base.id.etag) {
-            self.names.table().observe(now.parent, &now.name, Kind::File, stored, false, since);
-            return Ok(false);
-        }
         // From the store itself: nothing kept here is of the new version.
         *of = self.writer.load(&now.path, false, &self.names.attrs_of(&now), None, false).await?;
         file.renewed();
@@ -137,6 +133,21 @@ impl Fs {
         self.pages.changed(i.ino);
         tracing::debug!(ino = i.ino, path = now.path, "open file replaced elsewhere: loaded anew");
         Ok(true)
+    }
+
+    /// Asks the store (a HEAD) for file `now`'s version. `None` when it is still version `etag`
+    /// (the table then trusts it anew); else what the store holds instead (nothing, another
+    /// version, another kind), with the table's change count from before the HEAD.
+    async fn stored_other_than(&self, now: &Inode, etag: &str) -> Result<Option<(Option<(Kind, Attr)>, u64)>> {
+        let since = self.names.table().changes();
+        let stored = self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await?;
+        if let Some((Kind::File, attr)) = &stored
+            && attr.etag.as_deref().is_none_or(|e| e == etag)
+        {
+            self.names.table().observe(now.parent, &now.name, Kind::File, attr.clone(), false, since);
+            return Ok(None);
+        }
+        Ok(Some((stored, since)))
     }
 
     /// Whether file `i` is held open here by readers alone and its attributes are past the
@@ -185,14 +196,7 @@ impl Fs {
         if now.parent != parent || now.name != name || self.names.trusted(&now) {
             return Ok(false);
         }
-        let since = self.names.table().changes();
-        let stored = self.names.stat_attrs(&self.names.key(&now.path), Some((now.kind, &now.attr))).await?;
-        if let Some((Kind::File, attr)) = &stored
-            && attr.etag.as_deref().is_none_or(|e| e == &*base)
-        {
-            self.names.table().observe(parent, name, Kind::File, attr.clone(), false, since);
-            return Ok(false);
-        }
+        let Some((stored, since)) = self.stored_other_than(&now, &base).await? else { return Ok(false) };
         let mut of = file.lock().await;
         // Still only readers of that version (no writer could attach: `_held`).
         if self.read_only_base(i.ino, &of).is_none_or(|b| b.id.etag != base) {
