@@ -266,7 +266,21 @@ fn serve(
     // contexts do not survive fork.
     let dispatcher = mount_dispatcher(&a.codec, kernel.read_only, cfg.io_budget)?;
     let services = Services { dispatcher: Arc::new(dispatcher), disk_cache };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    // The request threads run at `--request-nice` (below); the runtime's threads, which its
+    // blocking pool starts on demand from whichever thread asks, and the CPU workers keep the
+    // process's priority.
+    let own_nice = rustix::process::getpriority_process(None).ok();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || {
+            if let Some(n) = own_nice {
+                // (A lower priority is always allowed.)
+                let _ = rustix::process::setpriority_process(None, n);
+            }
+        })
+        .build()
+        .context("cannot start the runtime")?;
+    let _ = shrinkfs_codec::workers::threads();
     let bucket = rt.block_on(store::open(&source, &s3))?;
     rt.block_on(bucket.check_reachable(std::time::Duration::from_secs(30)))?;
     if a.skip_key_check {
@@ -315,9 +329,14 @@ fn serve(
     let handlers = crate::signals::Handlers::install(&rt);
     let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
         .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
+    let request_nice = a.request_nice;
     let serving = std::thread::Builder::new()
         .name("fuse-session".into())
-        .spawn(move || session.run())
+        .spawn(move || {
+            // The session's request threads, started by `run`, inherit this thread's priority.
+            shrinkfs_codec::dispatch::ask_priority(request_nice, "the FUSE request");
+            session.run()
+        })
         .context("cannot start the FUSE session")?;
     // Ready only once the mount answers a request (a stat of its root, served by the session).
     std::fs::metadata(&mountpoint).with_context(|| format!("the mount at {} does not answer", mountpoint.display()))?;

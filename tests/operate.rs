@@ -612,3 +612,49 @@ fn an_fstab_mount_of_an_s3_bucket_finds_its_credentials_in_a_profile_file_withou
     let said = fs::read_to_string(&log).unwrap_or_default();
     assert!(!said.contains(common::S3_KEY.1), "no secret in the log");
 }
+
+/// Each thread of `pid`: its name and nice value (field 19 of its stat line).
+fn threads_and_nice(pid: u32) -> Vec<(String, i32)> {
+    let mut threads = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else { continue };
+        let name = fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim().to_string();
+        // After the command's closing parenthesis: state is field 3, nice field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        threads.push((name, rest.split(' ').nth(16).unwrap().parse().unwrap()));
+    }
+    threads
+}
+
+#[test]
+fn the_request_threads_run_at_the_priority_asked_for_and_every_other_thread_at_the_processs() {
+    require_root!();
+    let t = tempfile::tempdir().unwrap();
+    let bucket = t.path().join("bucket");
+    fs::create_dir_all(&bucket).unwrap();
+    // SAFETY: getpriority has no memory effects. (Relative to this process's own nice value.)
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    for (asked, by) in [(None, -10), (Some("-5"), -5), (Some("0"), 0)] {
+        let expected = (own + by).clamp(-20, 19);
+        let mnt = t.path().join(format!("mnt{by}"));
+        let mut extra = vec!["--threads", "3", "--gpu", "off"];
+        if let Some(n) = asked {
+            extra.extend(["--request-nice", n]);
+        }
+        let m = mount(bucket.to_str().unwrap(), &mnt, &extra, &[]);
+        // Work that starts the CPU workers and grows the runtime's blocking pool from the
+        // request threads: a file of several frames, written, read back and removed.
+        let data = common::text(40 << 20); // (enough that the runtime's blocking pool grows)
+        fs::write(mnt.join(format!("f{by}")), &data).unwrap();
+        assert_eq!(fs::read(mnt.join(format!("f{by}"))).unwrap(), data);
+        fs::remove_file(mnt.join(format!("f{by}"))).unwrap();
+        let threads = threads_and_nice(m.pid() as u32);
+        let requests: Vec<i32> = threads.iter().filter(|(n, _)| n.starts_with("fuser-")).map(|t| t.1).collect();
+        assert_eq!(requests, vec![expected; 3], "{asked:?}");
+        assert!(threads.iter().any(|(n, _)| n.starts_with("shrinkfs-cpu-")), "{threads:?}");
+        // (The session's own thread, which started the request threads, only waits for them.)
+        let others: Vec<_> = threads.iter().filter(|(n, _)| !n.starts_with("fuser-") && n != "fuse-session").collect();
+        assert!(others.iter().all(|t| t.1 == own), "every other thread at the process's {own}: {others:?}");
+        m.unmount();
+    }
+}

@@ -519,8 +519,8 @@ impl std::fmt::Debug for Dispatcher {
 
 /// Adds `by` to the calling thread's nice value (within -20..=19), for it and the threads it
 /// starts later (they inherit it); where the process may not raise its priority, the thread
-/// keeps its own.
-fn ask_priority(by: i32) {
+/// keeps its own (logged at debug level, naming `whose` threads).
+pub fn ask_priority(by: i32, whose: &str) {
     if by == 0 {
         return;
     }
@@ -528,7 +528,7 @@ fn ask_priority(by: i32) {
     let Ok(now) = rustix::process::getpriority_process(None) else { return };
     let want = (now + by).clamp(-20, 19);
     if let Err(e) = rustix::process::setpriority_process(None, want) {
-        tracing::debug!(nice = want, error = %e, "the GPU's threads keep their priority");
+        tracing::debug!(nice = want, error = %e, "{whose} threads keep their priority");
     }
 }
 
@@ -647,7 +647,7 @@ impl Dispatcher {
         // inherit its priority.
         let _ = crate::workers::threads();
         let start = move || {
-            ask_priority(nice);
+            ask_priority(nice, "the GPU's");
             start()
         };
         std::thread::Builder::new()
