@@ -489,6 +489,39 @@ async fn foreign_objects_read_as_plain_bytes_and_xattrs_describe_objects() {
     }
 }
 
+/// Another tool stored an object `conf` and an object `conf/inner`: the name is the file, whether
+/// a listing or a lookup meets it first, and stays so while the listing is trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_is_both_an_object_and_a_prefix_is_the_file_in_listings_and_lookups() {
+    let store = Arc::new(InMemory::new());
+    store.put(&Path::from("pre/conf"), b"the object".to_vec().into()).await.unwrap();
+    store.put(&Path::from("pre/conf/inner"), b"inner".to_vec().into()).await.unwrap();
+    store.put(&Path::from("pre/d/x"), b"x".to_vec().into()).await.unwrap();
+    let cfg = || FsConfig { namespace: namespace_ttl(std::time::Duration::from_secs(60)), ..small_frames() };
+    for listing_first in [true, false] {
+        let fs = fs_on(&store, cfg());
+        let list = || async {
+            let dh = fs.opendir(ROOT).await.unwrap();
+            let got: Vec<(String, Kind)> =
+                fs.readdirplus(dh, ROOT, 0).await.unwrap().into_iter().map(|(_, e, _, _)| (e.name, e.kind)).collect();
+            fs.releasedir(dh);
+            got
+        };
+        if listing_first {
+            let got = list().await;
+            assert!(got.contains(&("conf".into(), Kind::File)) && got.contains(&("d".into(), Kind::Dir)), "{got:?}");
+            assert_eq!(got.iter().filter(|(n, _)| n == "conf").count(), 1, "{got:?}");
+        }
+        let a = fs.lookup(ROOT, "conf").await.unwrap();
+        assert_eq!(a.kind, Kind::File, "listing first: {listing_first}");
+        assert_eq!(read_file(&fs, a.ino).await, b"the object");
+        assert!(fs.lookup(a.ino, "inner").await.is_err(), "the prefix is not reachable");
+        let got = list().await;
+        assert!(got.contains(&("conf".into(), Kind::File)), "listing first: {listing_first}: {got:?}");
+        assert_eq!(fs.lookup(ROOT, "conf").await.unwrap().kind, Kind::File);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_objects_and_wrong_keys_are_errors_not_data() {
     let store = Arc::new(InMemory::new());

@@ -46,21 +46,24 @@ pub const WHOLE_PAGES: usize = 4;
 /// A listed entry: its name, its kind, and its object (a file's).
 type Listed = (String, Kind, Option<ObjectMeta>);
 
-/// A listed page's entries, marker objects left out.
+/// A listed page's entries, marker objects left out: files first, so a name that is both an
+/// object and a prefix (`a` and `a/…`, made by other tools) is the file, as a lookup finds it
+/// (docs/SEMANTICS.md; S3 orders the object before the prefix, so no earlier page shows the
+/// prefix alone).
 fn names(page: ListResult) -> Vec<Listed> {
-    let dirs = page
-        .common_prefixes
-        .iter()
-        .filter_map(|p| p.filename())
-        .filter(|n| *n != crate::localstore::TMP_DIR)
-        .map(|n| (n.to_owned(), Kind::Dir, None));
     let files = page
         .objects
         .into_iter()
         .filter_map(|o| Some((o.location.filename()?.to_owned(), o)))
         .filter(|(n, _)| n != DIR_MARKER)
         .map(|(n, o)| (n, Kind::File, Some(o)));
-    dirs.chain(files).collect()
+    let dirs = page
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename())
+        .filter(|n| *n != crate::localstore::TMP_DIR)
+        .map(|n| (n.to_owned(), Kind::Dir, None));
+    files.chain(dirs).collect()
 }
 
 impl Namespace {
@@ -346,7 +349,7 @@ impl Namespace {
             let mut t = self.table();
             let mut seen = HashSet::new();
             for (at, (name, kind, object)) in &listed {
-                // As an open directory shows it: the first of a name (a directory before a file).
+                // As an open directory shows it: the first of a name (a file before a directory).
                 if !seen.insert(name) {
                     continue;
                 }
@@ -357,14 +360,13 @@ impl Namespace {
                 }
             }
         }
-        let dirs: HashSet<String> =
-            listed.iter().filter(|(_, (_, k, _))| *k == Kind::Dir).map(|(_, (n, _, _))| n.clone()).collect();
-        self.subdirs_counted(dir, dirs.len());
-        // A name listed as a directory and as a file is the directory (as an open directory shows it).
+        // A name listed as a file and as a directory is the file (as an open directory shows it).
         let mut kinds = HashMap::with_capacity(listed.len());
         for (_, (name, kind, _)) in listed {
             kinds.entry(name).or_insert(kind);
         }
+        let dirs: HashSet<String> = kinds.iter().filter(|(_, k)| **k == Kind::Dir).map(|(n, _)| n.clone()).collect();
+        self.subdirs_counted(dir, dirs.len());
         self.listed_completely(dir, Some(rel), start, kinds);
         Ok(Some(dirs))
     }
