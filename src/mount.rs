@@ -188,6 +188,34 @@ fn absolute_paths(a: &mut MountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `path` with its symbolic links and `..` resolved, as far as it exists (a file not made yet is
+/// its resolved directory's entry); as given where even that cannot be resolved.
+fn resolved(path: &std::path::Path) -> std::path::PathBuf {
+    path.canonicalize()
+        .ok()
+        .or_else(|| Some(path.parent()?.canonicalize().ok()?.join(path.file_name()?)))
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
+/// Refuses a log file or staging directory inside the mount point: once mounted, the mount would
+/// write its log into itself when SIGHUP reopens it (every request then waits on the mount, which
+/// waits on itself), and staged files would land in its own tree.
+fn refuse_paths_inside(a: &MountArgs) -> anyhow::Result<()> {
+    let mountpoint = resolved(&a.mountpoint);
+    for (flag, path) in [("--log-file", &a.log_file), ("--staging-dir", &a.staging_dir)] {
+        if let Some(p) = path
+            && resolved(p).starts_with(&mountpoint)
+        {
+            bail!(UsageError(format!(
+                "{flag} {} is inside the mount point {}: put it outside the mount",
+                p.display(),
+                a.mountpoint.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `shrinkfs mount` until unmounted.
 pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     if a.daemon {
@@ -195,6 +223,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
         crate::daemon::close_inherited();
     }
     absolute_paths(&mut a)?;
+    refuse_paths_inside(&a)?;
     let source = Source::parse(&a.source)?;
     // Option values first: a bad one is a usage error whatever the mount point.
     let (cfg, disk_cache) = fs_config(&a)?;

@@ -339,8 +339,24 @@ fn every_mount_failure_exits_with_its_documented_code_and_one_line() {
     let creds = t.path().join("credentials");
     fs::write(&creds, "[t]\naws_access_key_id = x\naws_secret_access_key = y\n[empty]\nregion = eu-west-1\n").unwrap();
     let creds = creds.to_str().unwrap();
+    // The mount point reached through a symbolic link, for paths inside it.
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&mnt, &link).unwrap();
+    let (log_inside, staging_inside) = (link.join("shrinkfs.log"), link.join("staging"));
     let cases: Vec<(&str, Vec<&str>, i32, &str)> = vec![
         ("a bad flag", vec!["mount", b, m, "--threads", "0"], 2, "--threads"),
+        (
+            "a log file inside the mount point",
+            vec!["mount", b, m, "--log-file", log_inside.to_str().unwrap()],
+            2,
+            "is inside the mount point",
+        ),
+        (
+            "a staging directory inside the mount point",
+            vec!["mount", b, m, "--staging-dir", staging_inside.to_str().unwrap()],
+            2,
+            "is inside the mount point",
+        ),
         ("an unknown -o word", vec!["mount", b, m, "-o", "colour"], 2, "not a generic mount option"),
         ("a mount point that is a file", vec!["mount", b, file.to_str().unwrap()], 2, "not a directory"),
         ("a missing mount point", vec!["mount", b, missing.to_str().unwrap()], 3, "missing"),
