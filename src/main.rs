@@ -6,7 +6,16 @@ fn main() {
         // Run by mount(8) as mount.shrinkfs: its arguments become a `shrinkfs mount` command.
         let rest: Vec<String> = args[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
         match shrinkfs::fstab::run(&rest) {
-            Ok(Some(argv)) => args = argv,
+            Ok(Some(argv)) => {
+                // Runs as that command in a fresh image: this process's own command line holds
+                // the fstab options, credentials in `env.` settings among them, and `ps` shows
+                // it to every user for the mount's life. (The settings are in the environment.)
+                use std::os::unix::process::CommandExt;
+                let failed = std::process::Command::new("/proc/self/exe").arg0(&argv[0]).args(&argv[1..]).exec();
+                // Only if that could not start (no /proc): the command runs in this process.
+                let _ = failed;
+                args = argv;
+            }
             Ok(None) => std::process::exit(0),
             Err(e) => {
                 eprintln!("{}: error: {}", shrinkfs::fstab::HELPER, shrinkfs::exit::message(&e));

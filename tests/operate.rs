@@ -100,7 +100,7 @@ fn an_fstab_line_mounts_with_its_options_remounts_read_only_and_a_second_mount_i
     fs::write(
         &fstab,
         format!(
-            "{} {} shrinkfs noexec,noatime,_netdev,nofail,x-systemd.requires=network-online.target,memory_limit=64M,metadata-ttl=0,log_file={},codec=zstd,env.RUST_LOG=info 0 0\n",
+            "{} {} shrinkfs noexec,noatime,_netdev,nofail,x-systemd.requires=network-online.target,memory_limit=64M,metadata-ttl=0,log_file={},codec=zstd,env.RUST_LOG=info,env.AWS_SECRET_ACCESS_KEY=not-for-ps-eyes 0 0\n",
             bucket.display(),
             mnt.display(),
             log.display()
@@ -114,6 +114,12 @@ fn an_fstab_line_mounts_with_its_options_remounts_read_only_and_a_second_mount_i
     assert_eq!(fields[2], "fuse.shrinkfs", "{line}");
     assert!(fields[3].split(',').any(|o| o == "noexec") && fields[3].split(',').any(|o| o == "noatime"), "{line}");
     let pid = server_pid(&mnt).expect("the serving process");
+    // The fstab options, credentials in env. settings among them, are not in the command line
+    // every user's `ps` shows for the mount's life (the helper runs `shrinkfs mount` instead).
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(!shown.contains("not-for-ps-eyes") && !shown.contains("env."), "{shown}");
+    assert!(shown.starts_with("shrinkfs mount "), "{shown}");
 
     // noexec is honoured: a script on the mount is refused.
     let script = mnt.join("run.sh");
