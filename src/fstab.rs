@@ -119,6 +119,8 @@ pub fn translate(args: &[String]) -> Result<(Helper, Vec<(String, String)>), Usa
         }
     }
     let mut cmd = crate::cli::Cli::command();
+    // The mount's own flags and the global ones (`verbose`, `config`).
+    let globals: Vec<clap::Arg> = cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
     let mount = cmd.find_subcommand_mut("mount").expect("the mount subcommand exists");
     let mut flags: Vec<OsString> = Vec::new();
     let mut kernel = Vec::new();
@@ -144,8 +146,16 @@ pub fn translate(args: &[String]) -> Result<(Helper, Vec<(String, String)>), Usa
         } else if fstab_only(&o) {
         } else {
             let long = name.replace('_', "-");
-            let arg = mount.get_arguments().find(|a| a.get_long() == Some(long.as_str()) && long != "options");
+            let arg = mount
+                .get_arguments()
+                .chain(&globals)
+                .find(|a| a.get_long() == Some(long.as_str()) && long != "options");
+            let counted = arg.is_some_and(|a| matches!(a.get_action(), clap::ArgAction::Count));
             match (arg, value) {
+                // `verbose=2`: the flag twice.
+                (Some(_), Some(v)) if counted && v.parse::<u8>().is_ok_and(|n| n <= 8) => {
+                    flags.extend((0..v.parse::<u8>().unwrap_or(0)).map(|_| format!("--{long}").into()));
+                }
                 (Some(arg), Some(v)) if arg.get_action().takes_values() => flags.push(format!("--{long}={v}").into()),
                 (Some(arg), None) if !arg.get_action().takes_values() => flags.push(format!("--{long}").into()),
                 (Some(arg), v) if !arg.get_action().takes_values() => match v.as_deref() {
@@ -267,6 +277,19 @@ mod tests {
         let (h, _) = translate(&args("s3://b /m -o remount,ro,user_id=0,group_id=0,default_permissions")).unwrap();
         assert_eq!(h, Helper::Remount { dir: "/m".into(), options: vec!["ro".into()] });
         assert_eq!(translate(&args("s3://b /m -f -o ro")).unwrap().0, Helper::Fake);
+    }
+
+    #[test]
+    fn the_global_flags_are_options_too() {
+        let v = mount_argv("a /m -o verbose=2,config=/etc/s.toml");
+        assert_eq!(v.iter().filter(|a| *a == "--verbose").count(), 2, "{v:?}");
+        assert!(v.contains(&"--config=/etc/s.toml".to_string()), "{v:?}");
+        assert_eq!(mount_argv("a /m -o verbose").iter().filter(|a| *a == "--verbose").count(), 1);
+        assert!(!mount_argv("a /m -o verbose=0").contains(&"--verbose".to_string()));
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(&v).unwrap();
+        assert_eq!(cli.verbose, 2);
+        assert!(translate(&args("a /m -o verbose=lots")).is_err());
     }
 
     #[test]
