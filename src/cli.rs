@@ -34,7 +34,7 @@ pub struct Cli {
     /// Settings file (TOML: a section per subcommand, keys are long flag names; see FILES in
     /// shrinkfs(1)). Default: $SHRINKFS_CONFIG, else /etc/shrinkfs/config.toml if it exists; an
     /// empty FILE reads none.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", value_parser = values::path_or_empty)]
     pub config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]

@@ -530,6 +530,8 @@ codec = "lz4"
         assert_eq!(level(&format!("shrinkfs --config={o} mount memory:// /m"), &[]), Ok(3));
         assert_eq!(level("shrinkfs mount memory:// /m", &[("SHRINKFS_CONFIG", o)]), Ok(3));
         assert_eq!(level("shrinkfs mount memory:// /m", &[("SHRINKFS_CONFIG", "")]), Ok(1), "empty: no file");
+        assert_eq!(level("shrinkfs mount --config= memory:// /m", &[]), Ok(1), "an empty --config: no file");
+        assert_eq!(level("shrinkfs --config= mount memory:// /m", &[("SHRINKFS_CONFIG", o)]), Ok(1));
         assert_eq!(level("shrinkfs mount memory:// /m", &[]), Ok(5), "the default file");
         let e = level("shrinkfs mount memory:// /m --config /nonexistent/c.toml", &[]).unwrap_err();
         assert!(e.contains("cannot read config file /nonexistent/c.toml") && !e.contains('\n'), "{e}");

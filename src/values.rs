@@ -21,6 +21,11 @@ pub fn size_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clo
     }
 }
 
+/// A path, empty allowed (`--config ''` reads no config file).
+pub fn path_or_empty(s: &str) -> Result<std::path::PathBuf, String> {
+    Ok(s.into())
+}
+
 /// A whole number from `min` to `max`, as the flag's type.
 pub fn int_in<T>(min: i64, max: i64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
 where
