@@ -86,7 +86,9 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
                 _ => CORRUPT,
             };
         }
-        if cause.is::<std::io::Error>() {
+        // The store's answers (a missing key or bucket, refused access, an unreachable endpoint)
+        // are I/O, as the same failures of a local directory are.
+        if cause.is::<std::io::Error>() || cause.is::<object_store::Error>() {
             return IO;
         }
     }
@@ -133,6 +135,8 @@ mod tests {
         assert_eq!(code_for(&e), USAGE);
         let e = anyhow::Error::new(OpenError::NotADirectory("/f".into()));
         assert_eq!(code_for(&e), IO);
+        let missing = object_store::Error::NotFound { path: "k".into(), source: "404".into() };
+        assert_eq!(code_for(&anyhow::Error::new(missing).context("inspect s3://b/k")), IO);
     }
 
     #[test]
