@@ -457,3 +457,47 @@ fn kill_9_during_an_s3_write_leaves_a_marker_that_cleanup_aborts() {
     assert!(!fs::read_dir(&mnt).unwrap().any(|e| e.unwrap().file_name() == ".shrinkfs-tmp"), "markers are hidden");
     drop(m);
 }
+
+/// A successful fsync, through any descriptor of the file, and every `O_SYNC`/`O_DSYNC` write
+/// (or any write on a `sync` mount) leave the file in the bucket while its writer still has it
+/// open: coreutils' `sync FILE` fsyncs a read-only descriptor, and a write-only handle goes around
+/// the kernel's page cache, where the kernel sends no fsync after a synchronous write.
+#[test]
+fn an_fsync_through_any_descriptor_and_every_synchronous_write_store_the_file_before_close() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    // Each case writes with its writer still open, then the bucket's object is unpacked and
+    // compared (by the program, before it closes anything).
+    let program = "import os,sys,subprocess\n\
+         shrinkfs,mnt,bucket,case=sys.argv[1:5]\n\
+         data=bytes((i*31+7)%251 for i in range(300000))\n\
+         def stored(name):\n    return subprocess.run([shrinkfs,'unpack',os.path.join(bucket,name),'-'],capture_output=True).stdout\n\
+         p=os.path.join(mnt,case)\n\
+         if case=='fsync-read-only':\n\
+         \x20   w=os.open(p,os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644); os.write(w,data)\n\
+         \x20   r=os.open(p,os.O_RDONLY|os.O_NONBLOCK); os.fsync(r)\n\
+         \x20   assert stored(case)==data, 'an fsync of a read-only descriptor stored nothing'\n\
+         \x20   os.close(r); os.close(w)\n\
+         else:\n\
+         \x20   extra={'o-sync':os.O_SYNC,'o-dsync':os.O_DSYNC,'o-append-sync':os.O_APPEND|os.O_SYNC,'sync-mount':0}[case]\n\
+         \x20   w=os.open(p,os.O_WRONLY|os.O_CREAT|os.O_TRUNC|extra,0o644)\n\
+         \x20   os.write(w,data)\n\
+         \x20   assert stored(case)==data, case+': the write returned before the file was stored'\n\
+         \x20   os.write(w,data[:1000])\n\
+         \x20   assert stored(case)==data+data[:1000], case+': the second write'\n\
+         \x20   os.close(w)\n\
+         print('ok', case)\n";
+    let bin = common::bin();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    for case in ["fsync-read-only", "o-sync", "o-dsync", "o-append-sync"] {
+        let out = py(program, &[bin.to_str().unwrap(), mnt.to_str().unwrap(), bucket.to_str().unwrap(), case]);
+        assert!(ok(&out).contains("ok"), "{case}");
+    }
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["-o", "sync"], &[]);
+    let out = py(program, &[bin.to_str().unwrap(), mnt.to_str().unwrap(), bucket.to_str().unwrap(), "sync-mount"]);
+    assert!(ok(&out).contains("ok"));
+    drop(m);
+}

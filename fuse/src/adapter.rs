@@ -411,11 +411,30 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         data: &[u8],
         wf: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let kill = wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        // `O_SYNC`/`O_DSYNC`, or any write on a `sync` mount (the kernel flags those `O_DSYNC`
+        // too): stored before it is answered. The kernel sends an fsync after such a write only
+        // through its page cache, not for a handle that goes around it (a write-only one), so
+        // the mount stores the file here; the kernel's fsync, where it comes, then finds nothing
+        // left to store.
+        if flags.0 & libc::O_DSYNC != 0 {
+            let r = self.run("write", ino.0, async {
+                if kill {
+                    self.fs.clear_suidgid(ino.0).await?;
+                }
+                let n = self.fs.write(fh.0, offset, data).await?;
+                self.fs.fsync(fh.0).await?;
+                Ok(n)
+            });
+            return match r {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         // A write into a streaming upload is answered as soon as its bytes are taken, so the
         // writer's next write travels while these are copied (see `Taken`).
         let n = data.len() as u32;

@@ -509,9 +509,15 @@ impl Fs {
         self.flush(fh).await
     }
 
-    /// fsync(): the same guarantee as a writer's flush.
+    /// fsync(): the same guarantee as a writer's flush, through any handle of the file: on Linux
+    /// fsync acts on the file, so one through a read-only descriptor (`sync FILE` opens one)
+    /// stores what other handles wrote too.
     pub async fn fsync(&self, fh: u64) -> Result<()> {
-        self.flush(fh).await
+        let h = self.handles.handle(fh)?;
+        let _moving = self.moving.read().await;
+        let mut of = h.file.lock().await;
+        let i = self.names.inode(h.ino)?;
+        self.commit(&i, &mut of).await
     }
 
     /// Drops a handle. The last one uploads anything still pending (changes a failed close left)
