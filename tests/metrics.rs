@@ -57,7 +57,10 @@ fn documented() -> Vec<(String, String)> {
 fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metric() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
-    let (m, bucket, mnt, addr) = mount_with_metrics(t.path(), &[]);
+    // A bucket path with a double quote and a backslash: label values the formats must escape.
+    let (bucket, mnt, addr) = (t.path().join("bucket\"q\\x"), t.path().join("mnt"), common::free_addr());
+    fs::create_dir(&bucket).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &["--metrics-addr", &addr, "--gpu", "off"], &[]);
     fs::write(mnt.join("f"), text(1 << 20)).unwrap();
     assert!(fs::read(mnt.join("f")).unwrap() == text(1 << 20));
     // Expected answers: a missing name, a missing attribute.
@@ -109,7 +112,8 @@ fn the_endpoint_serves_both_formats_and_both_parsers_read_every_documented_metri
     assert_eq!(metric(&plain, &format!("{ops}{{op=\"getxattr\",outcome=\"error\"}}")), 0.0, "{plain}");
     assert!(metric(&plain, &format!("{ops}{{op=\"write\",outcome=\"ok\"}}")) >= 1.0, "{plain}");
     assert!(metric(&plain, "shrinkfs_dirty_bytes") >= 300_000.0, "{plain}");
-    let source = format!("source=\"{}\"", bucket.display());
+    let escaped = bucket.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
+    let source = format!("source=\"{escaped}\"");
     assert!(plain.lines().any(|l| l.starts_with("shrinkfs_mount_info{") && l.contains(&source)), "{plain}");
     assert!(plain.lines().any(|l| l.starts_with("shrinkfs_build_info{") && l.contains("version=\"")), "{plain}");
     assert!(metric(&plain, "process_resident_memory_bytes") > 0.0 && metric(&plain, "process_cpu_seconds_total") > 0.0);

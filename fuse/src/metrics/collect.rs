@@ -110,11 +110,27 @@ pub struct InfoLabels(pub(super) Arc<OnceLock<Labels>>);
 impl Collector for InfoLabels {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), FmtError> {
         let l = self.0.get().cloned().unwrap_or_default();
-        let build = Info::new(vec![("version", l.version), ("commit", l.commit)]);
+        let build = Info::new(vec![("version", escaped(&l.version)), ("commit", escaped(&l.commit))]);
         build.encode(e.encode_descriptor(BUILD, "Version and commit of the binary", None, MetricType::Info)?)?;
-        let mount = Info::new(vec![("source", l.source), ("mountpoint", l.mountpoint)]);
+        let mount = Info::new(vec![("source", escaped(&l.source)), ("mountpoint", escaped(&l.mountpoint))]);
         mount.encode(e.encode_descriptor(MOUNT, "What is mounted where", None, MetricType::Info)?)
     }
+}
+
+/// A label value as both text formats write it: backslash, double quote and line feed escaped
+/// (`prometheus_client` writes values as they are, and one path with a quote in it would make a
+/// scraper refuse every metric of the mount).
+fn escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The process's figures, read from `/proc/self` at each scrape.
@@ -186,6 +202,12 @@ impl Collector for Process {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_formats_require() {
+        assert_eq!(escaped("/b\"q\\x\ny"), "/b\\\"q\\\\x\\ny");
+        assert_eq!(escaped("s3://plain/prefix"), "s3://plain/prefix");
+    }
 
     #[test]
     fn the_process_reads_itself() {
