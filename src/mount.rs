@@ -91,6 +91,10 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
             min_free: a.cache_min_free,
         };
         let cache = DiskCache::open(&dc).with_context(|| format!("cache directory {}", dir.display()))?;
+        // A cache that cannot be written would keep nothing, silently.
+        let probe =
+            tempfile::tempfile_in(dir).with_context(|| format!("cache directory {} is not writable", dir.display()))?;
+        drop(probe);
         disk_cache = Some(cache);
     }
     if let Some(d) = &a.staging_dir {

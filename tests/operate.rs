@@ -423,6 +423,11 @@ fn every_mount_failure_exits_with_its_documented_code_and_one_line() {
         assert_eq!(got, Some(3), "{err}");
         assert!(err.contains("cannot be written (mount it with --read-only)"), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        // A cache directory there: 3 too (it would keep nothing, silently).
+        let (got, err) = run(&["mount", b, m, "--cache-dir", r]);
+        assert_eq!(got, Some(3), "{err}");
+        assert!(err.contains("cache directory") && err.contains("is not writable"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
         let (got, err) = run(&["mount", r, m, "--read-only", "--daemon"]);
         assert_eq!(got, Some(0), "{err}");
         assert_eq!(run(&["unmount", m]).0, Some(0));
