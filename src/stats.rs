@@ -177,14 +177,23 @@ fn address_of(mountpoint: &std::path::Path) -> anyhow::Result<String> {
 
 /// The Prometheus text of the endpoint at `addr`.
 fn scrape(addr: &str) -> anyhow::Result<Scrape> {
-    let fail = |e: std::io::Error| Unavailable(format!("cannot read the metrics at {addr}: {e}"));
+    let fail = |e: std::io::Error| {
+        let why = match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "no answer within 10 s".to_owned(),
+            _ => e.to_string(),
+        };
+        Unavailable(format!("cannot read the metrics at {addr}: {why}"))
+    };
     let mut s = TcpStream::connect(addr).map_err(fail)?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(fail)?;
     write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").map_err(fail)?;
     let mut raw = String::new();
     s.read_to_string(&mut raw).map_err(fail)?;
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    if !head.starts_with("HTTP/1.1 200") {
+    // "HTTP/1.1 200 OK", or an HTTP/1.0 server's "HTTP/1.0 200 OK".
+    let status = head.lines().next().unwrap_or_default();
+    let mut words = status.split_whitespace();
+    if !(words.next().is_some_and(|v| v.starts_with("HTTP/1.")) && words.next() == Some("200")) {
         bail!(Unavailable(format!("{addr} answered {}", head.lines().next().unwrap_or("nothing"))));
     }
     Ok(Scrape::parse(body))

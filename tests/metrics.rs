@@ -162,5 +162,26 @@ fn shrinkfs_stats_finds_the_mount_endpoint_and_shows_what_moves() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{said}");
     assert!(said.contains("serves no metrics") && said.trim().lines().count() == 1, "{said}");
+    // An endpoint given by hand that answers in HTTP/1.0 (Python's file server): read as well.
+    let served = t.path().join("served");
+    fs::create_dir(&served).unwrap();
+    fs::write(served.join("metrics"), "shrinkfs_fuse_op_duration_seconds_count{op=\"read\",outcome=\"ok\"} 7\n")
+        .unwrap();
+    let addr = common::free_addr();
+    let port = addr.rsplit(':').next().unwrap();
+    let mut server = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory", served.to_str().unwrap(), port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(&addr).is_err() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = stats(&mnt, &["--json", "--metrics-addr", &addr]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     m.unmount();
 }
