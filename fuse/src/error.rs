@@ -150,7 +150,9 @@ impl Error {
             Error::NotDir => (libc::ENOTDIR, Failure),
             Error::IsDir => (libc::EISDIR, Failure),
             Error::ReadOnly => (libc::EROFS, Failure),
-            Error::Unsupported(_) => (libc::ENOTSUP, Failure),
+            // Documented as unsupported: programs probe for these (a punched hole, an exchange
+            // rename) and fall back.
+            Error::Unsupported(_) => (libc::ENOTSUP, Expected),
             // Programs that try a hard link first (git, lock files) fall back to other ways.
             Error::HardLink => (libc::EPERM, Expected),
             Error::InvalidName(_)
@@ -187,8 +189,8 @@ impl Error {
     }
 
     /// Whether this is an answer the caller asked about (a name that does not exist, an
-    /// attribute not set, a name taken, a directory not empty, a buffer too small) rather than a
-    /// failure: the same errors that log at debug.
+    /// attribute not set, a name taken, a directory not empty, a buffer too small, an operation
+    /// documented as unsupported) rather than a failure: the same errors that log at debug.
     pub fn expected(&self) -> bool {
         self.disposition().level == Level::Expected
     }
@@ -278,6 +280,7 @@ mod tests {
             Error::NoXattrSupport,
             Error::Range,
             Error::NoIoctl,
+            Error::Unsupported("fallocate modes other than allocating"),
         ] {
             assert_eq!(e.disposition().level, Level::Expected, "{e}");
             assert_eq!(Error::outcome::<()>(&Err(e)), crate::metrics::Outcome::Expected);
