@@ -299,13 +299,15 @@ pub struct MountArgs {
     /// Threads serving kernel requests (1 to 1024).
     #[arg(long, default_value_t = 16, value_parser = values::int_in::<usize>(1, 1024))]
     pub threads: usize,
-    /// Added to the mount's nice value for the threads serving kernel requests (-20 to 19; 0
+    /// Added to the mount's nice value for the threads serving kernel requests (-20 to 0; 0
     /// leaves them at the process's). They copy every byte written into the frames being cut,
     /// so on a host whose cores are busy a writer waits behind every CPU-bound process for them
     /// (with 16 busy loops beside, 4 and 8 writers under `--gpu auto` moved 1.06-1.19x more at
-    /// -10; BENCHMARKS.md §9, session 27). Compression keeps the process's priority. Only root
-    /// or CAP_SYS_NICE may raise a priority; elsewhere the threads keep the process's.
-    #[arg(long, default_value_t = -10, value_parser = values::int_in::<i32>(-20, 19))]
+    /// -10; BENCHMARKS.md §9, session 27). Frames of more than 64 KiB are compressed at the
+    /// process's priority (small ones, and a file's last short frame, on the request thread).
+    /// Raising a priority needs CAP_SYS_NICE (root has it outside most containers) or a high
+    /// enough RLIMIT_NICE; without, the threads keep the process's.
+    #[arg(long, default_value_t = -10, value_parser = values::int_in::<i32>(-20, 0))]
     pub request_nice: i32,
     /// Let the kernel cache writes: write(2) returns once the bytes are in the page cache and
     /// several reach the mount at once (faster single writers); close and fsync still return only

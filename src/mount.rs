@@ -85,6 +85,9 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
         if !(0.0..1.0).contains(&a.cache_min_free) {
             bail!(UsageError(format!("--cache-min-free must be between 0 and 1, not {}", a.cache_min_free)));
         }
+        if dir.exists() && !dir.is_dir() {
+            bail!(UsageError(format!("--cache-dir {}: not a directory", dir.display())));
+        }
         let dc = shrinkfs_fuse::diskcache::DiskCacheConfig {
             dir: dir.clone(),
             max_bytes: a.cache_size,
@@ -201,17 +204,23 @@ fn resolved(path: &std::path::Path) -> std::path::PathBuf {
         .unwrap_or_else(|| path.to_path_buf())
 }
 
-/// Refuses a log file or staging directory inside the mount point: once mounted, the mount would
-/// write its log into itself when SIGHUP reopens it (every request then waits on the mount, which
-/// waits on itself), and staged files would land in its own tree.
+/// Refuses a log file, staging directory or cache directory inside the mount point: once
+/// mounted, each would be reached through the mount itself (a log SIGHUP reopens, staged files,
+/// cached frames), and a request that waits on the mount from a request thread can leave no
+/// thread to answer it: the mount hangs. The default staging directory ($TMPDIR) counts too.
 fn refuse_paths_inside(a: &MountArgs) -> anyhow::Result<()> {
     let mountpoint = resolved(&a.mountpoint);
-    for (flag, path) in [("--log-file", &a.log_file), ("--staging-dir", &a.staging_dir)] {
+    let staging = a.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let paths =
+        [("--log-file", a.log_file.as_ref()), ("--staging-dir", Some(&staging)), ("--cache-dir", a.cache_dir.as_ref())];
+    for (flag, path) in paths {
         if let Some(p) = path
             && resolved(p).starts_with(&mountpoint)
         {
+            let default =
+                if a.staging_dir.is_none() && flag == "--staging-dir" { " (the default, $TMPDIR)" } else { "" };
             bail!(UsageError(format!(
-                "{flag} {} is inside the mount point {}: put it outside the mount",
+                "{flag} {}{default} is inside the mount point {}: put it outside the mount",
                 p.display(),
                 a.mountpoint.display()
             )));
@@ -307,7 +316,7 @@ fn serve(
         .enable_all()
         .on_thread_start(move || {
             if let Some(n) = own_nice {
-                // (A lower priority is always allowed.)
+                // (A lower priority is always allowed, and `--request-nice` only raises.)
                 let _ = rustix::process::setpriority_process(None, n);
             }
         })

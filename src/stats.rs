@@ -184,7 +184,9 @@ fn scrape(addr: &str) -> anyhow::Result<Scrape> {
         };
         Unavailable(format!("cannot read the metrics at {addr}: {why}"))
     };
-    let mut s = TcpStream::connect(addr).map_err(fail)?;
+    use std::net::ToSocketAddrs;
+    let to = addr.to_socket_addrs().map_err(fail)?.next().ok_or_else(|| fail(std::io::ErrorKind::NotFound.into()))?;
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(10)).map_err(fail)?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(fail)?;
     write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").map_err(fail)?;
     let mut raw = String::new();

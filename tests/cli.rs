@@ -482,7 +482,7 @@ fn absurd_values_of_every_flag_are_one_line_usage_errors_not_panics() {
         ("--metadata-ttl", with(&["86401"])),
         ("--staging-dir", vec![""]),
         ("--threads", with(&["0", "1025"])),
-        ("--request-nice", vec!["-21", "20", "inf", "nan", "1e300", "99999999999999999999999", "", "x", "1.5"]),
+        ("--request-nice", vec!["-21", "1", "20", "inf", "nan", "1e300", "99999999999999999999999", "", "x", "1.5"]),
         ("--metrics-addr", vec!["", "x", "9464", "127.0.0.1:99999"]),
     ];
     for (flag, values) in &cases {
