@@ -650,6 +650,7 @@ codec = "lz4"
                 "x=2",
                 "1M:64K",
                 "64M",
+                "-5",
             ]
             .map(String::from),
         );
