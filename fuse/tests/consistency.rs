@@ -11,7 +11,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use shrinkfs_fuse::inode::ROOT;
 use shrinkfs_fuse::store::Bucket;
-use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services};
+use shrinkfs_fuse::{Error, Fs, FsConfig, NamespaceConfig, Services, SetAttr};
 
 /// The TTLs of the mounts under test: short, so "after the TTL" is a short sleep.
 const TTL: Duration = Duration::from_millis(300);
@@ -408,6 +408,26 @@ async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl
     past_ttl().await;
     assert!(matches!(b.getattr(f.ino).await, Err(Error::NotFound)));
     assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
+}
+
+/// Two mounts: a directory's mode, owner and times changed on one show on the other once the
+/// metadata TTL has passed, by a stat (getattr) or a lookup of its name — and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_s_mode_and_times_changed_on_one_mount_show_on_another_after_the_metadata_ttl() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    let seen = b.lookup(ROOT, "d").await.unwrap();
+    assert_eq!(seen.perm, 0o755);
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(902_534_400);
+    a.setattr(d, SetAttr { mode: Some(0o700), uid: Some(7), mtime: Some(t), ..SetAttr::default() }).await.unwrap();
+    assert_eq!(b.getattr(seen.ino).await.unwrap().perm, 0o755, "trusted for the metadata TTL");
+    past_ttl().await;
+    let now = b.getattr(seen.ino).await.unwrap();
+    assert_eq!((now.perm, now.uid, now.mtime), (0o700, 7, t), "a stat past the TTL");
+    a.setattr(d, SetAttr { mode: Some(0o750), ..SetAttr::default() }).await.unwrap();
+    past_ttl().await;
+    assert_eq!(b.lookup(ROOT, "d").await.unwrap().perm, 0o750, "a lookup past the TTL");
 }
 
 /// A burst of stale stats whose listing fails is answered by HEADs, as it was before listings

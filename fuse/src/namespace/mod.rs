@@ -480,7 +480,9 @@ impl Namespace {
         // A fresh complete listing said this is a directory: no need to list it again.
         let listed_dir = known.as_ref().is_some_and(|k| k.kind == Kind::Dir) && self.listing_fresh(parent);
         if listed_dir || self.is_dir(parent, &dir.path, name, &rel).await? {
-            let attr = match known.filter(|k| k.kind == Kind::Dir && k.fetched.is_some()) {
+            // Past the TTL (or never asked): its mode, owner and times from its marker, which
+            // another mount's chmod or touch rewrote.
+            let attr = match known.filter(|k| k.kind == Kind::Dir && self.fresh(k)) {
                 Some(k) => k.attr,
                 None => self.dir_attr(&rel).await?,
             };
@@ -509,8 +511,20 @@ impl Namespace {
     /// Attributes of inode `i`, refreshed from the store when older than the metadata TTL: by a
     /// listing of its directory in a burst of such requests there, else by a HEAD.
     pub async fn getattr(&self, i: &Inode, is_open: IsOpen<'_>) -> Result<FileAttrs> {
-        if i.kind == Kind::Dir || self.fresh(i) || i.parent == 0 {
+        if self.fresh(i) || i.parent == 0 {
             return Ok(self.attrs_of(i));
+        }
+        if i.kind == Kind::Dir {
+            // A directory's marker: another mount's chmod or touch shows after the TTL too.
+            let since = self.table().changes();
+            let attr = self.dir_attr(&i.path).await?;
+            let mut t = self.table();
+            let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
+            if cur.changed <= since && cur.kind == Kind::Dir {
+                cur.attr = attr;
+                cur.fetched = Some(Instant::now());
+            }
+            return Ok(self.attrs_of(cur));
         }
         let dir_path = self.path_of(i.parent);
         if i.fetched.is_some()
