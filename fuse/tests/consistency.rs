@@ -430,6 +430,24 @@ async fn a_directory_s_mode_and_times_changed_on_one_mount_show_on_another_after
     assert_eq!(b.lookup(ROOT, "d").await.unwrap().perm, 0o750, "a lookup past the TTL");
 }
 
+/// Two mounts: one adds an entry to a directory (its marker's rewrite with the new times is
+/// pending) while the other changes the directory's mode and owner: the rewrite keeps those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_s_pending_times_never_undo_another_mount_s_chmod() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount(&store));
+    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
+    let bd = b.lookup(ROOT, "d").await.unwrap().ino;
+    write(&a, d, "f", b"x").await;
+    let added = a.getattr(d).await.unwrap().mtime;
+    b.setattr(bd, SetAttr { mode: Some(0o700), uid: Some(9), ..SetAttr::default() }).await.unwrap();
+    a.write_dir_times().await.unwrap();
+    let c = mount(&store);
+    let got = c.lookup(ROOT, "d").await.unwrap();
+    assert_eq!((got.perm, got.uid), (0o700, 9), "the other mount's chmod and chown are kept");
+    assert_eq!(got.mtime, added, "this mount's times are written");
+}
+
 /// A burst of stale stats whose listing fails is answered by HEADs, as it was before listings
 /// answered bursts: the listing is an optimisation, never a new way to fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

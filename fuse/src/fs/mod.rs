@@ -159,7 +159,19 @@ impl Fs {
     async fn write_dir_times_locked(&self) -> Result<()> {
         let mut unwritten = std::collections::HashMap::new();
         let mut first_err = None;
-        for (rel, attr) in self.names.take_dir_times() {
+        for (rel, mut attr) in self.names.take_dir_times() {
+            // Only the times are this mount's news: the mode and owner are what the marker holds
+            // now, which another mount's chmod or chown may have changed (this mount's own wait
+            // for `dir_writes` and write the marker at once).
+            match self.names.stat_attrs(&self.names.key(&join(&rel, DIR_MARKER)), None).await {
+                Ok(Some((_, stored))) => {
+                    attr.perm = stored.perm.or(attr.perm);
+                    attr.uid = stored.uid.or(attr.uid);
+                    attr.gid = stored.gid.or(attr.gid);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(dir = %rel, error = %e, "directory marker not read before its rewrite"),
+            }
             if let Err(e) = self.put_dir_marker(&rel, &attr).await {
                 unwritten.insert(rel, attr);
                 first_err.get_or_insert(e);
