@@ -95,19 +95,20 @@ pub fn fs_config(a: &MountArgs) -> anyhow::Result<(FsConfig, Option<DiskCache>)>
         };
         let cache = DiskCache::open(&dc).with_context(|| format!("cache directory {}", dir.display()))?;
         // A cache that cannot be written would keep nothing, silently.
-        let probe =
-            tempfile::tempfile_in(dir).with_context(|| format!("cache directory {} is not writable", dir.display()))?;
-        drop(probe);
+        writable(dir, "cache directory")?;
         disk_cache = Some(cache);
     }
     if let Some(d) = &a.staging_dir {
         cfg.writer.staging_dir = d.clone();
     }
-    let staging = &cfg.writer.staging_dir;
-    let probe = tempfile::tempfile_in(staging)
-        .with_context(|| format!("staging directory {} is not writable", staging.display()))?;
-    drop(probe);
+    writable(&cfg.writer.staging_dir, "staging directory")?;
     Ok((cfg, disk_cache))
+}
+
+/// Fails unless a file can be made in `dir` (the `what` of the mount).
+fn writable(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    tempfile::tempfile_in(dir).with_context(|| format!("{what} {} is not writable", dir.display()))?;
+    Ok(())
 }
 
 /// The kernel's view of the mount: `-o` words over the safe defaults.

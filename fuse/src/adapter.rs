@@ -421,22 +421,9 @@ impl Filesystem for FuseAdapter {
         // through its page cache, not for a handle that goes around it (a write-only one), so
         // the mount stores the file here; the kernel's fsync, where it comes, then finds nothing
         // left to store.
-        if flags.0 & libc::O_DSYNC != 0 {
-            let r = self.run("write", ino.0, async {
-                if kill {
-                    self.fs.clear_suidgid(ino.0).await?;
-                }
-                let n = self.fs.write(fh.0, offset, data).await?;
-                self.fs.fsync(fh.0).await?;
-                Ok(n)
-            });
-            return match r {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(&e)),
-            };
-        }
-        // A write into a streaming upload is answered as soon as its bytes are taken, so the
-        // writer's next write travels while these are copied (see `Taken`).
+        let sync = flags.0 & libc::O_DSYNC != 0;
+        // Otherwise a write into a streaming upload is answered as soon as its bytes are taken,
+        // so the writer's next write travels while these are copied (see `Taken`).
         let n = data.len() as u32;
         let mut reply = Some(reply);
         let mut answer = || {
@@ -447,6 +434,11 @@ impl Filesystem for FuseAdapter {
         let r = self.run("write", ino.0, async {
             if kill {
                 self.fs.clear_suidgid(ino.0).await?;
+            }
+            if sync {
+                let n = self.fs.write(fh.0, offset, data).await?;
+                self.fs.fsync(fh.0).await?;
+                return Ok(n);
             }
             self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
         });
