@@ -154,8 +154,10 @@ pub fn kernel_options(
     Ok(k)
 }
 
-/// Writes the markers of directories whose entries changed, every second while the mount lives.
-async fn write_dir_times(fs: std::sync::Weak<Fs>) {
+/// Every second while the mount lives: writes the markers of directories whose entries changed,
+/// and tries again the files whose last close could not store them (each as often as its growing
+/// wait allows).
+async fn upkeep(fs: std::sync::Weak<Fs>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -171,6 +173,7 @@ async fn write_dir_times(fs: std::sync::Weak<Fs>) {
             Err(e) => tracing::debug!(error = %e, "directory times still not stored"),
             Ok(()) => failing = false,
         }
+        fs.retry_unstored(false).await;
     }
 }
 
@@ -389,10 +392,10 @@ fn serve(
     }
     ready.ready(log, &mountpoint);
     let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
-    let dir_times = rt.spawn(write_dir_times(Arc::downgrade(&fs)));
+    let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs)));
     let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
     watcher.abort();
-    dir_times.abort();
+    upkeep.abort();
     if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
     }

@@ -537,18 +537,58 @@ impl Fs {
             Ok(i) => self.commit(&i, &mut of).await,
             Err(_) => Ok(()),
         };
-        if self.handles.retire(h.ino, &h.file) {
-            self.retired(h.ino);
-            // (A commit can fail after its object was stored: then nothing is lost.)
-            if let (Err(e), true) = (&res, of.dirty && !of.unlinked) {
-                tracing::error!(ino = h.ino, error = %e, "last handle closed; changes that could not be uploaded are lost");
-                self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            }
+        // (A commit can fail after its object was stored: then nothing is left to store.)
+        if let (Err(e), true) = (&res, of.dirty && !of.unlinked) {
+            // The state stays, with all its bytes, and is tried again (see `unstored`).
+            let path = format!("/{}", self.names.path_of(h.ino));
+            tracing::warn!(path, error = %e, "last handle closed with changes not stored: kept, and tried again in the background and at unmount");
+            self.unstored.keep(h.ino, &h.file, std::time::Instant::now());
+            return res;
+        }
+        self.retire(h.ino, &h.file, &mut of).await;
+        res
+    }
+
+    /// Frees the state `file` of `ino` once no handle holds it (else the last one's release will).
+    async fn retire(&self, ino: u64, file: &crate::openfile::SharedFile, of: &mut OpenFile) {
+        if self.handles.retire(ino, file) {
+            self.retired(ino);
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
                 u.abort().await;
             }
         }
-        res
+    }
+
+    /// Tries again the files whose last handle closed with changes not stored, those due (all of
+    /// them when `all`); returns how many are still kept. A file open for writing again is left
+    /// to its writer's close. The mount calls this every second.
+    pub async fn retry_unstored(&self, all: bool) -> usize {
+        for (ino, file) in self.unstored.due(std::time::Instant::now(), all) {
+            let _moving = self.moving.read().await;
+            let mut of = file.lock().await;
+            // (Checked with the file locked: a writer that opens it now cannot write before this
+            // try ends, so no half-written state is stored.)
+            if self.handles.writers(ino) > 0 {
+                continue;
+            }
+            let res = match self.names.inode(ino) {
+                Ok(i) if of.dirty && !of.unlinked => self.commit(&i, &mut of).await,
+                _ => Ok(()),
+            };
+            let done = res.is_ok() || !of.dirty || of.unlinked;
+            match &res {
+                Ok(()) if done => {
+                    tracing::info!(path = %format!("/{}", self.names.path_of(ino)), "a file kept after its last close is now stored")
+                }
+                Err(e) => tracing::debug!(ino, error = %e, "a file kept after its last close is still not stored"),
+                Ok(()) => {}
+            }
+            self.unstored.tried(ino, &file, done, std::time::Instant::now());
+            if done {
+                self.retire(ino, &file, &mut of).await;
+            }
+        }
+        self.unstored.len()
     }
 
     /// An open file whose name is going away (unlink, or replaced by a rename): its bytes move to a
@@ -762,9 +802,19 @@ impl Fs {
         for (ino, file) in self.handles.drain() {
             let mut of = file.lock().await;
             if of.dirty && !of.unlinked {
-                let path = self.names.path_of(ino);
-                tracing::warn!(path = %format!("/{path}"), "unmounted while open for writing: unsaved changes discarded, the previous version stays");
-                n += 1;
+                let path = format!("/{}", self.names.path_of(ino));
+                if self.unstored.holds(ino, &file) {
+                    tracing::error!(
+                        path,
+                        "its last close failed to store it, and so did every try since, the last at unmount: its changes are lost, the previous version stays"
+                    );
+                } else {
+                    tracing::warn!(
+                        path,
+                        "unmounted while open for writing: unsaved changes discarded, the previous version stays"
+                    );
+                    n += 1;
+                }
                 self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {

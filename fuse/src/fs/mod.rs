@@ -5,6 +5,7 @@
 mod files;
 mod names;
 mod statfs;
+mod unstored;
 
 use std::sync::{Arc, OnceLock};
 
@@ -79,7 +80,10 @@ pub struct Fs {
     /// Files `flush_all` found still open for writing and said so (once each: a busy unmount
     /// calls it every second).
     told_open: std::sync::Mutex<std::collections::HashSet<u64>>,
-    /// Files whose last handle closed, or that the unmount left, with changes not stored.
+    /// Files whose last handle closed with changes not stored, kept and tried again.
+    unstored: unstored::Unstored,
+    /// Files the mount ended with changes not stored: left open for writing, or kept since
+    /// their last close failed and not stored at unmount either.
     lost: std::sync::atomic::AtomicUsize,
 }
 
@@ -133,6 +137,7 @@ impl Fs {
             moving: tokio::sync::RwLock::default(),
             forgotten: std::sync::Mutex::default(),
             told_open: std::sync::Mutex::default(),
+            unstored: Default::default(),
             lost: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -192,9 +197,9 @@ impl Fs {
         e.log(op, &format!("/{path}"), self.names.key(&path).as_ref());
     }
 
-    /// Files whose changes were given up: their last handle closed after a failed upload (its
-    /// writer was told), or the unmount found them still open for writing. The mount's exit
-    /// status says so.
+    /// Files whose changes were given up when the mount ended: still open for writing, or kept
+    /// since their last close failed (its writer was told) and not stored at unmount either. The
+    /// mount's exit status says so.
     pub fn files_lost(&self) -> usize {
         self.lost.load(std::sync::atomic::Ordering::Acquire)
     }
