@@ -1,12 +1,14 @@
 //! Command-line arguments (clap derive). Converted into library configs before use, so libraries
 //! never see clap.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use shrinkfs_codec::seal::KEY_LEN;
 use shrinkfs_codec::{CodecId, CodecParams, Dictionary, EncodeConfig, MasterKey};
 
 use shrinkfs_fuse::credentials::{AwsEnv, CredentialsConfig};
@@ -293,7 +295,8 @@ pub struct MountArgs {
     /// Default: 4096 with `--metadata-ttl indefinite` (a bucket only this mount writes), else 0.
     #[arg(long, value_name = "N", value_parser = values::int_in::<usize>(0, 1_000_000))]
     pub deletes_behind: Option<usize>,
-    /// Directory for files being rewritten at random offsets (default: $TMPDIR).
+    /// Directory for files being rewritten at random offsets (default: $TMPDIR). They are held
+    /// there decoded, unsealed even with --key-file, while open (unnamed files, gone at close).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,
     /// Threads serving kernel requests (1 to 1024).
@@ -532,16 +535,48 @@ impl KeyArgs {
         let Some(path) = &self.key_file else {
             return Ok(None);
         };
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read key file {}", path.display()))?;
+        // (At most one byte more than a key: `--key-file /dev/urandom` must fail at once.)
+        let bytes = read_at_most(path, KEY_LEN as u64 + 1)
+            .with_context(|| format!("cannot read key file {}", path.display()))?;
+        if bytes.len() > KEY_LEN {
+            let why = format!("a key file holds exactly {KEY_LEN} bytes, this one holds more");
+            return Err(shrinkfs_codec::Error::InvalidKey(why)).with_context(|| format!("key file {}", path.display()));
+        }
         let key = MasterKey::from_bytes(&bytes).with_context(|| format!("key file {}", path.display()))?;
+        if let Ok(m) = std::fs::metadata(path)
+            && m.is_file()
+            && m.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                "key file {} can be read by other users (mode {:o}): `chmod 600` it",
+                path.display(),
+                m.permissions().mode() & 0o777
+            );
+        }
         Ok(Some(key))
     }
+}
+
+/// The largest dictionary file read (zstd's own trainer makes 110 KiB ones by default).
+const DICT_MAX: u64 = 64 << 20;
+
+/// The first `most` bytes of file `path` (all of it if shorter): a device or an endless file
+/// named by mistake is not read into memory whole.
+fn read_at_most(path: &std::path::Path, most: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    std::fs::File::open(path)?.take(most).read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// Reads a zstd dictionary file.
 pub fn load_dict(path: &Option<PathBuf>) -> anyhow::Result<Option<Arc<Dictionary>>> {
     let Some(path) = path else { return Ok(None) };
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read dictionary {}", path.display()))?;
+    let bytes =
+        read_at_most(path, DICT_MAX + 1).with_context(|| format!("cannot read dictionary {}", path.display()))?;
+    if bytes.len() as u64 > DICT_MAX {
+        anyhow::bail!("dictionary {}: larger than {} MiB, which no zstd dictionary is", path.display(), DICT_MAX >> 20);
+    }
     let dict = Dictionary::new(bytes).with_context(|| format!("dictionary {}", path.display()))?;
     Ok(Some(Arc::new(dict)))
 }
@@ -720,7 +755,10 @@ impl S3Args {
     fn customer_key(&self) -> anyhow::Result<CustomerKey> {
         let Some(path) = &self.sse_c_key_file else { anyhow::bail!("no --sse-c-key-file") };
         let bad = |why: String| UsageError(format!("--sse-c-key-file {}: {why}", path.display()));
-        let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let text = read_at_most(path, 1024).map_err(|e| bad(e.to_string()))?;
+        if text.len() >= 1024 {
+            return Err(bad("is far longer than a base64 key".into()).into());
+        }
         let text = String::from_utf8(text).map_err(|_| bad("is not base64 text".into()))?;
         CustomerKey::from_base64(&text).map_err(|e| bad(e.to_string()).into())
     }

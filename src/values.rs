@@ -12,7 +12,13 @@ use crate::size::parse_size;
 /// A size (`64K`, `1M`, `1048576`) between `min` and `max` bytes.
 pub fn size_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
     move |s| {
-        let range = || format!("must be a size from {} to {} (like 64K or 1M)", exact(min), exact(max));
+        let range = || {
+            format!(
+                "must be a size from {} to {} (a number of bytes, or one with K, M, G, T or P: 512M, 2G)",
+                exact(min),
+                exact(max)
+            )
+        };
         let n = parse_size(s).map_err(|e| format!("{e}: {}", range()))?;
         if !(min..=max).contains(&n) {
             return Err(range());

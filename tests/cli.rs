@@ -186,6 +186,10 @@ fn bad_options_and_missing_files_have_distinct_codes() {
     let short_key = dir.path().join("k");
     std::fs::write(&short_key, b"short").unwrap();
     assert_fails_cleanly(&run(&["pack", &format!("--key-file={}", p(&short_key)), p(&f), p(&out)]), 2, "short key");
+    // An endless file named as the key fails at once, not once memory runs out (found by a probe).
+    let endless = run(&["pack", "--key-file=/dev/zero", p(&f), p(&out)]);
+    assert_fails_cleanly(&endless, 2, "endless key file");
+    assert!(String::from_utf8_lossy(&endless.stderr).contains("holds more"), "{endless:?}");
     assert_fails_cleanly(&run(&["pack", "/nonexistent/input", p(&out)]), 3, "missing input");
     assert_fails_cleanly(&run(&["pack", p(&f), "/nonexistent/dir/out"]), 3, "unwritable output");
     assert_eq!(run(&["pack", "--codec", "brotli", p(&f), p(&out)]).status.code(), Some(2));
