@@ -482,6 +482,10 @@ impl Codec for DeflateCodec {
         out.reserve_exact(raw_len);
         match d.decompress_vec(stored, out, flate2::FlushDecompress::Finish) {
             Ok(flate2::Status::StreamEnd) if out.len() == raw_len && d.total_in() as usize == stored.len() => Ok(()),
+            Ok(flate2::Status::StreamEnd) if out.len() == raw_len => Err(DecodeFailure::Corrupt(format!(
+                "{} bytes after the deflate stream's end",
+                stored.len() - d.total_in() as usize
+            ))),
             Ok(_) => Err(DecodeFailure::Corrupt(format!("decoded {} bytes, expected {raw_len}", out.len()))),
             Err(e) => Err(DecodeFailure::Corrupt(e.to_string())),
         }

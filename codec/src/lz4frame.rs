@@ -153,6 +153,29 @@ pub fn blocks(payload: &[u8], raw_len: usize) -> Option<Vec<(Block<'_>, usize)>>
     (at == payload.len() && left == 0).then_some(out)
 }
 
+/// The length of the LZ4 frame `payload` starts with, from its header and block sizes (its blocks
+/// are not decoded); `None` if it is cut short or does not start with a frame.
+fn frame_len(payload: &[u8]) -> Option<usize> {
+    if u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) != MAGIC {
+        return None;
+    }
+    let flg = *payload.get(4)?;
+    let descriptor = 2 + if flg & FLG_CONTENT_SIZE != 0 { 8 } else { 0 } + if flg & FLG_DICT_ID != 0 { 4 } else { 0 };
+    // Magic, descriptor, header checksum.
+    let mut at = 4 + descriptor + 1;
+    let block_sum = if flg & FLG_BLOCK_CHECKSUM != 0 { 4 } else { 0 };
+    loop {
+        let word = u32::from_le_bytes(payload.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+        if word == 0 {
+            break;
+        }
+        at = at.checked_add((word & !STORED) as usize + block_sum)?;
+    }
+    at += if flg & FLG_CONTENT_CHECKSUM != 0 { 4 } else { 0 };
+    (at <= payload.len()).then_some(at)
+}
+
 /// Decodes an LZ4 frame of exactly `raw_len` bytes into `out` (replacing it).
 pub fn decompress(payload: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), DecodeFailure> {
     out.clear();
@@ -177,6 +200,14 @@ pub fn decompress(payload: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(
             return Ok(());
         }
         out.clear();
+    }
+    // A payload is one frame and nothing after it (the general reader would go on to the next).
+    match frame_len(payload) {
+        Some(n) if n == payload.len() => {}
+        Some(n) => {
+            return Err(DecodeFailure::Corrupt(format!("{} bytes after the lz4 frame's end", payload.len() - n)));
+        }
+        None => return Err(DecodeFailure::Corrupt("lz4 frame: cut short or not a frame".into())),
     }
     let mut reader = lz4_flex::frame::FrameDecoder::new(payload).take(raw_len as u64 + 1);
     out.reserve_exact(raw_len);
@@ -253,6 +284,35 @@ mod tests {
         let mut general = Vec::new();
         lz4_flex::frame::FrameDecoder::new(&ours[..]).read_to_end(&mut general).unwrap();
         assert!(general == raw);
+    }
+
+    #[test]
+    fn bytes_after_the_frame_are_an_error_whatever_follows() {
+        let raw = text(200_000);
+        let mut payload = Vec::new();
+        assert!(compress(&raw, &mut payload));
+        let mut out = Vec::new();
+        decompress(&payload, raw.len(), &mut out).unwrap();
+        let mut second = Vec::new();
+        assert!(compress(&raw[..1000], &mut second));
+        for tail in [&b"\xde\xad\xbe\xef"[..], &second, &[0u8]] {
+            let mut longer = payload.clone();
+            longer.extend_from_slice(tail);
+            let e = decompress(&longer, raw.len(), &mut out).unwrap_err();
+            assert!(format!("{e:?}").contains("after the lz4 frame's end"), "{e:?}");
+        }
+        // The general reader's path too: a frame laid out otherwise (blocks of 4 MiB here).
+        let mut other = Vec::new();
+        let mut w = lz4_flex::frame::FrameEncoder::with_frame_info(
+            lz4_flex::frame::FrameInfo::new().block_size(lz4_flex::frame::BlockSize::Max4MB),
+            &mut other,
+        );
+        std::io::Write::write_all(&mut w, &raw).unwrap();
+        w.finish().unwrap();
+        decompress(&other, raw.len(), &mut out).unwrap();
+        assert_eq!(out, raw);
+        other.extend_from_slice(b"junk");
+        assert!(decompress(&other, raw.len(), &mut out).is_err());
     }
 
     #[test]
