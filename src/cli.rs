@@ -296,7 +296,7 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", value_parser = values::int_in::<usize>(0, 1_000_000))]
     pub deletes_behind: Option<usize>,
     /// Directory for files being rewritten at random offsets (default: $TMPDIR). They are held
-    /// there decoded, unsealed even with --key-file, while open (unnamed files, gone at close).
+    /// there decoded, unsealed even with --key-file, while open (unnamed files, gone once stored).
     #[arg(long)]
     pub staging_dir: Option<PathBuf>,
     /// Threads serving kernel requests (1 to 1024).
@@ -539,13 +539,13 @@ impl KeyArgs {
         let bytes = read_at_most(path, KEY_LEN as u64 + 1)
             .with_context(|| format!("cannot read key file {}", path.display()))?;
         if bytes.len() > KEY_LEN {
-            let why = format!("a key file holds exactly {KEY_LEN} bytes, this one holds more");
+            let why = format!("a key file holds exactly {KEY_LEN} bytes (no newline), this one holds more");
             return Err(shrinkfs_codec::Error::InvalidKey(why)).with_context(|| format!("key file {}", path.display()));
         }
         let key = MasterKey::from_bytes(&bytes).with_context(|| format!("key file {}", path.display()))?;
         if let Ok(m) = std::fs::metadata(path)
             && m.is_file()
-            && m.permissions().mode() & 0o077 != 0
+            && m.permissions().mode() & 0o044 != 0
         {
             tracing::warn!(
                 "key file {} can be read by other users (mode {:o}): `chmod 600` it",
@@ -575,7 +575,9 @@ pub fn load_dict(path: &Option<PathBuf>) -> anyhow::Result<Option<Arc<Dictionary
     let bytes =
         read_at_most(path, DICT_MAX + 1).with_context(|| format!("cannot read dictionary {}", path.display()))?;
     if bytes.len() as u64 > DICT_MAX {
-        anyhow::bail!("dictionary {}: larger than {} MiB, which no zstd dictionary is", path.display(), DICT_MAX >> 20);
+        let why = format!("larger than {} MiB, more than this accepts", DICT_MAX >> 20);
+        return Err(shrinkfs_codec::Error::InvalidOption(why))
+            .with_context(|| format!("dictionary {}", path.display()));
     }
     let dict = Dictionary::new(bytes).with_context(|| format!("dictionary {}", path.display()))?;
     Ok(Some(Arc::new(dict)))

@@ -157,12 +157,17 @@ pub fn kernel_options(
 /// Every second while the mount lives: writes the markers of directories whose entries changed,
 /// and tries again the files whose last close could not store them (each as often as its growing
 /// wait allows).
-async fn upkeep(fs: std::sync::Weak<Fs>) {
+/// It ends at its next tick once `stop` is notified, never in the middle of an upload (a commit cut
+/// off halfway leaves work for the next one to redo).
+async fn upkeep(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.notified() => return,
+        }
         let Some(fs) = fs.upgrade() else { return };
         match fs.write_dir_times().await {
             // Said once per run of failures, not every second.
@@ -392,10 +397,13 @@ fn serve(
     }
     ready.ready(log, &mountpoint);
     let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
-    let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs)));
+    let stop_upkeep = Arc::new(tokio::sync::Notify::new());
+    let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs), stop_upkeep.clone()));
     let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
     watcher.abort();
-    upkeep.abort();
+    // (Waited for, not aborted: a try of a kept file ends before the unmount's own.)
+    stop_upkeep.notify_one();
+    let _ = rt.block_on(upkeep);
     if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
     }

@@ -14,7 +14,7 @@ pub fn size_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clo
     move |s| {
         let range = || {
             format!(
-                "must be a size from {} to {} (a number of bytes, or one with K, M, G, T or P: 512M, 2G)",
+                "must be a size from {} to {} (a number of bytes, or one followed by K, M, G, T or P)",
                 exact(min),
                 exact(max)
             )

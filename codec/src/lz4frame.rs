@@ -295,7 +295,9 @@ mod tests {
         decompress(&payload, raw.len(), &mut out).unwrap();
         let mut second = Vec::new();
         assert!(compress(&raw[..1000], &mut second));
-        for tail in [&b"\xde\xad\xbe\xef"[..], &second, &[0u8]] {
+        // (A skippable frame and a bare magic number were read past without a word before.)
+        let skippable = [&0x184D_2A50u32.to_le_bytes()[..], &4u32.to_le_bytes(), b"skip"].concat();
+        for tail in [&b"\xde\xad\xbe\xef"[..], &second, &[0u8], &skippable, &MAGIC.to_le_bytes()] {
             let mut longer = payload.clone();
             longer.extend_from_slice(tail);
             let e = decompress(&longer, raw.len(), &mut out).unwrap_err();

@@ -261,6 +261,9 @@ pub struct Upload {
     released: u64,
     /// A part failed after bytes were given back, or an append was lost: this upload can only fail.
     broken: bool,
+    /// A `finish` is under way, or one was cut off (its future dropped before it ended: the next
+    /// one ships again from the first byte, see [`Self::finish`]).
+    finishing: bool,
     /// The abort of a dropped multipart upload, left running behind the failure that dropped it.
     aborting: Option<tokio::task::JoinHandle<()>>,
     /// Shipping failed (after its retries) while the file was written: writes ship no part
@@ -362,6 +365,7 @@ impl Upload {
             confirmed: 0,
             released: 0,
             broken: false,
+            finishing: false,
             ship_again_at: None,
             aborting: None,
             lost_frame: None,
@@ -772,7 +776,24 @@ impl Upload {
 
     /// Encodes what is left, writes index and footer, and completes the object. On failure nothing
     /// is lost: the upload can be finished again (with the same or other metadata), or recovered.
+    /// A call cut off before it ends (its future dropped) may have counted bytes as shipped that
+    /// no request took: the next call ships everything again from the first byte (or fails, where
+    /// bytes went back to a full staging disk, or the cut came while the last frame was handed on).
     pub async fn finish(&mut self, meta: &FileMeta) -> Result<Written> {
+        if std::mem::replace(&mut self.finishing, true) {
+            tracing::debug!(key = %self.path, "an earlier upload of this file was cut off: shipping again from the start");
+            if !self.sealed {
+                self.broken = true;
+            }
+            self.reset_shipping().await;
+        }
+        let result = self.finish_once(meta).await;
+        self.finishing = false;
+        result
+    }
+
+    /// [`Self::finish`], once.
+    async fn finish_once(&mut self, meta: &FileMeta) -> Result<Written> {
         if !self.sealed {
             let cutter = std::mem::replace(&mut self.cutter, FrameCutter::new(self.frame_size));
             if let Some(rest) = cutter.finish() {
@@ -822,7 +843,7 @@ impl Upload {
     async fn complete(&mut self, meta: &FileMeta) -> Result<Written> {
         if self.broken {
             return Err(Error::Local(std::io::Error::other(
-                "a part upload failed after the staging disk filled up: the file cannot be uploaded again",
+                "the file cannot be uploaded again: a part upload failed after the staging disk filled up, or an upload cut off lost its last bytes",
             )));
         }
         let raw = self.writer.raw_len();

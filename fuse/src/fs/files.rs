@@ -549,9 +549,11 @@ impl Fs {
         res
     }
 
-    /// Frees the state `file` of `ino` once no handle holds it (else the last one's release will).
+    /// Frees the state `file` of `ino` once no handle holds it (else the last one's release will),
+    /// and stops keeping it for another try.
     async fn retire(&self, ino: u64, file: &crate::openfile::SharedFile, of: &mut OpenFile) {
         if self.handles.retire(ino, file) {
+            self.unstored.forget(ino, file);
             self.retired(ino);
             if let Body::Streaming(u) = std::mem::replace(&mut of.body, Body::Clean) {
                 u.abort().await;
@@ -566,23 +568,31 @@ impl Fs {
         for (ino, file) in self.unstored.due(std::time::Instant::now(), all) {
             let _moving = self.moving.read().await;
             let mut of = file.lock().await;
+            // (A state no longer the inode's open one was retired: nothing of it is left to try.)
+            if !self.handles.file(ino).is_some_and(|f| std::sync::Arc::ptr_eq(&f, &file)) {
+                self.unstored.forget(ino, &file);
+                continue;
+            }
             // (Checked with the file locked: a writer that opens it now cannot write before this
             // try ends, so no half-written state is stored.)
             if self.handles.writers(ino) > 0 {
                 continue;
             }
+            let pending = of.dirty && !of.unlinked;
             let res = match self.names.inode(ino) {
-                Ok(i) if of.dirty && !of.unlinked => self.commit(&i, &mut of).await,
-                _ => Ok(()),
+                Ok(i) if pending => self.commit(&i, &mut of).await,
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
             };
-            let done = res.is_ok() || !of.dirty || of.unlinked;
+            let path = || format!("/{}", self.names.path_of(ino));
             match &res {
-                Ok(()) if done => {
-                    tracing::info!(path = %format!("/{}", self.names.path_of(ino)), "a file kept after its last close is now stored")
-                }
-                Err(e) => tracing::debug!(ino, error = %e, "a file kept after its last close is still not stored"),
+                Ok(()) if pending => tracing::info!(path = %path(), "a file kept after its last close is now stored"),
                 Ok(()) => {}
+                Err(e) => {
+                    tracing::debug!(path = %path(), error = %e, "a file kept after its last close is still not stored")
+                }
             }
+            let done = res.is_ok() || !of.dirty || of.unlinked;
             self.unstored.tried(ino, &file, done, std::time::Instant::now());
             if done {
                 self.retire(ino, &file, &mut of).await;

@@ -53,6 +53,15 @@ impl Unstored {
         }
     }
 
+    /// Stops keeping `file` for inode `ino` (retired: stored, unlinked, or left to a handle's
+    /// release); another state kept for `ino` stays.
+    pub(super) fn forget(&self, ino: u64, file: &SharedFile) {
+        let mut kept = self.lock();
+        if kept.get(&ino).is_some_and(|k| Arc::ptr_eq(&k.file, file)) {
+            kept.remove(&ino);
+        }
+    }
+
     /// Whether `file` is kept for inode `ino`.
     pub(super) fn holds(&self, ino: u64, file: &SharedFile) -> bool {
         self.lock().get(&ino).is_some_and(|k| Arc::ptr_eq(&k.file, file))
@@ -109,6 +118,9 @@ mod tests {
         let (u, old, new, t0) = (Unstored::default(), state(), state(), Instant::now());
         u.keep(7, &new, t0);
         u.tried(7, &old, true, t0);
+        u.forget(7, &old);
         assert!(u.holds(7, &new) && !u.holds(7, &old));
+        u.forget(7, &new);
+        assert_eq!(u.len(), 0);
     }
 }
