@@ -153,9 +153,24 @@ impl FuseAdapter {
 
 fn time(t: Option<TimeOrNow>) -> Option<SystemTime> {
     t.map(|t| match t {
-        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::SpecificTime(t) => before_epoch_mended(t),
         TimeOrNow::Now => SystemTime::now(),
     })
+}
+
+/// The time the kernel sent, from the `SystemTime` fuser made of it. The kernel sends seconds and
+/// nanoseconds (`-1, 250_000_000` for a quarter of a second after 23:59:59 on 31 December 1969);
+/// fuser 0.18 subtracts both from the epoch for negative seconds (making it 1.25 s before the
+/// epoch, not 0.75), so a time before the epoch with a fraction is mended here: the nanoseconds
+/// it subtracted are added back instead.
+fn before_epoch_mended(t: SystemTime) -> SystemTime {
+    match std::time::UNIX_EPOCH.duration_since(t) {
+        Ok(d) if d.subsec_nanos() > 0 => {
+            std::time::UNIX_EPOCH - std::time::Duration::from_secs(d.as_secs())
+                + std::time::Duration::from_nanos(u64::from(d.subsec_nanos()))
+        }
+        _ => t,
+    }
 }
 
 impl Filesystem for FuseAdapter {
@@ -614,4 +629,20 @@ fn process_alive(pid: u32) -> bool {
         .ok()
         .and_then(|st| st.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_the_epoch_with_a_fraction_are_the_kernels() {
+        use std::time::{Duration, UNIX_EPOCH};
+        // What fuser 0.18 makes of the kernel's (-1, 250_000_000): 1.25 s before the epoch.
+        let from_fuser = UNIX_EPOCH - Duration::new(1, 250_000_000);
+        assert_eq!(before_epoch_mended(from_fuser), UNIX_EPOCH - Duration::from_millis(750));
+        for t in [UNIX_EPOCH - Duration::from_secs(3), UNIX_EPOCH, UNIX_EPOCH + Duration::new(5, 7)] {
+            assert_eq!(before_epoch_mended(t), t, "whole seconds before the epoch, and later times, as they are");
+        }
+    }
 }
