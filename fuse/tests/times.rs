@@ -227,3 +227,38 @@ async fn a_directory_s_nlink_counts_its_subdirectories() {
     again.releasedir(fh);
     assert_eq!(again.getattr(a2.ino).await.unwrap().nlink, 3);
 }
+
+/// A file another tool stored (no record of its times) keeps the modification time the store
+/// gives it through a `chmod`, a `chown` and a change of its access time alone, here and after a
+/// remount: the rewrite they cause must not date it to now. Found by a black-box probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_mode_owner_or_access_time_keeps_the_mtime_of_an_object_another_tool_stored() {
+    let store = Arc::new(InMemory::new());
+    for name in ["m", "o", "a"] {
+        let key = Path::from(format!("pre/{name}"));
+        object_store::ObjectStore::put(store.as_ref(), &key, b"plain bytes".to_vec().into()).await.unwrap();
+    }
+    let fs = mount(&store);
+    let mut shown = Vec::new();
+    for name in ["m", "o", "a"] {
+        shown.push(lookup(&fs, name).await.unwrap().mtime);
+    }
+    // (Past the second, so a rewrite's own time would differ from the store's first one.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let atime = UNIX_EPOCH + Duration::from_secs(1_300_000_000);
+    let changes = [
+        ("m", SetAttr { mode: Some(0o600), ..SetAttr::default() }),
+        ("o", SetAttr { uid: Some(7), gid: Some(8), ..SetAttr::default() }),
+        ("a", SetAttr { atime: Some(atime), ..SetAttr::default() }),
+    ];
+    for (name, change) in changes {
+        let ino = lookup(&fs, name).await.unwrap().ino;
+        fs.setattr(ino, change).await.unwrap();
+    }
+    let again = mount(&store);
+    for (name, mtime) in ["m", "o", "a"].into_iter().zip(&shown) {
+        assert_eq!(lookup(&fs, name).await.unwrap().mtime, *mtime, "{name}, here");
+        assert_eq!(lookup(&again, name).await.unwrap().mtime, *mtime, "{name}, after a remount");
+    }
+    assert_eq!(lookup(&again, "a").await.unwrap().atime, atime);
+}

@@ -434,6 +434,13 @@ impl Fs {
     /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
     /// this returns, and the inode describes it.
     pub(super) async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+        // An object another tool wrote records no modification time: the mount shows the store's.
+        // A change of its mode, owner or access time alone keeps that time; without it the
+        // rewrite's own time would stand in (a `chmod -R` over such a tree would date every file
+        // to now).
+        if of.dirty && of.meta.mtime.is_none() {
+            of.meta.mtime = Some(stamp::stamp(self.names.attrs_of(i).mtime));
+        }
         if let Some(info) = self.writer.commit(of, &i.path).await? {
             self.names.committed(i.ino, &info);
         }
