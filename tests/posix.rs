@@ -233,6 +233,9 @@ fn modes_owners_and_times_of_every_kind_of_entry_are_as_they_were_after_a_remoun
     fs::create_dir(mnt.join("dir")).unwrap();
     fs::write(mnt.join("file"), b"some bytes").unwrap();
     std::os::unix::fs::symlink("file", mnt.join("link")).unwrap();
+    // A target is data, not a name: any bytes (Latin-1 here), as on Linux's own filesystems.
+    let latin1 = std::ffi::OsStr::from_bytes(b"/srv/caf\xe9.txt");
+    std::os::unix::fs::symlink(latin1, mnt.join("latin1")).unwrap();
     mknod(&mnt.join("fifo"), libc::S_IFIFO | 0o640, 0);
     mknod(&mnt.join("char"), libc::S_IFCHR | 0o600, libc::makedev(1, 7));
     let names = ["dir", "file", "link", "fifo", "char"];
@@ -249,6 +252,9 @@ fn modes_owners_and_times_of_every_kind_of_entry_are_as_they_were_after_a_remoun
     std::thread::sleep(std::time::Duration::from_millis(20));
     fs::write(mnt.join("dir/inside"), b"x").unwrap();
     let before: Vec<[i64; 12]> = names.iter().map(|n| full_meta(&mnt.join(n))).collect();
+    for (name, b) in names.iter().zip(&before).filter(|(n, _)| matches!(**n, "fifo" | "char")) {
+        assert_eq!(b[3], 0, "{name}: a node is 0 bytes long");
+    }
     for (i, (name, b)) in names.iter().zip(&before).enumerate() {
         // (Before the epoch, with a fraction: fuser 0.18 read such a time 2 × 5 ns early.)
         assert_eq!((b[5], b[6]), (-1_000 - i as i64, 5), "{name}: the access time set");
@@ -269,6 +275,7 @@ fn modes_owners_and_times_of_every_kind_of_entry_are_as_they_were_after_a_remoun
     for (name, b) in names.iter().zip(&before) {
         assert_eq!(&full_meta(&mnt.join(name)), b, "{name}, after a remount");
     }
+    assert_eq!(fs::read_link(mnt.join("latin1")).unwrap().as_os_str(), latin1, "after a remount");
     m.unmount();
 }
 

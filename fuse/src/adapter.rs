@@ -320,8 +320,8 @@ impl Filesystem for FuseAdapter {
     fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
         let (uid, gid) = (req.uid(), req.gid());
         let r = self.run_at("symlink", parent.0, Some(n), async {
-            let target = target.to_str().ok_or(Error::NotUtf8("link targets"))?;
-            self.fs.symlink(parent.0, name(n)?, target, uid, gid).await
+            use std::os::unix::ffi::OsStrExt;
+            self.fs.symlink(parent.0, name(n)?, target.as_os_str().as_bytes(), uid, gid).await
         });
         self.entry(reply, r);
     }

@@ -156,8 +156,17 @@ impl Fs {
         Ok(())
     }
 
-    /// Creates a symbolic link: an object whose data is the target, marked as a link.
-    pub async fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> Result<FileAttrs> {
+    /// Creates a symbolic link: an object whose data is the target (any bytes: a target is data,
+    /// not a name), marked as a link.
+    pub async fn symlink(
+        &self,
+        parent: u64,
+        name: &str,
+        target: impl AsRef<[u8]>,
+        uid: u32,
+        gid: u32,
+    ) -> Result<FileAttrs> {
+        let target = target.as_ref();
         self.writable()?;
         let _moving = self.moving.read().await;
         check_name(name)?;
@@ -169,7 +178,7 @@ impl Fs {
         self.names.check_key_len(&rel)?;
         let (gid, _) = self.names.inherited_group(&dir, gid);
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
-        self.writer.put_node(&rel, S_IFLNK | 0o777, &attr, target.as_bytes()).await?;
+        self.writer.put_node(&rel, S_IFLNK | 0o777, &attr, target).await?;
         let i = self.names.created(parent, name, Kind::Symlink, attr, None);
         self.names.entries_changed(parent);
         Ok(self.names.attrs_of(&i))

@@ -176,11 +176,14 @@ impl Namespace {
             Kind::Symlink => 0o777,
             Kind::File | Kind::Special(_) => i.attr.perm.unwrap_or(self.cfg.file_mode),
         };
+        // A device node, fifo or socket is 0 bytes long, as on Linux's own filesystems (its object
+        // holds a device number).
+        let node = matches!(i.kind, Kind::Special(_));
         FileAttrs {
             ino: i.ino,
             kind: i.kind,
-            size: i.attr.size,
-            blocks: i.attr.stored.div_ceil(512),
+            size: if node { 0 } else { i.attr.size },
+            blocks: if node { 0 } else { i.attr.stored.div_ceil(512) },
             mtime: i.attr.mtime,
             ctime: i.attr.ctime,
             atime: i.attr.atime,
