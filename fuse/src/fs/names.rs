@@ -43,8 +43,12 @@ impl Fs {
     /// Writes the marker object of directory `rel`: no data, the directory's mode, owner and
     /// modification time as its metadata (so they outlive the kernel's cache and the mount).
     pub(super) async fn put_dir_marker(&self, rel: &str, attr: &Attr) -> Result<()> {
-        let mode = S_IFDIR | u32::from(attr.perm.unwrap_or(self.names.config().dir_mode));
-        self.writer.put_node(&join(rel, DIR_MARKER), mode, attr, &[]).await
+        // A directory that had no marker records the mode and owner it showed, both alike (a
+        // mode with no owner would keep one and not the other across mounts of other settings).
+        let cfg = self.names.config();
+        let mode = S_IFDIR | u32::from(attr.perm.unwrap_or(cfg.dir_mode));
+        let attr = Attr { uid: attr.uid.or(Some(cfg.uid)), gid: attr.gid.or(Some(cfg.gid)), ..attr.clone() };
+        self.writer.put_node(&join(rel, DIR_MARKER), mode, &attr, &[]).await
     }
 
     /// Removes an empty directory.
