@@ -357,9 +357,9 @@ impl FileWriter {
 
     /// Writes the small object at path `rel` (a symbolic link, a special node, a directory's
     /// marker): `data` with metadata `mode` and the owner and time of `attr`.
-    pub async fn put_node(&self, rel: &str, mode: u32, attr: &Attr, data: &[u8]) -> Result<()> {
+    pub async fn put_node(&self, rel: &str, mode: Option<u32>, attr: &Attr, data: &[u8]) -> Result<()> {
         let meta = FileMeta {
-            mode: Some(mode),
+            mode,
             uid: attr.uid,
             gid: attr.gid,
             mtime: Some(stamp::stamp(attr.mtime)),
@@ -370,7 +370,7 @@ impl FileWriter {
         let mut opts = object_store::PutOptions::default();
         if self.encode.key.is_none() {
             // A device's number (its data) is recorded too, so a HEAD tells all of a node.
-            let device = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
+            let device = mode.is_some_and(|m| matches!(m & S_IFMT, S_IFCHR | S_IFBLK));
             let rdev = <[u8; 8]>::try_from(data).ok().filter(|_| device).map_or(0, |b| u64::from_le_bytes(b) as u32);
             let r = Recorded { size: data.len() as u64, stored: obj.len() as u64, meta, rdev, codec: String::new() };
             opts.attributes = r.attributes();

@@ -263,29 +263,36 @@ async fn a_change_of_mode_owner_or_access_time_keeps_the_mtime_of_an_object_anot
     assert_eq!(lookup(&again, "a").await.unwrap().atime, atime);
 }
 
-/// A directory another tool made (no marker) shows the mount's `--dir-mode` and owner; the first
-/// marker this mount writes for it (here for its times, as a file is made in it) records both, so
-/// a mount with other settings shows the same mode and owner, not one recorded and one its own.
-/// Found by a black-box probe: the mode was recorded and the owner not.
+/// A directory another tool made (no marker) shows each mount's `--dir-mode` and owner, mode and
+/// owner alike, however often this mount writes its marker for its times (a file made in it):
+/// only a chmod or chown records them. Found by a black-box probe (the mode was recorded by an
+/// entry's change, the owner not) and a review (recording both made the first mount to add an
+/// entry the owner of the directory, the bucket's root too, for every other mount).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_marker_of_a_directory_another_tool_made_records_its_mode_and_owner_alike() {
+async fn a_directory_another_tool_made_keeps_each_mounts_mode_and_owner_until_a_chmod_or_chown() {
     let store = Arc::new(InMemory::new());
     let key = Path::from("pre/tooldir/x");
     object_store::ObjectStore::put(store.as_ref(), &key, b"x".to_vec().into()).await.unwrap();
     let with = |dir_mode, uid, gid| {
         let namespace = NamespaceConfig { metadata_ttl: Duration::ZERO, dir_mode, uid, gid, ..Default::default() };
-        Fs::new(
-            Bucket::new(store.clone(), Path::from("pre"), "memory"),
-            FsConfig { namespace, ..Default::default() },
-            Services::default(),
-        )
+        let cfg = FsConfig { namespace, ..Default::default() };
+        Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), cfg, Services::default())
     };
     let fs = with(0o755, 10, 20);
     let dir = lookup(&fs, "tooldir").await.unwrap();
     assert_eq!((dir.perm, dir.uid, dir.gid), (0o755, 10, 20), "no marker: the mount's settings");
     write(&fs, dir.ino, "new", b"y").await;
+    write(&fs, ROOT, "top", b"z").await;
     fs.write_dir_times().await.unwrap();
     let other = with(0o700, 4242, 4243);
-    let dir = lookup(&other, "tooldir").await.unwrap();
-    assert_eq!((dir.perm, dir.uid, dir.gid), (0o755, 10, 20), "what the marker recorded, mode and owner alike");
+    let shown = |a: FileAttrs| (a.perm, a.uid, a.gid);
+    assert_eq!(shown(lookup(&other, "tooldir").await.unwrap()), (0o700, 4242, 4243), "times alone were recorded");
+    assert_eq!(shown(other.getattr(ROOT).await.unwrap()), (0o700, 4242, 4243), "the root too");
+    assert!(lookup(&other, "tooldir").await.unwrap().mtime > lookup(&fs, "tooldir/x").await.unwrap().mtime);
+    // A chmod records the mode; a chown the owner.
+    let ino = lookup(&fs, "tooldir").await.unwrap().ino;
+    fs.setattr(ino, SetAttr { mode: Some(0o750), ..SetAttr::default() }).await.unwrap();
+    assert_eq!(shown(lookup(&other, "tooldir").await.unwrap()), (0o750, 4242, 4243));
+    fs.setattr(ino, SetAttr { uid: Some(1), gid: Some(2), ..SetAttr::default() }).await.unwrap();
+    assert_eq!(shown(lookup(&other, "tooldir").await.unwrap()), (0o750, 1, 2));
 }

@@ -438,8 +438,11 @@ impl Fs {
         // A change of its mode, owner or access time alone keeps that time; without it the
         // rewrite's own time would stand in (a `chmod -R` over such a tree would date every file
         // to now).
+        // (The version loaded, where there is one: another tool may have replaced the object since
+        // the mount last showed its time.)
         if of.dirty && of.meta.mtime.is_none() {
-            of.meta.mtime = Some(stamp::stamp(self.names.attrs_of(i).mtime));
+            let shown = of.base.as_ref().map_or_else(|| self.names.attrs_of(i).mtime, |b| b.mtime());
+            of.meta.mtime = Some(stamp::stamp(shown));
         }
         if let Some(info) = self.writer.commit(of, &i.path).await? {
             self.names.committed(i.ino, &info);

@@ -43,12 +43,12 @@ impl Fs {
     /// Writes the marker object of directory `rel`: no data, the directory's mode, owner and
     /// modification time as its metadata (so they outlive the kernel's cache and the mount).
     pub(super) async fn put_dir_marker(&self, rel: &str, attr: &Attr) -> Result<()> {
-        // A directory that had no marker records the mode and owner it showed, both alike (a
-        // mode with no owner would keep one and not the other across mounts of other settings).
-        let cfg = self.names.config();
-        let mode = S_IFDIR | u32::from(attr.perm.unwrap_or(cfg.dir_mode));
-        let attr = Attr { uid: attr.uid.or(Some(cfg.uid)), gid: attr.gid.or(Some(cfg.gid)), ..attr.clone() };
-        self.writer.put_node(&join(rel, DIR_MARKER), mode, &attr, &[]).await
+        // Only what is known is recorded: a directory whose mode and owner no marker recorded
+        // (another tool made it) shows each mount's `--dir-mode` and owner until a chmod or chown
+        // sets them, however often its times are written (else the first mount to add an entry
+        // would own it, the bucket's root too, for every other mount).
+        let mode = attr.perm.map(|p| S_IFDIR | u32::from(p));
+        self.writer.put_node(&join(rel, DIR_MARKER), mode, attr, &[]).await
     }
 
     /// Removes an empty directory.
@@ -182,7 +182,7 @@ impl Fs {
         self.names.check_key_len(&rel)?;
         let (gid, _) = self.names.inherited_group(&dir, gid);
         let attr = Attr { size: target.len() as u64, uid: Some(uid), gid: Some(gid), ..Attr::empty() };
-        self.writer.put_node(&rel, S_IFLNK | 0o777, &attr, target).await?;
+        self.writer.put_node(&rel, Some(S_IFLNK | 0o777), &attr, target).await?;
         let i = self.names.created(parent, name, Kind::Symlink, attr, None);
         self.names.entries_changed(parent);
         Ok(self.names.attrs_of(&i))
@@ -199,7 +199,7 @@ impl Fs {
             Kind::Special(t) => t | u32::from(attr.perm.unwrap_or(self.names.config().file_mode)),
             _ => return Err(Error::WrongType("not a link or special file")),
         };
-        self.writer.put_node(&i.path, mode, attr, &data).await
+        self.writer.put_node(&i.path, Some(mode), attr, &data).await
     }
 
     /// Makes a FIFO, socket, device node or empty regular file (`mknod`, `mkfifo`, `bind`).
@@ -229,7 +229,7 @@ impl Fs {
             Kind::Special(t) => (t, node_data(t, rdev)),
             _ => (S_IFREG, Vec::new()),
         };
-        self.writer.put_node(&rel, type_bits | u32::from(perm), &attr, &data).await?;
+        self.writer.put_node(&rel, Some(type_bits | u32::from(perm)), &attr, &data).await?;
         let i = self.names.created(parent, name, kind, attr, None);
         self.names.entries_changed(parent);
         Ok(self.names.attrs_of(&i))
