@@ -47,7 +47,7 @@ fn roundtrip(dir: &Path, data: &[u8], extra: &[&str], key: Option<&Path>) -> (u6
 fn every_corpus_roundtrips_at_several_frame_sizes_with_and_without_a_key() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
-    std::fs::write(&key, [9u8; 32]).unwrap();
+    write_key(&key, [9u8; 32]);
     for kind in CorpusKind::ALL {
         let data = generate(kind, 3 << 20 | 12345, 3);
         for frame in ["4K", "64K", "1M"] {
@@ -125,6 +125,12 @@ fn inspect_reports_sizes_and_codecs() {
     assert_eq!(v["codecs"][0]["codec"], "zstd");
 }
 
+/// Writes a key file readable by its owner alone, as a key should be (others' reading is warned of).
+fn write_key(path: &std::path::Path, bytes: [u8; 32]) {
+    std::fs::write(path, bytes).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+}
+
 fn assert_fails_cleanly(o: &Output, code: i32, what: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{what}: stderr {err}");
@@ -137,8 +143,8 @@ fn corruption_and_wrong_keys_exit_nonzero_with_a_message_and_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
     let wrong = dir.path().join("wrong");
-    std::fs::write(&key, [1u8; 32]).unwrap();
-    std::fs::write(&wrong, [2u8; 32]).unwrap();
+    write_key(&key, [1u8; 32]);
+    write_key(&wrong, [2u8; 32]);
     let data = generate(CorpusKind::Csv, 1 << 20, 2);
     for sealed in [false, true] {
         let k = sealed.then_some(key.as_path());
@@ -190,6 +196,13 @@ fn bad_options_and_missing_files_have_distinct_codes() {
     let endless = run(&["pack", "--key-file=/dev/zero", p(&f), p(&out)]);
     assert_fails_cleanly(&endless, 2, "endless key file");
     assert!(String::from_utf8_lossy(&endless.stderr).contains("holds more"), "{endless:?}");
+    // A key others can read works, and is warned about.
+    let open_key = dir.path().join("open-key");
+    std::fs::write(&open_key, [3u8; 32]).unwrap();
+    std::fs::set_permissions(&open_key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let warned = run(&["pack", &format!("--key-file={}", p(&open_key)), p(&f), p(&out)]);
+    assert!(warned.status.success(), "{warned:?}");
+    assert!(String::from_utf8_lossy(&warned.stderr).contains("can be read by other users (mode 644)"), "{warned:?}");
     assert_fails_cleanly(&run(&["pack", "/nonexistent/input", p(&out)]), 3, "missing input");
     assert_fails_cleanly(&run(&["pack", p(&f), "/nonexistent/dir/out"]), 3, "unwritable output");
     assert_eq!(run(&["pack", "--codec", "brotli", p(&f), p(&out)]).status.code(), Some(2));
@@ -617,7 +630,7 @@ fn a_damaged_header_and_footer_never_unpack_as_plain_bytes() {
 fn with_a_key_unsealed_input_is_refused_unless_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
-    std::fs::write(&key, [5u8; 32]).unwrap();
+    write_key(&key, [5u8; 32]);
     let data = generate(CorpusKind::Csv, 200_000, 4);
     let (_, unsealed) = roundtrip(dir.path(), &data, &[], None);
     let plain = dir.path().join("plain.txt");
