@@ -6,6 +6,7 @@ use futures::StreamExt;
 use object_store::ObjectMeta;
 use shrinkfs_codec::reader::SUGGESTED_TAIL;
 use shrinkfs_codec::{Error as CodecError, Layout, MasterKey, TailProbe, probe_tail};
+use shrinkfs_fuse::Error as FsError;
 use shrinkfs_fuse::fs::DIR_MARKER;
 use shrinkfs_fuse::store::Bucket;
 
@@ -53,17 +54,34 @@ pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Resu
     let mut sampled = 0;
     let mut first_unsealed = None;
     while let Some(meta) = list.next().await {
-        let meta = meta.map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", bucket.describe))?;
         listed += 1;
+        let meta = match meta {
+            // A key object_store cannot name (another tool's `a//b`, `./`, a control character):
+            // only its directory's listing fails (SEMANTICS), not the whole mount.
+            Err(object_store::Error::InvalidPath { source }) => {
+                tracing::debug!(error = %source, "key check: a key that cannot be named is passed over");
+                continue;
+            }
+            m => m.map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", bucket.describe))?,
+        };
         if listed > MAX_LISTED || sampled >= SAMPLE {
             break;
         }
         if !sampleable(&meta) {
             continue;
         }
-        sampled += 1;
         let name = meta.location.to_string();
-        match examine(bucket, &meta).await? {
+        let layout = match examine(bucket, &meta).await {
+            // Gone since the listing, or a key the listing names without its trailing `/`
+            // (another tool's folder object that holds bytes): not a file to judge the key by.
+            Err(FsError::NotFound | FsError::Store(object_store::Error::NotFound { .. })) => {
+                tracing::debug!(object = %name, "key check: a listed object cannot be read by its name; passed over");
+                continue;
+            }
+            r => r.map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))?,
+        };
+        sampled += 1;
+        match layout {
             None => check.other += 1,
             Some(layout) if !layout.header.sealed() => {
                 check.unsealed += 1;
@@ -99,13 +117,11 @@ fn sampleable(meta: &ObjectMeta) -> bool {
 
 /// Reads an object's tail: its layout, or `None` for plain bytes and objects whose tail does not
 /// parse.
-async fn examine(bucket: &Bucket, meta: &ObjectMeta) -> anyhow::Result<Option<Layout>> {
+async fn examine(bucket: &Bucket, meta: &ObjectMeta) -> Result<Option<Layout>, FsError> {
     let len = meta.size;
     let read = |range: std::ops::Range<u64>| async move {
         // As the mount reads (through the store stack, which serves quirky servers too).
-        shrinkfs_fuse::objects::get_range(bucket.store.as_ref(), &meta.location, range, len, None)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))
+        shrinkfs_fuse::objects::get_range(bucket.store.as_ref(), &meta.location, range, len, None).await
     };
     let mut tail = read(len.saturating_sub(SUGGESTED_TAIL)..len).await?;
     let need = match probe_tail(&tail, len) {
@@ -163,6 +179,84 @@ mod tests {
 
     fn sealed_bucket() -> Bucket {
         bucket(&[("a.log", object(Some(key(0xA)))), ("d/b.log", object(Some(key(0xA)))), ("plain.txt", b"hi".to_vec())])
+    }
+
+    /// A bucket whose listing, as an S3 server gives it, holds a key object_store cannot name
+    /// (`a//b`) and one it names without its trailing `/`, so a read of it finds nothing.
+    #[derive(Debug)]
+    struct OddKeys(Arc<InMemory>);
+
+    impl std::fmt::Display for OddKeys {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("odd keys")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for OddKeys {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        async fn delete(&self, location: &Path) -> object_store::Result<()> {
+            self.0.delete(location).await
+        }
+        fn list(&self, prefix: Option<&Path>) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+            let invalid = object_store::path::Path::parse("p/a//b").unwrap_err();
+            let folder = ObjectMeta {
+                location: Path::from("p/folder"),
+                last_modified: Default::default(),
+                size: 5,
+                e_tag: None,
+                version: None,
+            };
+            // (After the real objects: a listing that meets an error may end there, as
+            // object_store's paged S3 listing does.)
+            let odd = futures::stream::iter([Ok(folder), Err(object_store::Error::InvalidPath { source: invalid })]);
+            self.0.list(prefix).chain(odd).boxed()
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy(from, to).await
+        }
+        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy_if_not_exists(from, to).await
+        }
+    }
+
+    /// Found by a black-box probe: one such key among the first 1,000 kept the whole bucket from
+    /// mounting; now the check passes them over and judges the key by the others.
+    #[test]
+    fn keys_the_store_cannot_name_or_read_are_passed_over() {
+        let inner = Arc::new(InMemory::new());
+        runtime().block_on(async {
+            inner.put(&Path::from("p/a.log"), PutPayload::from(object(Some(key(0xA))))).await.unwrap();
+        });
+        let b = Bucket::new(Arc::new(OddKeys(inner)), Path::from("p"), "odd://");
+        let c = check(&b, Some(key(0xA))).unwrap();
+        assert_eq!((c.sealed, c.unsealed, c.other), (1, 0, 0), "{c:?}");
+        let e = check(&b, Some(key(0xB))).unwrap_err();
+        assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::WrongKey(_))), "{e}");
     }
 
     #[test]

@@ -1130,6 +1130,17 @@ async fn a_path_whose_marker_key_is_too_long_may_be_a_file_but_not_a_directory()
     let far = "x".repeat(255);
     assert!(too_long(fs.rename(up, "e", up, &far, false).await));
     fs.rename(up, "f", up, &far, false).await.unwrap();
+    // A directory whose own marker would fit under its new name, but not the keys of what it
+    // holds: refused before anything is copied (it once moved, leaving keys the store refuses).
+    let g = fs.mkdir(up, "g", 0o755, 1000, 1000).await.unwrap().ino;
+    let inner = "i".repeat(200);
+    let ino = write_file(&fs, g, &inner, b"deep", 10).await;
+    let longer = "g".repeat(71);
+    assert!(too_long(fs.rename(up, "g", up, &longer, false).await));
+    assert!(matches!(fs.lookup(up, &longer).await, Err(Error::NotFound)), "nothing moved");
+    assert_eq!(read_file(&fs, ino).await, b"deep");
+    let keys: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
+    assert!(keys.iter().all(|o| o.location.as_ref().len() <= 1024), "no key longer than the store takes");
 }
 
 /// Whether a read-only open of `ino` lets the kernel keep its cached pages (closed at once).

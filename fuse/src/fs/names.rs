@@ -331,10 +331,17 @@ impl Fs {
                 .collect();
             held = self.lock_and_commit(&moved).await?;
             let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
-            for o in &objects {
+            let moved_to = |o: &object_store::ObjectMeta| {
                 let rel = self.bucket.rel(&o.location);
-                let tail = rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/');
-                self.bucket.store.copy(&o.location, &self.names.key(&join(&to, tail))).await?;
+                join(&to, rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/'))
+            };
+            // Every new key must fit the store before the first is copied (a deep tree moved under
+            // a longer name would stop halfway, at its first key too long).
+            for o in &objects {
+                self.names.check_key_len(&moved_to(o))?;
+            }
+            for o in &objects {
+                self.bucket.store.copy(&o.location, &self.names.key(&moved_to(o))).await?;
             }
             if objects.is_empty() {
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
