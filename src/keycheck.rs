@@ -184,7 +184,7 @@ mod tests {
     /// A bucket whose listing, as an S3 server gives it, holds a key object_store cannot name
     /// (`a//b`) and one it names without its trailing `/`, so a read of it finds nothing.
     #[derive(Debug)]
-    struct OddKeys(Arc<InMemory>);
+    struct OddKeys(Arc<InMemory>, bool);
 
     impl std::fmt::Display for OddKeys {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -231,7 +231,10 @@ mod tests {
             // (After the real objects: a listing that meets an error may end there, as
             // object_store's paged S3 listing does.)
             let odd = futures::stream::iter([Ok(folder), Err(object_store::Error::InvalidPath { source: invalid })]);
-            self.0.list(prefix).chain(odd).boxed()
+            match self.1 {
+                true => odd.chain(self.0.list(prefix)).boxed(),
+                false => self.0.list(prefix).chain(odd).boxed(),
+            }
         }
         async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<object_store::ListResult> {
             self.0.list_with_delimiter(prefix).await
@@ -252,11 +255,16 @@ mod tests {
         runtime().block_on(async {
             inner.put(&Path::from("p/a.log"), PutPayload::from(object(Some(key(0xA))))).await.unwrap();
         });
-        let b = Bucket::new(Arc::new(OddKeys(inner)), Path::from("p"), "odd://");
+        let b = Bucket::new(Arc::new(OddKeys(inner.clone(), false)), Path::from("p"), "odd://");
         let c = check(&b, Some(key(0xA))).unwrap();
         assert_eq!((c.sealed, c.unsealed, c.other), (1, 0, 0), "{c:?}");
         let e = check(&b, Some(key(0xB))).unwrap_err();
         assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::WrongKey(_))), "{e}");
+        // Such keys first in the listing: the store answered, so it is reachable.
+        let b = Bucket::new(Arc::new(OddKeys(inner, true)), Path::from("p"), "odd://");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(b.check_reachable(std::time::Duration::from_secs(5))).unwrap();
+        check(&b, Some(key(0xA))).unwrap();
     }
 
     #[test]

@@ -382,6 +382,9 @@ impl Bucket {
         let describe = self.describe.clone();
         match first {
             Err(_) => Err(OpenError::NoAnswer { describe, after, last: self.metrics.store().last_retried() }),
+            // The store answered, with a key object_store cannot name (another tool's `a//b`):
+            // reachable; only that key's directory cannot be listed.
+            Ok(Some(Err(object_store::Error::InvalidPath { .. }))) => Ok(()),
             Ok(Some(Err(source))) => Err(OpenError::Unreachable { describe, source }),
             Ok(_) => Ok(()),
         }
