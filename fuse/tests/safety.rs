@@ -59,6 +59,17 @@ async fn write_all(fs: &Fs, fh: u64, from: u64, bytes: &[u8]) {
     }
 }
 
+/// Creates `name` with `bytes` and closes it while the store is down, so the mount keeps it
+/// (left down); returns its inode.
+async fn kept(fs: &Fs, ctl: &FaultControl, name: &str, bytes: &[u8]) -> u64 {
+    let (a, fh) = fs.create(ROOT, name, 0o644, 0, 0).await.unwrap();
+    write_all(fs, fh, 0, bytes).await;
+    ctl.set_down(true);
+    assert!(fs.flush(fh).await.is_err());
+    assert!(fs.release(fh).await.is_err(), "the last release says it could not store the file");
+    a.ino
+}
+
 async fn read_name(fs: &Fs, name: &str) -> Vec<u8> {
     let a = fs.lookup(ROOT, name).await.unwrap();
     let fh = fs.open(a.ino, false, false).await.unwrap();
@@ -124,13 +135,9 @@ async fn a_file_whose_last_close_failed_keeps_its_bytes_and_is_stored_once_the_s
     let store = Arc::new(InMemory::new());
     let (fs, ctl) = faulty(&store, config(1 << 20));
     let bytes = data(3 << 20, 3);
-    let (a, fh) = fs.create(ROOT, "g", 0o644, 0, 0).await.unwrap();
-    write_all(&fs, fh, 0, &bytes).await;
-    ctl.set_down(true);
-    assert!(fs.flush(fh).await.is_err());
-    assert!(fs.release(fh).await.is_err(), "the last release says it could not store the file");
-    assert_eq!(fs.getattr(a.ino).await.unwrap().size, bytes.len() as u64, "still shown as written");
-    let fh = fs.open(a.ino, false, false).await.unwrap();
+    let g = kept(&fs, &ctl, "g", &bytes).await;
+    assert_eq!(fs.getattr(g).await.unwrap().size, bytes.len() as u64, "still shown as written");
+    let fh = fs.open(g, false, false).await.unwrap();
     assert!(fs.read(fh, 0, 8 << 20).await.unwrap() == bytes, "its bytes are still read here");
     assert!(fs.release(fh).await.is_err(), "a last release tries again, and says it failed");
     assert_eq!(fs.retry_unstored(true).await, 1, "still kept while the store is down");
@@ -143,13 +150,9 @@ async fn a_file_whose_last_close_failed_keeps_its_bytes_and_is_stored_once_the_s
 
     // A writer that opens the kept file again: no try stores the file while it writes; its own
     // close stores what it wrote.
-    let (b, fh) = fs.create(ROOT, "h", 0o644, 0, 0).await.unwrap();
-    write_all(&fs, fh, 0, &bytes).await;
-    ctl.set_down(true);
-    assert!(fs.flush(fh).await.is_err());
-    assert!(fs.release(fh).await.is_err());
+    let h = kept(&fs, &ctl, "h", &bytes).await;
     ctl.set_down(false);
-    let fh = fs.open(b.ino, true, true).await.unwrap();
+    let fh = fs.open(h, true, true).await.unwrap();
     fs.write(fh, 0, b"half").await.unwrap();
     assert_eq!(fs.retry_unstored(true).await, 1);
     assert!(!in_store(&store, "h").await, "nothing stored while a writer has the file open");
@@ -159,17 +162,13 @@ async fn a_file_whose_last_close_failed_keeps_its_bytes_and_is_stored_once_the_s
     assert_eq!(read_name(&remount(&store), "h").await, b"half and whole");
     // Stored by its writer's close, it is kept no more: a later writer holding the file open
     // leaves no try (nor its staged bytes) waiting behind it.
-    let fh = fs.open(b.ino, true, false).await.unwrap();
+    let fh = fs.open(h, true, false).await.unwrap();
     assert_eq!(fs.retry_unstored(true).await, 0, "nothing kept once the file was stored");
     fs.flush(fh).await.unwrap();
     fs.release(fh).await.unwrap();
 
     // The store down until the mount ends: the unmount's try fails too, and the file is counted.
-    let (_, fh) = fs.create(ROOT, "k", 0o644, 0, 0).await.unwrap();
-    write_all(&fs, fh, 0, &bytes).await;
-    ctl.set_down(true);
-    assert!(fs.flush(fh).await.is_err());
-    assert!(fs.release(fh).await.is_err());
+    kept(&fs, &ctl, "k", &bytes).await;
     assert!(fs.flush_all().await.is_err());
     assert_eq!(fs.abandon_open().await, 0, "not a file left open for writing");
     assert_eq!(fs.files_lost(), 1, "counted for the exit status");
@@ -185,11 +184,7 @@ async fn a_try_of_a_kept_file_cut_off_midway_leaves_the_next_one_to_store_it_who
         let store = Arc::new(InMemory::new());
         let (fs, ctl) = faulty(&store, config(1 << 20));
         let bytes = data(size, size as u64);
-        let (_, fh) = fs.create(ROOT, "f", 0o644, 0, 0).await.unwrap();
-        write_all(&fs, fh, 0, &bytes).await;
-        ctl.set_down(true);
-        assert!(fs.flush(fh).await.is_err());
-        assert!(fs.release(fh).await.is_err());
+        kept(&fs, &ctl, "f", &bytes).await;
         ctl.set_down(false);
         ctl.delay(slow, Duration::from_secs(30));
         let cut = tokio::time::timeout(Duration::from_millis(300), fs.retry_unstored(true)).await;
