@@ -29,6 +29,11 @@ pub enum KeyMismatch {
     /// A sampled object is sealed with a different key.
     #[error("--key-file does not match the key of {0} (or pass --skip-key-check)")]
     WrongKey(String),
+    /// No object could be sampled: the listing met a key that cannot be named.
+    #[error(
+        "cannot check the key: the bucket's listing holds a key shrinkfs cannot name ({0}), and no file beside it could be sampled; pass --skip-key-check to mount anyway"
+    )]
+    Unchecked(String),
 }
 
 /// What the sample showed, when the key fits.
@@ -47,57 +52,55 @@ pub struct KeyCheck {
 /// Samples up to [`SAMPLE`] objects under the bucket's prefix (directory markers and uploads in
 /// progress left out) and checks `key` against the sealed ones. A store error fails the check;
 /// a damaged object is counted in `other` and left to the reads that meet it.
+///
+/// A key object_store cannot name (another tool's `a//b`, `./`, a control character) ends a
+/// listing with an error (on S3 with its whole page): the check then samples the bucket's top
+/// directories one listing each, and refuses to pass having sampled nothing (exit 4, naming the
+/// key: `--skip-key-check` mounts anyway), since a sealed bucket would otherwise mount without
+/// its key.
 pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Result<KeyCheck> {
-    let mut check = KeyCheck::default();
+    let mut s = Sampling { key, check: KeyCheck::default(), sampled: 0, first_unsealed: None };
     let mut listed = 0;
+    let mut unnamed = None;
     let mut list = bucket.store.list(None);
-    let mut sampled = 0;
-    let mut first_unsealed = None;
     while let Some(meta) = list.next().await {
         listed += 1;
         let meta = match meta {
-            // A key object_store cannot name (another tool's `a//b`, `./`, a control character):
-            // only its directory's listing fails (SEMANTICS), not the whole mount.
             Err(object_store::Error::InvalidPath { source }) => {
-                tracing::debug!(error = %source, "key check: a key that cannot be named is passed over");
+                tracing::warn!(error = %source, "key check: the bucket holds a key shrinkfs cannot name; it is passed over");
+                unnamed.get_or_insert(source.to_string());
                 continue;
             }
             m => m.map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", bucket.describe))?,
         };
-        if listed > MAX_LISTED || sampled >= SAMPLE {
+        if listed > MAX_LISTED || s.sampled >= SAMPLE {
             break;
         }
-        if !sampleable(&meta) {
-            continue;
+        s.judge(bucket, &meta).await?;
+    }
+    if s.sampled == 0
+        && let Some(why) = unnamed
+    {
+        // The listing ended at that key: the top directories, one listing each.
+        let top = bucket.store.list_with_delimiter(None).await;
+        let mut objects = top.as_ref().map(|t| t.objects.clone()).unwrap_or_default();
+        for p in top.map(|t| t.common_prefixes).unwrap_or_default().iter().take(32) {
+            if objects.len() >= MAX_LISTED {
+                break;
+            }
+            objects.extend(bucket.store.list_with_delimiter(Some(p)).await.map(|l| l.objects).unwrap_or_default());
         }
-        let name = meta.location.to_string();
-        let layout = match examine(bucket, &meta).await {
-            // Gone since the listing, or a key the listing names without its trailing `/`
-            // (another tool's folder object that holds bytes): not a file to judge the key by.
-            Err(FsError::NotFound | FsError::Store(object_store::Error::NotFound { .. })) => {
-                tracing::debug!(object = %name, "key check: a listed object cannot be read by its name; passed over");
-                continue;
+        for meta in &objects {
+            if s.sampled >= SAMPLE {
+                break;
             }
-            r => r.map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))?,
-        };
-        sampled += 1;
-        match layout {
-            None => check.other += 1,
-            Some(layout) if !layout.header.sealed() => {
-                check.unsealed += 1;
-                first_unsealed.get_or_insert(name);
-            }
-            Some(layout) => {
-                let Some(key) = key else { return Err(KeyMismatch::KeyRequired(name).into()) };
-                match layout.open(Some(key), &[]) {
-                    Err(CodecError::WrongKey) => return Err(KeyMismatch::WrongKey(name).into()),
-                    // The key check passed; the object needs a dictionary or is damaged, which
-                    // is for reads to report.
-                    Ok(_) | Err(_) => check.sealed += 1,
-                }
-            }
+            s.judge(bucket, meta).await?;
+        }
+        if s.sampled == 0 {
+            return Err(KeyMismatch::Unchecked(why).into());
         }
     }
+    let Sampling { mut check, first_unsealed, .. } = s;
     if key.is_some() && check.sealed == 0 && check.unsealed > 0 {
         check.warning = Some(format!(
             "--key-file given but the bucket's objects are not sealed (e.g. {}); new files will be sealed; the unsealed ones are refused (EACCES) unless --allow-unsealed",
@@ -106,6 +109,51 @@ pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Resu
     }
     tracing::debug!(sealed = check.sealed, unsealed = check.unsealed, other = check.other, "key check");
     Ok(check)
+}
+
+/// What the sample has shown so far.
+struct Sampling<'k> {
+    key: Option<&'k MasterKey>,
+    check: KeyCheck,
+    sampled: usize,
+    first_unsealed: Option<String>,
+}
+
+impl Sampling<'_> {
+    /// Reads `meta`'s tail, if it is a file worth sampling, and judges the key by it.
+    async fn judge(&mut self, bucket: &Bucket, meta: &ObjectMeta) -> anyhow::Result<()> {
+        if !sampleable(meta) {
+            return Ok(());
+        }
+        let name = meta.location.to_string();
+        let layout = match examine(bucket, meta).await {
+            // Gone since the listing, or a key the listing names without its trailing `/`
+            // (another tool's folder object that holds bytes): not a file to judge the key by.
+            Err(FsError::NotFound | FsError::Store(object_store::Error::NotFound { .. })) => {
+                tracing::debug!(object = %name, "key check: a listed object cannot be read by its name; passed over");
+                return Ok(());
+            }
+            r => r.map_err(|e| anyhow::anyhow!("cannot read {}: {e}", meta.location))?,
+        };
+        self.sampled += 1;
+        match layout {
+            None => self.check.other += 1,
+            Some(layout) if !layout.header.sealed() => {
+                self.check.unsealed += 1;
+                self.first_unsealed.get_or_insert(name);
+            }
+            Some(layout) => {
+                let Some(key) = self.key else { return Err(KeyMismatch::KeyRequired(name).into()) };
+                match layout.open(Some(key), &[]) {
+                    Err(CodecError::WrongKey) => return Err(KeyMismatch::WrongKey(name).into()),
+                    // The key check passed; the object needs a dictionary or is damaged, which
+                    // is for reads to report.
+                    Ok(_) | Err(_) => self.check.sealed += 1,
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether an object of a listing is a file worth sampling.
@@ -232,7 +280,8 @@ mod tests {
             // object_store's paged S3 listing does.)
             let odd = futures::stream::iter([Ok(folder), Err(object_store::Error::InvalidPath { source: invalid })]);
             match self.1 {
-                true => odd.chain(self.0.list(prefix)).boxed(),
+                // As S3 gives it: the page holding the key fails whole, and the listing ends.
+                true => odd.boxed(),
                 false => self.0.list(prefix).chain(odd).boxed(),
             }
         }
@@ -260,11 +309,20 @@ mod tests {
         assert_eq!((c.sealed, c.unsealed, c.other), (1, 0, 0), "{c:?}");
         let e = check(&b, Some(key(0xB))).unwrap_err();
         assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::WrongKey(_))), "{e}");
-        // Such keys first in the listing: the store answered, so it is reachable.
+        // The listing's first page failing whole, its other objects lost with it (S3): the store
+        // answered, so it is reachable, and the key is judged by the top directories' objects.
         let b = Bucket::new(Arc::new(OddKeys(inner, true)), Path::from("p"), "odd://");
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         rt.block_on(b.check_reachable(std::time::Duration::from_secs(5))).unwrap();
-        check(&b, Some(key(0xA))).unwrap();
+        assert_eq!(check(&b, Some(key(0xA))).unwrap().sealed, 1);
+        let e = check(&b, None).unwrap_err();
+        assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::KeyRequired(_))), "{e}");
+        // Nothing found to sample: refused, never passed unchecked.
+        let b = Bucket::new(Arc::new(OddKeys(Arc::new(InMemory::new()), true)), Path::from("p"), "odd://");
+        let e = check(&b, None).unwrap_err();
+        assert!(matches!(e.downcast_ref::<KeyMismatch>(), Some(KeyMismatch::Unchecked(_))), "{e}");
+        assert!(e.to_string().contains("--skip-key-check"), "{e}");
+        assert_eq!(crate::exit::code_for(&e), crate::exit::CORRUPT);
     }
 
     #[test]

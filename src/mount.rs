@@ -414,7 +414,7 @@ fn serve(
     if abandoned > 0 {
         tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
     }
-    flushed.context("uploading pending files, or deleting removed ones, at unmount")?;
+    flushed.context("storing pending files or directory times, or deleting removed files, at unmount")?;
     let lost = fs.files_lost();
     if lost > 0 {
         return Err(std::io::Error::other(format!(

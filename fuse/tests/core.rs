@@ -1138,6 +1138,19 @@ async fn a_path_whose_marker_key_is_too_long_may_be_a_file_but_not_a_directory()
     let longer = "g".repeat(71);
     assert!(too_long(fs.rename(up, "g", up, &longer, false).await));
     assert!(matches!(fs.lookup(up, &longer).await, Err(Error::NotFound)), "nothing moved");
+    // Onto an empty directory of that name: refused before it is replaced, so it stays.
+    fs.mkdir(up, &longer, 0o700, 1000, 1000).await.unwrap();
+    assert!(too_long(fs.rename(up, "g", up, &longer, false).await));
+    assert_eq!(fs.lookup(up, &longer).await.unwrap().perm, 0o700, "the directory it would replace is still there");
+    let again = fs_on(&store, small_frames());
+    let up_again = {
+        let mut d = ROOT;
+        for i in 0..3 {
+            d = again.lookup(d, &format!("{i}{}", "d".repeat(249))).await.unwrap().ino;
+        }
+        d
+    };
+    assert!(again.lookup(up_again, &longer).await.is_ok(), "and in the store");
     assert_eq!(read_file(&fs, ino).await, b"deep");
     let keys: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await.unwrap();
     assert!(keys.iter().all(|o| o.location.as_ref().len() <= 1024), "no key longer than the store takes");

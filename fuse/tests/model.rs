@@ -145,6 +145,7 @@ impl Model {
     /// A successful flush, fsync or last release of inode `ino`: it uploads only what changed.
     fn committed(&mut self, ino: u64) {
         let o = self.open.get_mut(&ino).expect("open");
+        o.kept = false;
         if !o.dirty {
             return;
         }
@@ -153,7 +154,6 @@ impl Model {
             self.durable.insert(n.clone(), o.live.clone());
         }
         o.dirty = false;
-        o.kept = false;
     }
 }
 
@@ -493,7 +493,7 @@ async fn steps_on(
                         if m.open[&ino].handles == 0 {
                             m.open.remove(&ino);
                         }
-                    } else if got.as_ref() != m.durable.get(&n) {
+                    } else if got.as_ref() != m.durable.get(&n) && got.as_ref() != m.behind.get(&n) {
                         return Err(fail(ctx(&format!("{n}: a try stored bytes neither old nor new"))));
                     }
                 }

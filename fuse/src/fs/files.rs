@@ -787,12 +787,9 @@ impl Fs {
     /// never published half-written: its upload is left to its writer's close. Waits for the
     /// deletes queued behind unlinks too.
     pub async fn flush_all(&self) -> Result<()> {
-        // (A directory's times that cannot be stored cost only those times, which SEMANTICS says:
-        // not a file's changes, so not the unmount's exit status.)
-        if let Err(e) = self.write_dir_times().await {
-            tracing::warn!(error = %e, "directory times not stored at unmount: those directories keep their earlier times");
-        }
-        let mut first_err = None;
+        // (A directory's marker not written may be more than its times: one another tool made,
+        // emptied here, exists only by the marker written for it. So it fails the unmount too.)
+        let mut first_err = self.write_dir_times().await.err();
         let _moving = self.moving.read().await;
         for (ino, file, writers) in self.handles.open_files() {
             if writers > 0 {

@@ -319,6 +319,18 @@ impl Fs {
             // Markers with pending times are written before the copy, which carries them.
             let _writing = self.dir_writes.lock().await;
             self.write_dir_times_locked().await?;
+            let moved_to = |o: &object_store::ObjectMeta| {
+                let rel = self.bucket.rel(&o.location);
+                join(&to, rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/'))
+            };
+            // Every new key must fit the store, checked before anything changes (a deep tree moved
+            // under a longer name would stop halfway, at its first key too long; and a failed
+            // rename leaves the directory it would have replaced). Checked again below for what
+            // files open in it upload meanwhile.
+            let fits = |objects: &[object_store::ObjectMeta]| -> Result<()> {
+                objects.iter().try_for_each(|o| self.names.check_key_len(&moved_to(o)))
+            };
+            fits(&self.bucket.store.list(Some(&self.names.key(&from))).try_collect::<Vec<_>>().await?)?;
             if dst.is_some() {
                 self.remove_dir(new_parent, new_name).await?;
             }
@@ -331,15 +343,7 @@ impl Fs {
                 .collect();
             held = self.lock_and_commit(&moved).await?;
             let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
-            let moved_to = |o: &object_store::ObjectMeta| {
-                let rel = self.bucket.rel(&o.location);
-                join(&to, rel.strip_prefix(&from).unwrap_or(&rel).trim_start_matches('/'))
-            };
-            // Every new key must fit the store before the first is copied (a deep tree moved under
-            // a longer name would stop halfway, at its first key too long).
-            for o in &objects {
-                self.names.check_key_len(&moved_to(o))?;
-            }
+            fits(&objects)?;
             for o in &objects {
                 self.bucket.store.copy(&o.location, &self.names.key(&moved_to(o))).await?;
             }
