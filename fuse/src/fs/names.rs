@@ -325,12 +325,13 @@ impl Fs {
             };
             // Every new key must fit the store, checked before anything changes (a deep tree moved
             // under a longer name would stop halfway, at its first key too long; and a failed
-            // rename leaves the directory it would have replaced). Checked again below for what
-            // files open in it upload meanwhile.
+            // rename leaves the directory it would have replaced). Listed and checked again below
+            // only where files open in it upload first.
             let fits = |objects: &[object_store::ObjectMeta]| -> Result<()> {
                 objects.iter().try_for_each(|o| self.names.check_key_len(&moved_to(o)))
             };
-            fits(&self.bucket.store.list(Some(&self.names.key(&from))).try_collect::<Vec<_>>().await?)?;
+            let listed: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
+            fits(&listed)?;
             if dst.is_some() {
                 self.remove_dir(new_parent, new_name).await?;
             }
@@ -342,8 +343,14 @@ impl Fs {
                 .filter_map(|i| self.handles.file(i).map(|f| (i, f)))
                 .collect();
             held = self.lock_and_commit(&moved).await?;
-            let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
-            fits(&objects)?;
+            let objects = match moved.is_empty() {
+                true => listed,
+                false => {
+                    let objects: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
+                    fits(&objects)?;
+                    objects
+                }
+            };
             for o in &objects {
                 self.bucket.store.copy(&o.location, &self.names.key(&moved_to(o))).await?;
             }
