@@ -56,7 +56,8 @@ pub enum Command {
     /// Mount a bucket (a local directory, s3://bucket[/prefix] or memory://) at a directory.
     #[command(allow_negative_numbers = true)]
     Mount(Box<MountArgs>),
-    /// Unmount a shrinkfs mount (pending files are uploaded first by the mount process).
+    /// Unmount a shrinkfs mount, then wait for its process to store what is pending and end;
+    /// exits with that process's code (3: files it could not store, named in its log).
     Unmount(UnmountArgs),
     /// Remove what interrupted writes left in a bucket (temporary files of a local-directory
     /// bucket); a mount does this itself at start for leftovers older than an hour.

@@ -56,6 +56,9 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         if cause.is::<shrinkfs_fuse::credentials::CredentialsError>() {
             return USAGE;
         }
+        if let Some(e) = cause.downcast_ref::<crate::runrecord::Ended>() {
+            return e.code();
+        }
         if cause.is::<crate::mount::Unavailable>() {
             return IO;
         }

@@ -20,6 +20,7 @@ pub mod pack;
 pub mod pack_io;
 pub mod range;
 pub mod remote;
+pub mod runrecord;
 pub mod settings;
 pub mod signals;
 pub mod size;

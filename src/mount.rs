@@ -380,50 +380,61 @@ fn serve(
     let handlers = crate::signals::Handlers::install(&rt);
     let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
         .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
-    let request_nice = a.request_nice;
-    let serving = std::thread::Builder::new()
-        .name("fuse-session".into())
-        .spawn(move || {
-            // The session's request threads, started by `run`, inherit this thread's priority.
-            shrinkfs_codec::dispatch::ask_priority(request_nice, "the FUSE request");
-            session.run()
-        })
-        .context("cannot start the FUSE session")?;
-    // Ready only once the mount answers a request (a stat of its root, served by the session).
-    std::fs::metadata(&mountpoint).with_context(|| format!("the mount at {} does not answer", mountpoint.display()))?;
-    tracing::info!(source = %describe, mountpoint = %mountpoint.display(), "mounted");
-    if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
-        tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
+    // Before anyone is told the mount is ready: `shrinkfs unmount` finds this process by it.
+    let record = crate::runrecord::Record::create(conn.dev());
+    let outcome = (|| {
+        let request_nice = a.request_nice;
+        let serving = std::thread::Builder::new()
+            .name("fuse-session".into())
+            .spawn(move || {
+                // The session's request threads, started by `run`, inherit this thread's priority.
+                shrinkfs_codec::dispatch::ask_priority(request_nice, "the FUSE request");
+                session.run()
+            })
+            .context("cannot start the FUSE session")?;
+        // Ready only once the mount answers a request (a stat of its root, served by the session).
+        std::fs::metadata(&mountpoint)
+            .with_context(|| format!("the mount at {} does not answer", mountpoint.display()))?;
+        tracing::info!(source = %describe, mountpoint = %mountpoint.display(), "mounted");
+        if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
+            tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
+        }
+        ready.ready(log, &mountpoint);
+        let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
+        let stop_upkeep = Arc::new(tokio::sync::Notify::new());
+        let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs), stop_upkeep.clone()));
+        let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
+        watcher.abort();
+        // (Waited for, not aborted: a try of a kept file ends before the unmount's own.)
+        stop_upkeep.notify_one();
+        let _ = rt.block_on(upkeep);
+        if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
+        }
+        crate::daemon::stopping("unmounted");
+        ended.context("the FUSE session ended with an error")?;
+        let flushed = rt.block_on(fs.flush_all());
+        let abandoned = rt.block_on(fs.abandon_open());
+        if abandoned > 0 {
+            tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
+        }
+        let lost = fs.files_lost();
+        if lost > 0 {
+            // The loss is what the caller must hear; the store's error is the reason.
+            let why = flushed.err().map(|e| format!(" ({e})")).unwrap_or_default();
+            return Err(std::io::Error::other(format!(
+                "{lost} file(s) closed, or left open at unmount, with changes that could not be stored{why}: the log names them"
+            )))
+            .context("unmounted");
+        }
+        flushed.context("storing pending files or directory times, or deleting removed files, at unmount")?;
+        tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
+        Ok(())
+    })();
+    if let Some(r) = record {
+        r.ended(&outcome);
     }
-    ready.ready(log, &mountpoint);
-    let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
-    let stop_upkeep = Arc::new(tokio::sync::Notify::new());
-    let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs), stop_upkeep.clone()));
-    let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
-    watcher.abort();
-    // (Waited for, not aborted: a try of a kept file ends before the unmount's own.)
-    stop_upkeep.notify_one();
-    let _ = rt.block_on(upkeep);
-    if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
-        tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
-    }
-    crate::daemon::stopping("unmounted");
-    ended.context("the FUSE session ended with an error")?;
-    let flushed = rt.block_on(fs.flush_all());
-    let abandoned = rt.block_on(fs.abandon_open());
-    if abandoned > 0 {
-        tracing::warn!(files = abandoned, "files still open for writing when the mount ended were not stored");
-    }
-    flushed.context("storing pending files or directory times, or deleting removed files, at unmount")?;
-    let lost = fs.files_lost();
-    if lost > 0 {
-        return Err(std::io::Error::other(format!(
-            "{lost} file(s) closed, or left open at unmount, with changes that could not be stored (the log names them)"
-        )))
-        .context("unmounted");
-    }
-    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
-    Ok(())
+    outcome
 }
 
 /// The bucket cannot be opened or reached (exit code 3, like any I/O failure).
@@ -470,8 +481,16 @@ pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
 }
 
 /// Runs `shrinkfs unmount`.
+/// `shrinkfs unmount`: unmounts, then waits for the mount's process to store what is pending and
+/// end, and fails as it failed (files it could not store: exit code 3).
 pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {
-    Ok(connection::unmount_shrinkfs(&a.mountpoint)?)
+    let conn = connection::shrinkfs_at(&a.mountpoint)?;
+    let serving = crate::runrecord::serving(conn.dev());
+    conn.unmount()?;
+    if let Some(s) = serving {
+        s.wait(std::time::Duration::from_secs(2))?;
+    }
+    Ok(())
 }
 
 /// The GPU settings a mount starts its dispatcher with: a read-only mount (`--read-only`, or

@@ -306,6 +306,40 @@ fn a_file_whose_last_close_failed_is_kept_and_stored_by_the_mount_once_there_is_
     assert!(m.status.unwrap().success(), "nothing was lost, so the mount exits 0: {}", m.log());
 }
 
+/// `shrinkfs unmount` waits for the mount's process to end and fails as it failed: a file whose
+/// last close failed (the bucket full) and that the unmount's own try could not store either
+/// makes both exit with code 3. It used to return 0 at once while the process exited 3.
+#[test]
+fn shrinkfs_unmount_waits_for_the_mount_and_reports_files_it_could_not_store() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    let Some(_bucket_fs) = Tmpfs::new(&bucket, "2m") else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let mut m = mount(bucket.to_str().unwrap(), &mnt, &["--codec", "none"], &[]);
+    let out = py(
+        "import os,sys,errno\n\
+         fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n\
+         os.write(fd,os.urandom(4<<20))\n\
+         try:\n    os.close(fd); print('close 0')\n\
+         except OSError as e:\n    print('close', errno.errorcode[e.errno])\n",
+        &[mnt.join("big").to_str().unwrap()],
+    );
+    assert!(ok(&out).contains("close ENOSPC"), "the full bucket failed the close: {}", ok(&out));
+    let out = Command::new(common::bin()).arg("unmount").arg(&mnt).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "unmount: {said}");
+    assert!(said.contains("could not be stored"), "unmount names the loss: {said}");
+    // It returned once the process had ended (a zombie until this test reaps it).
+    let pid = m.pid();
+    let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')), "{state}");
+    assert!(m.wait_exit(5), "{}", m.log());
+    assert_eq!(m.status.unwrap().code(), Some(3), "{}", m.log());
+}
+
 /// A write past the end of a file that the full staging disk cuts short leaves no bytes where
 /// the file then has a hole: once there is room, a write further out makes every byte between
 /// the write's reported end and it read as zeros.

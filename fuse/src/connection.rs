@@ -352,14 +352,14 @@ impl Connection {
     }
 }
 
-/// Unmounts the shrinkfs mount on top at `path` (`shrinkfs unmount`): refuses anything else
-/// mounted there. Its process then stores what is pending and exits.
-pub fn unmount_shrinkfs(path: &Path) -> Result<(), UnmountError> {
+/// The shrinkfs mount on top at `path` (for `shrinkfs unmount`): anything else mounted there is
+/// refused. Once unmounted, its process stores what is pending and exits.
+pub fn shrinkfs_at(path: &Path) -> Result<Connection, UnmountError> {
     let abs = absolute(path).map_err(|source| UnmountError::Io { path: path.to_owned(), source })?;
     match mount_at(&abs).map_err(|source| UnmountError::Io { path: abs.clone(), source })? {
         None => Err(UnmountError::NotMounted(abs)),
         Some(m) if m.fstype != FS_TYPE => Err(UnmountError::NotShrinkfs { path: abs, fstype: m.fstype }),
-        Some(m) => Connection { mountpoint: abs, dev: m.dev }.unmount(),
+        Some(m) => Ok(Connection { mountpoint: abs, dev: m.dev }),
     }
 }
 
