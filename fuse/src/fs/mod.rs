@@ -3,6 +3,7 @@
 //! with one method per kernel operation: namespace operations in `names`, file contents in `files`.
 
 mod files;
+mod moves;
 mod names;
 mod statfs;
 mod unstored;

@@ -358,17 +358,16 @@ impl Fs {
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
                 self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
             }
+            // Each old key goes only if it still holds the version copied (see `finish_move`).
             for o in &objects {
-                self.bucket.store.delete(&o.location).await?;
+                self.finish_move(&o.location, &self.names.key(&moved_to(o)), o.e_tag.clone()).await?;
             }
         } else {
             moved = self.handles.file(src_attr.ino).map(|f| (src_attr.ino, f)).into_iter().collect();
             held = self.lock_and_commit(&moved).await?;
-            let move_object = async {
-                self.bucket.store.copy(&self.names.key(&from), &self.names.key(&to)).await?;
-                self.bucket.store.delete(&self.names.key(&from)).await?;
-                Ok(())
-            };
+            let seen = self.names.table().child(parent, name).and_then(|c| c.attr.etag.clone());
+            let (from_key, to_key) = (self.names.key(&from), self.names.key(&to));
+            let move_object = self.move_object(&from_key, &to_key, seen);
             // Handles open on the replaced file keep its bytes.
             match &dst {
                 Some(d) => self.detach_open(d.ino, move_object).await?,
