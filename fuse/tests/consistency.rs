@@ -410,6 +410,30 @@ async fn a_changed_or_removed_file_shows_on_another_mount_after_the_metadata_ttl
     assert!(matches!(b.lookup(ROOT, "f").await, Err(Error::NotFound)));
 }
 
+/// Two mounts: a file removed on one while the other still trusts its name (within the TTL)
+/// fails the other's open once with ESTALE, not ENOENT, and the name is forgotten there: the
+/// kernel, which keeps `O_CREAT` out of the open it sends, looks the name up again, finds no file
+/// and creates one (`echo x > f` works). Found by a black-box probe: the open failed with ENOENT
+/// for the whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_of_a_name_removed_elsewhere_within_the_ttl_fails_once_with_estale_and_forgets_it() {
+    let store = Arc::new(InMemory::new());
+    let (a, b) = (mount(&store), mount_with(&store, Duration::from_secs(60), Duration::from_secs(60)));
+    for (name, write_it) in [("f", true), ("g", false)] {
+        write(&a, ROOT, name, b"one").await;
+        let f = b.lookup(ROOT, name).await.unwrap();
+        a.unlink(ROOT, name).await.unwrap();
+        assert!(matches!(b.open(f.ino, write_it, write_it).await, Err(Error::Stale)), "writer: {write_it}");
+        assert!(matches!(b.lookup(ROOT, name).await, Err(Error::NotFound)), "the kernel's second lookup");
+        let (_, fh) = b.create(ROOT, name, 0o644, 0, 0).await.unwrap();
+        b.write(fh, 0, b"made anew").await.unwrap();
+        b.release(fh).await.unwrap();
+        past_ttl().await;
+        let g = a.lookup(ROOT, name).await.unwrap();
+        assert_eq!(read(&a, g.ino).await.unwrap(), b"made anew");
+    }
+}
+
 /// Two mounts: a directory's mode, owner and times changed on one show on the other once the
 /// metadata TTL has passed, by a stat (getattr) or a lookup of its name — and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

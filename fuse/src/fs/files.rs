@@ -274,7 +274,18 @@ impl Fs {
                     None if i.kind == Kind::File && self.names.inode(ino)?.parent == 0 => return Err(Error::Stale),
                     None => {
                         let since = self.names.table().changes();
-                        let fresh = self.load(&i, write, write && truncate).await?;
+                        let fresh = match self.load(&i, write, write && truncate).await {
+                            // Removed elsewhere while the name was trusted here: it is forgotten,
+                            // and the open fails once with ESTALE, so the kernel looks the name up
+                            // again and finds no file (ENOENT), or makes one for an `O_CREAT`
+                            // open (the kernel keeps that flag out of the open it sends).
+                            Err(Error::NotFound) => {
+                                self.names.table().observe_gone(i.parent, &i.name, since);
+                                self.names.removed(i.parent, &i.name, true);
+                                return Err(Error::Stale);
+                            }
+                            other => other?,
+                        };
                         if !(write && truncate) && self.told_another_size(ino, &fresh, since)? {
                             return Err(Error::Stale);
                         }
