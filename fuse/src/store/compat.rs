@@ -1,8 +1,9 @@
 //! S3 compatibility: the one place that looks at error text and server quirks. Some servers (and S3
 //! itself for an empty object) refuse a suffix range longer than the object with 416, some know no
 //! suffix ranges at all, and some answer a range with the whole object (200): [`Compat`] turns
-//! each into the answer that was asked for. [`is_transient`] and [`outcome`] classify errors for
-//! the retry and instrument layers.
+//! each into the answer that was asked for. Some (rclone's) list ETags bare and quote them in
+//! HTTP headers: listed ETags are then quoted alike. [`is_transient`] and [`outcome`] classify
+//! errors for the retry and instrument layers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,12 +110,49 @@ pub struct Compat {
     /// Set once the server showed it does not answer suffix ranges: later ones go straight to
     /// HEAD and a bounded range.
     no_suffix: Arc<AtomicBool>,
+    /// Set once a HEAD or GET answered with a quoted ETag (as HTTP headers carry them): a bare
+    /// ETag in a listing is then quoted alike, so the listing names a version as a HEAD did.
+    quoted: Arc<AtomicBool>,
 }
 
 impl Compat {
     /// The layer over `inner`.
     pub fn new(inner: Backend) -> Self {
-        Compat { inner, no_suffix: Arc::default() }
+        Compat { inner, no_suffix: Arc::default(), quoted: Arc::default() }
+    }
+
+    /// Notes how an answer's headers quote ETags.
+    fn answered<T>(&self, meta: impl FnOnce(&T) -> &ObjectMeta, r: Result<T>) -> Result<T> {
+        if let Ok(t) = &r
+            && meta(t).e_tag.as_deref().is_some_and(|e| e.starts_with('"'))
+        {
+            self.quoted.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// A GET with the quirks hidden (see the module's line).
+    async fn get_answered(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        match options.range.clone() {
+            Some(GetRange::Suffix(n)) if !options.head => {
+                if self.no_suffix.load(Ordering::Relaxed) {
+                    return self.suffix_by_head(location, n, options).await;
+                }
+                match self.inner.store.get_opts(location, options.clone()).await {
+                    Err(e) if suffix_unsupported(&e) => {
+                        // A 416 is about this object (longer suffix than object); anything else
+                        // is about the server.
+                        if !e.to_string().contains("416") {
+                            self.no_suffix.store(true, Ordering::Relaxed);
+                        }
+                        self.suffix_by_head(location, n, options).await
+                    }
+                    other => other,
+                }
+            }
+            Some(GetRange::Bounded(_)) if !options.head => self.bounded(location, options).await,
+            _ => self.inner.store.get_opts(location, options).await,
+        }
     }
 
     /// A suffix GET the server would not answer: the size from HEAD, then a bounded range.
@@ -147,6 +185,18 @@ impl Compat {
     }
 }
 
+/// A listed object's ETag quoted as the server's headers quote them (see `Compat::quoted`).
+fn listed(quoted: &AtomicBool, mut meta: ObjectMeta) -> ObjectMeta {
+    if let Some(e) = &meta.e_tag
+        && !e.starts_with('"')
+        && !e.starts_with("W/")
+        && quoted.load(Ordering::Relaxed)
+    {
+        meta.e_tag = Some(format!("\"{e}\""));
+    }
+    meta
+}
+
 /// A `GetResult` of bytes already in memory.
 fn buffered(meta: ObjectMeta, range: std::ops::Range<u64>, bytes: Bytes) -> GetResult {
     let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
@@ -170,30 +220,13 @@ impl ObjectStore for Compat {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        match options.range.clone() {
-            Some(GetRange::Suffix(n)) if !options.head => {
-                if self.no_suffix.load(Ordering::Relaxed) {
-                    return self.suffix_by_head(location, n, options).await;
-                }
-                match self.inner.store.get_opts(location, options.clone()).await {
-                    Err(e) if suffix_unsupported(&e) => {
-                        // A 416 is about this object (longer suffix than object); anything else
-                        // is about the server.
-                        if !e.to_string().contains("416") {
-                            self.no_suffix.store(true, Ordering::Relaxed);
-                        }
-                        self.suffix_by_head(location, n, options).await
-                    }
-                    other => other,
-                }
-            }
-            Some(GetRange::Bounded(_)) if !options.head => self.bounded(location, options).await,
-            _ => self.inner.store.get_opts(location, options).await,
-        }
+        let got = self.get_answered(location, options).await;
+        self.answered(|g: &GetResult| &g.meta, got)
     }
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
-        self.inner.store.head(location).await
+        let got = self.inner.store.head(location).await;
+        self.answered(|m| m, got)
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
@@ -201,15 +234,19 @@ impl ObjectStore for Compat {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.store.list(prefix)
+        let quoted = self.quoted.clone();
+        self.inner.store.list(prefix).map(move |m| m.map(|m| listed(&quoted, m))).boxed()
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.store.list_with_offset(prefix, offset)
+        let quoted = self.quoted.clone();
+        self.inner.store.list_with_offset(prefix, offset).map(move |m| m.map(|m| listed(&quoted, m))).boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.store.list_with_delimiter(prefix).await
+        let mut r = self.inner.store.list_with_delimiter(prefix).await?;
+        r.objects = r.objects.into_iter().map(|m| listed(&self.quoted, m)).collect();
+        Ok(r)
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
@@ -224,7 +261,9 @@ impl ObjectStore for Compat {
 #[async_trait]
 impl PaginatedListStore for Compat {
     async fn list_paginated(&self, prefix: Option<&str>, opts: PaginatedListOptions) -> Result<PaginatedListResult> {
-        self.inner.paged()?.list_paginated(prefix, opts).await
+        let mut r = self.inner.paged()?.list_paginated(prefix, opts).await?;
+        r.result.objects = std::mem::take(&mut r.result.objects).into_iter().map(|m| listed(&self.quoted, m)).collect();
+        Ok(r)
     }
 }
 
@@ -317,6 +356,70 @@ mod tests {
             store.get_opts(&Path::from("gone"), suffix(4)).await,
             Err(object_store::Error::NotFound { .. })
         ));
+    }
+
+    /// rclone's quirk: listings carry ETags bare, HEADs quote them.
+    #[derive(Debug)]
+    struct BareListings(InMemory);
+
+    impl std::fmt::Display for BareListings {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("BareListings")
+        }
+    }
+
+    fn quote(mut m: ObjectMeta) -> ObjectMeta {
+        m.e_tag = m.e_tag.map(|e| format!("\"{e}\""));
+        m
+    }
+
+    #[async_trait]
+    impl ObjectStore for BareListings {
+        async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> Result<PutResult> {
+            self.0.put_opts(l, p, o).await
+        }
+        async fn put_multipart_opts(&self, l: &Path, o: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(l, o).await
+        }
+        async fn get_opts(&self, l: &Path, o: GetOptions) -> Result<GetResult> {
+            let mut got = self.0.get_opts(l, o).await?;
+            got.meta = quote(got.meta);
+            Ok(got)
+        }
+        async fn head(&self, l: &Path) -> Result<ObjectMeta> {
+            self.0.head(l).await.map(quote)
+        }
+        async fn delete(&self, l: &Path) -> Result<()> {
+            self.0.delete(l).await
+        }
+        fn list(&self, p: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+            self.0.list(p)
+        }
+        async fn list_with_delimiter(&self, p: Option<&Path>) -> Result<ListResult> {
+            self.0.list_with_delimiter(p).await
+        }
+        async fn copy(&self, f: &Path, t: &Path) -> Result<()> {
+            self.0.copy(f, t).await
+        }
+        async fn copy_if_not_exists(&self, f: &Path, t: &Path) -> Result<()> {
+            self.0.copy_if_not_exists(f, t).await
+        }
+    }
+
+    #[tokio::test]
+    async fn bare_listed_etags_are_quoted_as_the_servers_heads_quote_them() {
+        use futures::TryStreamExt;
+        let store = Compat::new(Backend::plain(Arc::new(BareListings(InMemory::new()))));
+        let key = Path::from("d/k");
+        store.put(&key, "bytes".into()).await.unwrap();
+        let bare = store.list(None).try_collect::<Vec<_>>().await.unwrap()[0].e_tag.clone().unwrap();
+        assert!(!bare.starts_with('"'), "left as listed until a HEAD shows the server's form");
+        let head = store.head(&key).await.unwrap().e_tag.unwrap();
+        assert_eq!(head, format!("\"{bare}\""));
+        let listed = store.list(None).try_collect::<Vec<_>>().await.unwrap();
+        assert_eq!(listed[0].e_tag.as_deref(), Some(&*head));
+        let dir = store.list_with_delimiter(Some(&Path::from("d"))).await.unwrap();
+        assert_eq!(dir.objects[0].e_tag.as_deref(), Some(&*head));
     }
 
     #[test]
