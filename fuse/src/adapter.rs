@@ -446,16 +446,26 @@ impl Filesystem for FuseAdapter {
                 r.written(n);
             }
         };
+        // A write from the kernel's page cache: the writer's own call returned long ago, and the
+        // kernel will not send these bytes again if they are refused.
+        let cached = wf.contains(WriteFlags::FUSE_WRITE_CACHE);
         let r = self.run("write", ino.0, async {
-            if kill {
-                self.fs.clear_suidgid(ino.0).await?;
+            let r = async {
+                if kill {
+                    self.fs.clear_suidgid(ino.0).await?;
+                }
+                if sync {
+                    let n = self.fs.write(fh.0, offset, data).await?;
+                    self.fs.fsync(fh.0).await?;
+                    return Ok(n);
+                }
+                self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
             }
-            if sync {
-                let n = self.fs.write(fh.0, offset, data).await?;
-                self.fs.fsync(fh.0).await?;
-                return Ok(n);
+            .await;
+            if r.is_err() && cached {
+                self.fs.write_back_failed(fh.0).await;
             }
-            self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
+            r
         });
         // Already answered: nothing after that point fails a write (`Taken`; `run` logged any
         // error, which would be a bug).

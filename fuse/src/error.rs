@@ -59,6 +59,13 @@ pub enum Error {
     /// An unknown file handle or inode.
     #[error("stale handle")]
     Stale,
+    /// Bytes the kernel wrote back from its page cache were refused earlier (the bucket or the
+    /// staging disk full or failing): the file's state misses them, so it is neither stored nor
+    /// read.
+    #[error(
+        "a write-back of this file's cached bytes failed earlier: its changes are lost, the previous version stays"
+    )]
+    LostWrite,
     /// No such extended attribute.
     #[error("no such attribute")]
     NoXattr,
@@ -163,6 +170,7 @@ impl Error {
             Error::NotWritable => (libc::EBADF, Failure),
             Error::BadName => (libc::ENAMETOOLONG, Failure),
             Error::Stale => (libc::ESTALE, Failure),
+            Error::LostWrite => (libc::EIO, Fault),
             Error::Store(object_store::Error::NotFound { .. }) => (libc::ENOENT, Failure),
             Error::Store(object_store::Error::AlreadyExists { .. }) => (libc::EEXIST, Failure),
             Error::Store(object_store::Error::Precondition { .. }) => (libc::ESTALE, Failure),

@@ -292,6 +292,7 @@ mod tests {
             dirty: false,
             unlinked: false,
             base: None,
+            lost_write: false,
         }
     }
 

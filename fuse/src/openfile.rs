@@ -253,6 +253,10 @@ pub struct OpenFile {
     pub unlinked: bool,
     /// The object version it started from, or last committed (None: new file).
     pub base: Option<ObjectInfo>,
+    /// A write the kernel sent from its page cache (the writer's own call had already
+    /// returned) was refused: those bytes are gone, so the state is never stored or read
+    /// (see `Fs::write_back_failed`).
+    pub lost_write: bool,
 }
 
 impl OpenFile {

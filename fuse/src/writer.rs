@@ -140,7 +140,15 @@ impl FileWriter {
                 atime: Some(stamp::now()),
             },
         };
-        Ok(OpenFile { meta, body: Body::Clean, ahead: Default::default(), dirty: false, unlinked: false, base })
+        Ok(OpenFile {
+            meta,
+            body: Body::Clean,
+            ahead: Default::default(),
+            dirty: false,
+            unlinked: false,
+            base,
+            lost_write: false,
+        })
     }
 
     /// Locks `file` for a write at `offset`, waiting briefly for writes before it as

@@ -664,6 +664,40 @@ async fn a_version_another_mount_stores_during_a_rename_follows_it_and_is_never_
     assert!(!in_store(&store, "d/f").await && !in_store(&store, "x").await, "the old keys are gone");
 }
 
+/// A write the kernel sent from its page cache (`--writeback-cache`, a mapping) that was refused
+/// leaves the file without bytes its writer was told were written: the file is then never
+/// stored (close and fsync fail, nothing is kept for later) nor read, its previous version stays,
+/// and the loss counts in the mount's exit status. Found by a black-box probe: such a file was
+/// kept, then stored once the full bucket had room, with zeros where the refused write was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_missing_a_refused_write_back_is_never_stored_and_its_old_version_stays() {
+    let store = Arc::new(InMemory::new());
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
+    let (_, fh) = fs.create(ROOT, "old", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"previous version").await.unwrap();
+    fs.release(fh).await.unwrap();
+    let old = fs.lookup(ROOT, "old").await.unwrap();
+    let fh = fs.open(old.ino, true, true).await.unwrap();
+    let (_, nh) = fs.create(ROOT, "new", 0o644, 0, 0).await.unwrap();
+    for h in [fh, nh] {
+        fs.write(h, 0, &data(100 << 10, 3)).await.unwrap();
+        // The adapter's answer to a refused write from the page cache at 100 KiB..200 KiB.
+        fs.write_back_failed(h).await;
+        fs.write(h, 200 << 10, b"after the hole").await.unwrap();
+        assert!(matches!(fs.read(h, 0, 10).await, Err(Error::LostWrite)), "not read");
+        assert!(matches!(fs.fsync(h).await, Err(Error::LostWrite)));
+        assert!(matches!(fs.flush(h).await, Err(Error::LostWrite)));
+        assert!(matches!(fs.release(h).await, Err(Error::LostWrite)));
+    }
+    assert_eq!(fs.retry_unstored(true).await, 0, "nothing kept to store later");
+    assert_eq!(fs.files_lost(), 2);
+    assert_eq!(read_name(&fs, "old").await, b"previous version", "here");
+    assert!(matches!(fs.lookup(ROOT, "new").await, Err(Error::NotFound)), "a new file is gone here");
+    let other = remount(&store);
+    assert_eq!(read_name(&other, "old").await, b"previous version");
+    assert!(!in_store(&store, "new").await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_key_nothing_unsealed_is_served_unless_allowed() {
     let store = Arc::new(InMemory::new());

@@ -52,6 +52,7 @@ impl Fs {
             dirty: true,
             unlinked: false,
             base: None,
+            lost_write: false,
         };
         let i = self.names.created(parent, name, Kind::File, attr, None);
         let file = self.handles.attach_new(i.ino, of);
@@ -338,6 +339,9 @@ impl Fs {
         if h.file.generation() != h.generation {
             return Err(Error::Stale);
         }
+        if of.lost_write {
+            return Err(Error::LostWrite);
+        }
         if matches!(of.body, Body::Streaming(_)) || !of.ahead.is_empty() {
             if offset >= of.len() {
                 // The kernel's write-back asks for the page at the end of a file being written.
@@ -442,9 +446,30 @@ impl Fs {
         self.writer.truncate(&mut of, &i.path, end).await
     }
 
+    /// Marks handle `fh`'s file as missing bytes that a write from the kernel's page cache (the
+    /// write-back cache, or a mapping's pages) brought and that were refused (a full bucket or
+    /// staging disk): the writer's own call returned long ago and the kernel does not send them
+    /// again, so the file as the mount holds it is not the file written. It is never stored (its
+    /// close and fsync fail with `EIO`, and its previous version stays) nor read; once its last
+    /// handle closes it is dropped, and counted as lost in the mount's exit status.
+    pub async fn write_back_failed(&self, fh: u64) {
+        let Ok(h) = self.handles.handle(fh) else { return };
+        let mut of = h.file.lock().await;
+        if !std::mem::replace(&mut of.lost_write, true) {
+            let path = format!("/{}", self.names.path_of(h.ino));
+            tracing::error!(
+                path,
+                "bytes written back from the kernel's cache were refused: this file's changes are lost, its previous version stays"
+            );
+        }
+    }
+
     /// Uploads an open file's pending bytes and metadata; the object is complete in the store when
     /// this returns, and the inode describes it.
     pub(super) async fn commit(&self, i: &Inode, of: &mut OpenFile) -> Result<()> {
+        if of.lost_write {
+            return Err(Error::LostWrite);
+        }
         // An object another tool wrote records no modification time: the mount shows the store's.
         // A change of its mode, owner or access time alone keeps that time; without it the
         // rewrite's own time would stand in (a `chmod -R` over such a tree would date every file
@@ -558,6 +583,23 @@ impl Fs {
             Ok(i) => self.commit(&i, &mut of).await,
             Err(_) => Ok(()),
         };
+        if of.lost_write {
+            // Nothing of it can be stored: dropped, and the name shows the version the store
+            // holds (none, for a file new here).
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            match of.base.clone() {
+                Some(info) => self.names.committed(h.ino, &info),
+                None => {
+                    if let Ok(i) = self.names.inode(h.ino)
+                        && i.parent != 0
+                    {
+                        self.names.removed(i.parent, &i.name, true);
+                    }
+                }
+            }
+            self.retire(h.ino, &h.file, &mut of).await;
+            return res;
+        }
         // (A commit can fail after its object was stored: then nothing is left to store.)
         if let (Err(e), true) = (&res, of.dirty && !of.unlinked) {
             // The state stays, with all its bytes, and is tried again (see `unstored`).

@@ -90,6 +90,7 @@ mod tests {
             dirty: true,
             unlinked: false,
             base: None,
+            lost_write: false,
         })
     }
 
