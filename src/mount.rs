@@ -244,6 +244,7 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
         // Before this process opens anything: what the caller had open is not the daemon's.
         crate::daemon::close_inherited();
     }
+    raise_open_files_limit();
     absolute_paths(&mut a)?;
     refuse_paths_inside(&a)?;
     let source = Source::parse(&a.source)?;
@@ -275,6 +276,22 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
         std::process::exit(crate::exit::code_for(e));
     }
     result
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: a mount holds a
+/// staging file, and during its upload a spill file, for each file open for writing (or kept
+/// after a failed close), so the usual soft limit of 1,024 made every close fail with `EMFILE`
+/// once about 1,000 files were written at once (found by a black-box probe). Programs that need
+/// many descriptors do this themselves; the hard limit stays the operator's (`LimitNOFILE=`).
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %e, "the open-files limit stays where it was");
+        }
+    }
 }
 
 /// Opens `--log-file` for appending (before any fork, so a bad path fails in the foreground).

@@ -340,6 +340,44 @@ fn shrinkfs_unmount_waits_for_the_mount_and_reports_files_it_could_not_store() {
     assert_eq!(m.status.unwrap().code(), Some(3), "{}", m.log());
 }
 
+/// A mount started under a low soft limit of open descriptors raises it to the hard limit, so
+/// hundreds of files written at once all close (each holds a staging file until stored). Found
+/// by a black-box probe: past the soft limit every close failed with `EMFILE`, and the mount
+/// stayed broken.
+#[test]
+fn the_mount_raises_its_open_files_limit_and_many_files_written_at_once_all_close() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    fs::create_dir(&bucket).unwrap();
+    // Inherited by the mount (nextest runs each test in a process of its own).
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.unwrap_or(4096).min(4096);
+    let low = rustix::process::Rlimit { current: Some(128), maximum: Some(hard) };
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, low).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    // (The writer below gets room for its own descriptors back.)
+    let room = rustix::process::Rlimit { current: Some(hard), maximum: Some(hard) };
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, room).unwrap();
+    let limits = fs::read_to_string(format!("/proc/{}/limits", m.pid())).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_owned();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[3], words[4], "soft limit raised to the hard one: {line}");
+    let out = py(
+        "import os,sys\n\
+         d=sys.argv[1]\n\
+         fds=[os.open(f'{d}/f{i}',os.O_WRONLY|os.O_CREAT,0o644) for i in range(300)]\n\
+         [os.write(fd,(b'%d ' % i)*1000) for i,fd in enumerate(fds)]\n\
+         [os.close(fd) for fd in fds]\n\
+         print('closed', len(fds))\n",
+        &[mnt.to_str().unwrap()],
+    );
+    assert!(ok(&out).contains("closed 300"), "{}", m.log());
+    m.unmount();
+    for i in [0, 150, 299] {
+        assert_eq!(unpack(&bucket.join(format!("f{i}"))), format!("{i} ").repeat(1000).into_bytes());
+    }
+}
+
 /// A write past the end of a file that the full staging disk cuts short leaves no bytes where
 /// the file then has a hole: once there is room, a write further out makes every byte between
 /// the write's reported end and it read as zeros.
