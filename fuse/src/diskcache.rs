@@ -103,7 +103,7 @@ impl DiskCache {
     fn read(&self, id: &ObjectId, frame: u32) -> Option<Bytes> {
         let name = entry_name(id, frame);
         self.index.get(&name)?;
-        match fs::read(self.dir.join(&name)) {
+        match read_regular(&self.dir.join(&name)) {
             Ok(b) => Some(Bytes::from(b)),
             Err(_) => {
                 self.index.invalidate(&name);
@@ -120,7 +120,13 @@ impl DiskCache {
         let name = entry_name(id, frame);
         let tmp = self.dir.join(format!(".{name}.tmp"));
         // Written aside and renamed, so a crash never leaves a partial entry under the real name.
-        if fs::write(&tmp, stored).and_then(|()| fs::rename(&tmp, self.dir.join(&name))).is_ok() {
+        // (A new file: whatever else is there, a FIFO say, is not written into.)
+        let _ = fs::remove_file(&tmp);
+        let written = fs::OpenOptions::new().write(true).create_new(true).open(&tmp).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(stored)
+        });
+        if written.and_then(|()| fs::rename(&tmp, self.dir.join(&name))).is_ok() {
             self.index.insert(name, stored.len().min(u32::MAX as usize) as u32);
         } else {
             let _ = fs::remove_file(&tmp);
@@ -168,6 +174,20 @@ fn free_fraction(dir: &Path) -> Option<f64> {
     Some(st.blocks_available() as f64 / st.blocks() as f64)
 }
 
+/// The bytes of the regular file at `path`; anything else there (a FIFO, a device, a link) is
+/// refused without waiting on it (a FIFO's open would block until a writer came).
+fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +229,25 @@ mod tests {
         assert!(files <= 4, "evicted entries left {files} files");
         c.remove(&id("a"), 19);
         assert!(c.read(&id("a"), 19).is_none());
+    }
+
+    /// A FIFO in an entry's place (found by a black-box probe: the read waited for a writer
+    /// forever) is a miss, and the next put replaces it.
+    #[test]
+    fn a_fifo_in_an_entrys_place_is_a_miss_not_a_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = DiskCacheConfig { dir: d.path().join("c"), max_bytes: 1 << 20, min_free: 0.0 };
+        let c = DiskCache::open(&cfg).unwrap();
+        c.put(&id("a"), 0, &[1; 3000]);
+        let path = cfg.dir.join(entry_name(&id("a"), 0));
+        fs::remove_file(&path).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &path, rustix::fs::FileType::Fifo, rustix::fs::Mode::from(0o600), 0)
+            .unwrap();
+        let start = std::time::Instant::now();
+        assert!(c.read(&id("a"), 0).is_none());
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        c.put(&id("a"), 0, &[2; 3000]);
+        assert_eq!(c.read(&id("a"), 0).unwrap(), vec![2u8; 3000]);
     }
 
     #[test]
