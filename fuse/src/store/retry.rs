@@ -31,7 +31,54 @@ pub struct Retry {
 }
 
 /// Runs `f` until it succeeds, fails for good, or `policy` allows no more tries.
-async fn again<T, F, Fut>(policy: RetryPolicy, metrics: &StoreMetrics, kind: &'static str, mut f: F) -> Result<T>
+async fn again<T, F, Fut>(policy: RetryPolicy, metrics: &StoreMetrics, kind: &'static str, f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    again_if(policy, metrics, kind, is_transient, f).await
+}
+
+/// [`again`] for a request not safe to repeat once it may have reached the server (a single PUT,
+/// a DELETE): one that timed out is not sent again, as the server may have applied it and a late
+/// copy could land after a newer request (SEMANTICS "Failures and retries").
+async fn again_unless_timed_out<T, F, Fut>(
+    policy: RetryPolicy,
+    metrics: &StoreMetrics,
+    kind: &'static str,
+    f: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    again_if(policy, metrics, kind, |e| is_transient(e) && !timed_out(e), f).await
+}
+
+/// Whether a request failed by running out of time (its connection made, no answer in time).
+fn timed_out(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        // (Injected failures stand for a 503 or a refused connection.)
+        if s.is::<super::fault::Injected>() {
+            return false;
+        }
+        if let Some(h) = s.downcast_ref::<object_store::client::HttpError>() {
+            return h.kind() == HttpErrorKind::Timeout;
+        }
+        source = s.source();
+    }
+    e.to_string().contains("timed out")
+}
+
+async fn again_if<T, F, Fut>(
+    policy: RetryPolicy,
+    metrics: &StoreMetrics,
+    kind: &'static str,
+    retryable: impl Fn(&object_store::Error) -> bool,
+    mut f: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -44,7 +91,7 @@ where
             metrics.error(kind);
         }
         match r {
-            Err(e) if is_transient(&e) && policy.allows(retry + 1, start.elapsed()) => {
+            Err(e) if retryable(&e) && policy.allows(retry + 1, start.elapsed()) => {
                 retry += 1;
                 metrics.retry(kind, &crate::error::chain(&e));
                 tracing::debug!(kind, retry, error = %e, "store request failed; trying again");
@@ -79,7 +126,8 @@ impl std::fmt::Display for Retry {
 #[async_trait]
 impl ObjectStore for Retry {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        self.again("put", || self.inner.store.put_opts(location, payload.clone(), opts.clone())).await
+        let put = || self.inner.store.put_opts(location, payload.clone(), opts.clone());
+        again_unless_timed_out(self.policy, &self.metrics, "put", put).await
     }
 
     /// Parts of an upload through this API are not retried one by one (a part cannot be sent
@@ -112,7 +160,7 @@ impl ObjectStore for Retry {
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
-        self.again("delete", || self.inner.store.delete(location)).await
+        again_unless_timed_out(self.policy, &self.metrics, "delete", || self.inner.store.delete(location)).await
     }
 
     /// A listing is retried until its first entry (or its end) arrives; a failure later in a
@@ -179,5 +227,43 @@ impl MultipartStore for Retry {
     async fn abort_multipart(&self, path: &Path, id: &MultipartId) -> Result<()> {
         let mp = self.inner.parts()?;
         self.again("multipart_abort", || mp.abort_multipart(path, id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn timeout_error() -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: "error sending request: operation timed out".into() }
+    }
+
+    /// Counts the tries of every request, each of which times out.
+    #[tokio::test]
+    async fn a_timed_out_put_or_delete_is_not_sent_again_and_a_timed_out_head_is() {
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = |tries: &Arc<AtomicUsize>| {
+            tries.fetch_add(1, Ordering::Relaxed);
+            Err::<(), _>(timeout_error())
+        };
+        let policy = RetryPolicy {
+            timeout: Duration::from_millis(200),
+            max_retries: Some(3),
+            init_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+        };
+        let metrics = crate::metrics::Metrics::new().store().clone();
+        assert!(timed_out(&timeout_error()));
+        assert!(!timed_out(&object_store::Error::Generic { store: "S3", source: "connection reset".into() }));
+        let r = again_unless_timed_out(policy, &metrics, "put", || async { counted(&tries) }).await;
+        assert!(r.is_err());
+        assert_eq!(tries.swap(0, Ordering::Relaxed), 1, "a PUT or DELETE that timed out: one try");
+        let r = again(policy, &metrics, "head", || async { counted(&tries) }).await;
+        assert!(r.is_err());
+        assert_eq!(tries.load(Ordering::Relaxed), 4, "a HEAD: tried again");
     }
 }
