@@ -30,6 +30,22 @@ pub struct Retry {
     metrics: StoreMetrics,
 }
 
+/// Longest one try of a request that moves no body (HEAD, a listing, DELETE, starting an upload)
+/// waits for its answer: a connection the network dropped silently then fails, and is tried
+/// again, within the retry timeout, where `--request-timeout` is sized for a part's upload.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `f`, failed as timed out when it has not answered within [`ANSWER_TIMEOUT`].
+async fn answered<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(ANSWER_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(object_store::Error::Generic {
+            store: "store",
+            source: format!("no answer within {} s: timed out", ANSWER_TIMEOUT.as_secs()).into(),
+        }),
+    }
+}
+
 /// Runs `f` until it succeeds, fails for good, or `policy` allows no more tries.
 async fn again<T, F, Fut>(policy: RetryPolicy, metrics: &StoreMetrics, kind: &'static str, f: F) -> Result<T>
 where
@@ -156,11 +172,12 @@ impl ObjectStore for Retry {
     }
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
-        self.again("head", || self.inner.store.head(location)).await
+        self.again("head", || answered(self.inner.store.head(location))).await
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
-        again_unless_timed_out(self.policy, &self.metrics, "delete", || self.inner.store.delete(location)).await
+        let delete = || answered(self.inner.store.delete(location));
+        again_unless_timed_out(self.policy, &self.metrics, "delete", delete).await
     }
 
     /// A listing is retried until its first entry (or its end) arrives; a failure later in a
@@ -187,7 +204,7 @@ impl ObjectStore for Retry {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.again("list_delimiter", || self.inner.store.list_with_delimiter(prefix)).await
+        self.again("list_delimiter", || answered(self.inner.store.list_with_delimiter(prefix))).await
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
@@ -203,7 +220,7 @@ impl ObjectStore for Retry {
 impl PaginatedListStore for Retry {
     async fn list_paginated(&self, prefix: Option<&str>, opts: PaginatedListOptions) -> Result<PaginatedListResult> {
         let paged = self.inner.paged()?;
-        self.again("list_page", || paged.list_paginated(prefix, opts.clone())).await
+        self.again("list_page", || answered(paged.list_paginated(prefix, opts.clone()))).await
     }
 }
 
@@ -211,7 +228,7 @@ impl PaginatedListStore for Retry {
 impl MultipartStore for Retry {
     async fn create_multipart(&self, path: &Path) -> Result<MultipartId> {
         let mp = self.inner.parts()?;
-        self.again("multipart_start", || mp.create_multipart(path)).await
+        self.again("multipart_start", || answered(mp.create_multipart(path))).await
     }
 
     async fn put_part(&self, path: &Path, id: &MultipartId, part_idx: usize, data: PutPayload) -> Result<PartId> {
