@@ -870,7 +870,15 @@ impl Upload {
                 self.settle(done)?;
             }
             let mp = self.multipart.as_mut().expect("a part was shipped above");
-            let put = mp.complete().await?;
+            let put = match mp.complete().await {
+                Ok(put) => put,
+                // A completion that took effect while its answer was lost: the retry finds the
+                // upload gone.
+                Err(object_store::Error::NotFound { .. }) => {
+                    completed_unseen(self.sink.store.as_ref(), &self.path, total, &tail).await?
+                }
+                Err(e) => return Err(e.into()),
+            };
             self.multipart = None;
             put
         };
@@ -1063,6 +1071,36 @@ fn remaining(pieces: &[(u64, Bytes)], done: usize) -> Vec<std::io::IoSlice<'_>> 
     let mut left = &mut slices[..];
     std::io::IoSlice::advance_slices(&mut left, done);
     left.to_vec()
+}
+
+/// After the store said the upload to `path` is gone when asked to complete it: whether an earlier try
+/// of that completion (whose answer was lost) stored the object, which then has this upload's
+/// size and ends with the index and footer just written (`tail`); else the upload was lost
+/// (an `EIO`, not the store's "not found", which would say the file is missing).
+async fn completed_unseen(
+    store: &dyn ObjectStore,
+    path: &Path,
+    total: u64,
+    tail: &[u8],
+) -> Result<object_store::PutResult> {
+    let lost = || {
+        let source = "the multipart upload was gone when it was to complete, and the object is not its".into();
+        Error::Store(object_store::Error::Generic { store: "upload", source })
+    };
+    let meta = match store.head(path).await {
+        Ok(meta) => meta,
+        Err(object_store::Error::NotFound { .. }) => return Err(lost()),
+        Err(e) => return Err(e.into()),
+    };
+    if meta.size != total || (tail.len() as u64) > total {
+        return Err(lost());
+    }
+    let end = store.get_range(path, total - tail.len() as u64..total).await?;
+    if end != tail {
+        return Err(lost());
+    }
+    tracing::info!(key = %path, "the upload's completion took effect though its answer was lost: stored");
+    Ok(object_store::PutResult { e_tag: meta.e_tag, version: meta.version })
 }
 
 #[cfg(test)]

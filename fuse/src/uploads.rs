@@ -119,9 +119,13 @@ impl MultipartUpload for Tracked {
                 source: format!("{}: a part is missing; the upload cannot complete", self.path).into(),
             });
         };
-        let done = self.multipart.complete_multipart(&self.path, &self.id, parts).await?;
-        let _ = self.store.delete(&self.marker).await;
-        Ok(done)
+        let done = self.multipart.complete_multipart(&self.path, &self.id, parts).await;
+        // Done, or the upload is gone (completed by a try whose answer was lost, or aborted):
+        // either way its marker has nothing left to announce.
+        if matches!(&done, Ok(_) | Err(object_store::Error::NotFound { .. })) {
+            let _ = self.store.delete(&self.marker).await;
+        }
+        done
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {

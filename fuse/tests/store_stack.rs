@@ -96,6 +96,21 @@ async fn passing_read_failures_are_retried_and_counted() {
     assert_eq!(count(&fs, failed), 0, "each request succeeded in the end");
 }
 
+/// A multipart upload whose completion took effect while its answer was lost (the connection
+/// dropped): the retried completion finds the upload gone, and the close succeeds once the
+/// object is found to be this upload's; an upload truly gone fails the close with `EIO`, not
+/// `ENOENT`. Found by a black-box probe: `fsync` failed with `ENOENT` for a file stored whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_answer_was_lost_is_found_stored_and_the_close_succeeds() {
+    let mem = Arc::new(InMemory::new());
+    let (fs, ctl) = mount(&mem, quick());
+    let bytes = data(20 << 20, 4);
+    ctl.lose_answer_next(Op::Complete, 1);
+    write(&fs, "f", &bytes).await.unwrap();
+    assert_eq!(ctl.calls(Op::Complete), 2, "the completion was tried again");
+    assert!(read(&mount(&mem, quick()).0, "f").await.unwrap() == bytes);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_that_outlasts_the_retries_reaches_read_and_is_counted() {
     let mem = Arc::new(InMemory::new());

@@ -78,6 +78,8 @@ pub struct FaultControl {
     next: [AtomicU32; OPS],
     /// Per op: how many of the next reads answer late, and how late.
     late: [Mutex<(u32, Duration)>; OPS],
+    /// Per op: how many of the next calls take effect and then fail, their answer lost.
+    lost: [AtomicU32; OPS],
     rate: Mutex<Option<Rate>>,
     calls: [AtomicU64; OPS],
     failures: AtomicU64,
@@ -139,6 +141,22 @@ impl FaultControl {
     /// The next `n` operations of kind `op` fail (replacing any count set before).
     pub fn fail_next(&self, op: Op, n: u32) {
         self.next[op as usize].store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` operations of kind `op` (only `Complete` for now) take effect in the store,
+    /// then fail as if the connection dropped before the answer came.
+    pub fn lose_answer_next(&self, op: Op, n: u32) {
+        self.lost[op as usize].store(n, Ordering::SeqCst);
+    }
+
+    /// After a call of `op` took effect: an injected failure if its answer is to be lost.
+    fn lose_answer(&self, op: Op) -> Result<()> {
+        if self.lost[op as usize].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {
+            return Ok(());
+        }
+        self.failures.fetch_add(1, Ordering::SeqCst);
+        let source = Box::new(Injected { op, reason: "lost answer", transient: true });
+        Err(object_store::Error::Generic { store: "fault", source })
     }
 
     /// Each operation fails with probability `p`, drawn from a generator seeded with `seed`: the
@@ -366,7 +384,9 @@ impl MultipartStore for FaultStore {
 
     async fn complete_multipart(&self, path: &Path, id: &MultipartId, parts: Vec<PartId>) -> Result<PutResult> {
         self.ctl.enter(Op::Complete).await?;
-        self.inner.parts()?.complete_multipart(path, id, parts).await
+        let done = self.inner.parts()?.complete_multipart(path, id, parts).await?;
+        self.ctl.lose_answer(Op::Complete)?;
+        Ok(done)
     }
 
     async fn abort_multipart(&self, path: &Path, id: &MultipartId) -> Result<()> {

@@ -145,7 +145,13 @@ impl object_store::multipart::MultipartStore for MemoryParts {
         id: &String,
         parts: Vec<object_store::multipart::PartId>,
     ) -> object_store::Result<object_store::PutResult> {
-        let held = self.uploads.lock().unwrap().remove(id).unwrap_or_default();
+        // (An upload completed or aborted is gone, as S3 answers NoSuchUpload.)
+        let held = self
+            .uploads
+            .lock()
+            .unwrap()
+            .remove(id)
+            .ok_or_else(|| object_store::Error::NotFound { path: id.clone(), source: "no such upload".into() })?;
         let mut whole = Vec::new();
         for p in &parts {
             let idx: usize = p.content_id.parse().unwrap_or(usize::MAX);
