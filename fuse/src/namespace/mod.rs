@@ -520,7 +520,17 @@ impl Namespace {
         if i.kind == Kind::Dir {
             // A directory's marker: another mount's chmod or touch shows after the TTL too.
             let since = self.table().changes();
-            let attr = self.dir_attr(&i.path).await?;
+            let attr = match self.dir_attr(&i.path).await {
+                Ok(attr) => attr,
+                // The store cannot be asked (an outage): the mode and times last known answer,
+                // rather than fail every stat of the directory (the root's among them) while
+                // files kept or open in it are still served from here.
+                Err(e @ Error::Store(_)) => {
+                    tracing::debug!(path = %i.path, error = %e, "directory attributes as last known: the store did not answer");
+                    return Ok(self.attrs_of(i));
+                }
+                Err(e) => return Err(e),
+            };
             let mut t = self.table();
             let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
             if cur.changed <= since && cur.kind == Kind::Dir {
