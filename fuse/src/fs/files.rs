@@ -843,6 +843,12 @@ impl Fs {
         // (A directory's marker not written may be more than its times: one another tool made,
         // emptied here, exists only by the marker written for it. So it fails the unmount too.)
         let mut first_err = self.write_dir_times().await.err();
+        // Once the store has not answered for a whole retry timeout, the files after that are
+        // not tried (each would wait as long), so an unmount during an outage ends within about
+        // two retry timeouts; they count as lost like the one that failed.
+        let unanswered = |e: &Error| matches!(e, Error::Store(s) if crate::store::compat::is_transient(s));
+        let mut down = first_err.as_ref().is_some_and(unanswered);
+        let mut skipped = 0;
         let _moving = self.moving.read().await;
         for (ino, file, writers) in self.handles.open_files() {
             if writers > 0 {
@@ -854,14 +860,22 @@ impl Fs {
                 continue;
             }
             let mut of = file.lock().await;
+            if down {
+                skipped += usize::from(of.dirty && !of.unlinked);
+                continue;
+            }
             let res = match self.names.inode(ino) {
                 Ok(i) => self.commit(&i, &mut of).await,
                 Err(_) => Ok(()),
             };
             if let Err(e) = res {
                 self.log_error(&e, "flush_all", ino, None);
+                down = unanswered(&e);
                 first_err.get_or_insert(e);
             }
+        }
+        if skipped > 0 {
+            tracing::warn!(files = skipped, "the store does not answer: these files were not tried");
         }
         // Failed deletes stay reported until the mount ends, so its exit says so too.
         if let Err(e) = self.settle_deletes(false).await {
