@@ -497,7 +497,6 @@ pub fn run_cleanup(a: crate::cli::CleanupArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `shrinkfs unmount`.
 /// `shrinkfs unmount`: unmounts, then waits for the mount's process to store what is pending and
 /// end, and fails as it failed (files it could not store: exit code 3).
 pub fn run_unmount(a: UnmountArgs) -> anyhow::Result<()> {

@@ -14,9 +14,11 @@ fn dir() -> Option<PathBuf> {
     std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()).map(|d| PathBuf::from(d).join("shrinkfs"))
 }
 
-/// The record of the connection with device number `dev` (as in /proc/self/mountinfo).
-fn path(dev: (u32, u32)) -> Option<PathBuf> {
-    dir().map(|d| d.join(format!("{}.{}", dev.0, dev.1)))
+/// The records of the connection with device number `dev` (as in /proc/self/mountinfo), one per
+/// process that served it: a device number is free again once its mount is gone, while that
+/// mount's process may still be storing what was pending, so a new mount can share it.
+fn prefix(dev: (u32, u32)) -> String {
+    format!("{}.{}.", dev.0, dev.1)
 }
 
 /// A process's start time (ticks since boot, field 22 of /proc/PID/stat), while it runs: with the
@@ -33,11 +35,29 @@ fn running_since(pid: u32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
-/// Writes `text` at `path` whole or not at all (a reader never sees half of it).
+/// Writes `text` at `path` whole or not at all (a reader never sees half of it), through a
+/// temporary name of this process's own.
 fn write_whole(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("new");
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Records left by processes that ended over an hour ago without anyone waiting for them
+/// (unmounted by `umount`, `fusermount -u` or a signal) go when a mount starts.
+fn remove_stale(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(3600));
+        let pid = e.file_name().to_string_lossy().rsplit('.').next().and_then(|p| p.parse::<u32>().ok());
+        if old && pid.is_some_and(|p| running_since(p).is_none()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// This process's record, written once the mount exists.
@@ -50,10 +70,16 @@ impl Record {
     /// Records this process as the one serving connection `dev`; None (said at debug level)
     /// where that cannot be written: `shrinkfs unmount` then returns without waiting.
     pub fn create(dev: (u32, u32)) -> Option<Record> {
-        let path = path(dev)?;
+        let dir = dir()?;
         let pid = std::process::id();
-        let first = format!("{pid} {}\n", running_since(pid)?);
-        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| write_whole(&path, &first));
+        let path = dir.join(format!("{}{pid}", prefix(dev)));
+        let Some(since) = running_since(pid) else {
+            tracing::debug!("no run record: this process's start time is unknown");
+            return None;
+        };
+        let first = format!("{pid} {since}\n");
+        remove_stale(&dir);
+        let written = std::fs::create_dir_all(&dir).and_then(|()| write_whole(&path, &first));
         match written {
             Ok(()) => Some(Record { path, first }),
             Err(e) => {
@@ -110,14 +136,19 @@ impl Ended {
     }
 }
 
-/// The process serving connection `dev`, if its record names one that runs.
+/// The process serving connection `dev`: of the records of that device number naming a process
+/// that runs, the one started last (an earlier one's mount is gone, see [`prefix`]).
 pub fn serving(dev: (u32, u32)) -> Option<Serving> {
-    let path = path(dev)?;
-    let text = std::fs::read_to_string(&path).ok()?;
-    let mut first = text.lines().next()?.split(' ');
-    let pid: u32 = first.next()?.parse().ok()?;
-    let since: u64 = first.next()?.parse().ok()?;
-    (running_since(pid) == Some(since)).then_some(Serving { pid, since, path })
+    let prefix = prefix(dev);
+    let running = std::fs::read_dir(dir()?).ok()?.flatten().filter_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
+        let text = std::fs::read_to_string(e.path()).ok()?;
+        let mut first = text.lines().next()?.split(' ');
+        let (named, since): (u32, u64) = (first.next()?.parse().ok()?, first.next()?.parse().ok()?);
+        (named == pid && running_since(pid) == Some(since)).then(|| Serving { pid, since, path: e.path() })
+    });
+    running.max_by_key(|s| s.since)
 }
 
 impl Serving {

@@ -462,8 +462,8 @@ impl Filesystem for FuseAdapter {
                 self.fs.write_answering(fh.0, offset, data, &mut Taken::to(&mut answer)).await
             }
             .await;
-            if r.is_err() && cached {
-                self.fs.write_back_failed(fh.0).await;
+            if let (Err(e), true) = (&r, cached) {
+                self.fs.write_back_failed(fh.0, e).await;
             }
             r
         });

@@ -23,6 +23,10 @@ use crate::readahead::max_frames;
 use crate::stamp;
 use crate::upload::Taken;
 
+/// How long a failed request of an unmount must have gone unanswered for the store to be taken
+/// as down (see `Fs::flush_all`).
+const UNANSWERED: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
@@ -281,8 +285,12 @@ impl Fs {
                             // again and finds no file (ENOENT), or makes one for an `O_CREAT`
                             // open (the kernel keeps that flag out of the open it sends).
                             Err(Error::NotFound) => {
-                                self.names.table().observe_gone(i.parent, &i.name, since);
-                                self.names.removed(i.parent, &i.name, true);
+                                // (Only while the name is still this file's: it may have been
+                                // renamed, or made anew, here meanwhile.)
+                                if self.names.table().child(i.parent, &i.name).is_some_and(|c| c.ino == ino) {
+                                    self.names.table().observe_gone(i.parent, &i.name, since);
+                                    self.names.removed(i.parent, &i.name, true);
+                                }
                                 return Err(Error::Stale);
                             }
                             other => other?,
@@ -411,6 +419,10 @@ impl Fs {
             if h.file.generation() != h.generation {
                 return Err(Error::Stale);
             }
+            // (Nothing of it will be stored: its bytes need no room.)
+            if of.lost_write {
+                return Err(Error::LostWrite);
+            }
             let i = self.names.inode(h.ino)?;
             self.writer.write(&mut of, &i.path, offset, data, taken).await?;
         }
@@ -452,9 +464,17 @@ impl Fs {
     /// again, so the file as the mount holds it is not the file written. It is never stored (its
     /// close and fsync fail with `EIO`, and its previous version stays) nor read; once its last
     /// handle closes it is dropped, and counted as lost in the mount's exit status.
-    pub async fn write_back_failed(&self, fh: u64) {
+    /// (`e`: why the write failed; one that says the handle or the mount takes no writes, or a
+    /// handle of a state since replaced, marks nothing.)
+    pub async fn write_back_failed(&self, fh: u64, e: &Error) {
+        if matches!(e, Error::Stale | Error::NotWritable | Error::ReadOnly | Error::LostWrite) {
+            return;
+        }
         let Ok(h) = self.handles.handle(fh) else { return };
         let mut of = h.file.lock().await;
+        if h.file.generation() != h.generation {
+            return;
+        }
         if !std::mem::replace(&mut of.lost_write, true) {
             let path = format!("/{}", self.names.path_of(h.ino));
             tracing::error!(
@@ -585,7 +605,11 @@ impl Fs {
         };
         if of.lost_write {
             // Nothing of it can be stored: dropped, and the name shows the version the store
-            // holds (none, for a file new here).
+            // holds (none, for a file new here). (Unlinked, it had nothing to store.)
+            if of.unlinked {
+                self.retire(h.ino, &h.file, &mut of).await;
+                return Ok(());
+            }
             self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             match of.base.clone() {
                 Some(info) => self.names.committed(h.ino, &info),
@@ -842,12 +866,23 @@ impl Fs {
     pub async fn flush_all(&self) -> Result<()> {
         // (A directory's marker not written may be more than its times: one another tool made,
         // emptied here, exists only by the marker written for it. So it fails the unmount too.)
-        let mut first_err = self.write_dir_times().await.err();
-        // Once the store has not answered for a whole retry timeout, the files after that are
-        // not tried (each would wait as long), so an unmount during an outage ends within about
-        // two retry timeouts; they count as lost like the one that failed.
-        let unanswered = |e: &Error| matches!(e, Error::Store(s) if crate::store::compat::is_transient(s));
-        let mut down = first_err.as_ref().is_some_and(unanswered);
+        // Once the store has left a request unanswered for a long while (a whole retry timeout:
+        // it is down), nothing more is tried, here or in a later pass of the same unmount (each
+        // try would wait as long); the files not tried count as lost like the one that failed.
+        // Failures that come quickly (a store that answers "no") do not stop the others.
+        use std::sync::atomic::Ordering::Relaxed;
+        let unanswered = |e: &Error, since: std::time::Instant| {
+            matches!(e, Error::Store(s) if crate::store::compat::is_transient(s)) && since.elapsed() >= UNANSWERED
+        };
+        let mut down = self.unanswered.load(Relaxed);
+        let mut first_err = None;
+        if !down {
+            let since = std::time::Instant::now();
+            if let Err(e) = self.write_dir_times().await {
+                down = unanswered(&e, since);
+                first_err = Some(e);
+            }
+        }
         let mut skipped = 0;
         let _moving = self.moving.read().await;
         for (ino, file, writers) in self.handles.open_files() {
@@ -864,18 +899,26 @@ impl Fs {
                 skipped += usize::from(of.dirty && !of.unlinked);
                 continue;
             }
+            let since = std::time::Instant::now();
             let res = match self.names.inode(ino) {
                 Ok(i) => self.commit(&i, &mut of).await,
                 Err(_) => Ok(()),
             };
             if let Err(e) = res {
                 self.log_error(&e, "flush_all", ino, None);
-                down = unanswered(&e);
+                down = unanswered(&e, since);
                 first_err.get_or_insert(e);
             }
         }
-        if skipped > 0 {
-            tracing::warn!(files = skipped, "the store does not answer: these files were not tried");
+        if down {
+            self.unanswered.store(true, Relaxed);
+            if skipped > 0 {
+                tracing::warn!(files = skipped, "the store does not answer: these files were not tried");
+            }
+            first_err.get_or_insert_with(|| {
+                let source = "the store did not answer at unmount".into();
+                Error::Store(object_store::Error::Generic { store: "store", source })
+            });
         }
         // Failed deletes stay reported until the mount ends, so its exit says so too.
         if let Err(e) = self.settle_deletes(false).await {

@@ -86,6 +86,9 @@ pub struct Fs {
     /// Files the mount ended with changes not stored: left open for writing, or kept since
     /// their last close failed and not stored at unmount either.
     lost: std::sync::atomic::AtomicUsize,
+    /// Set once, at unmount, the store left a request unanswered for a whole retry timeout:
+    /// the rest of the unmount tries nothing more (see `flush_all`).
+    unanswered: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Fs {
@@ -140,6 +143,7 @@ impl Fs {
             told_open: std::sync::Mutex::default(),
             unstored: Default::default(),
             lost: std::sync::atomic::AtomicUsize::new(0),
+            unanswered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

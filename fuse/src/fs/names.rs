@@ -399,7 +399,10 @@ impl Fs {
         let mut held = Vec::with_capacity(moved.len());
         for (ino, file) in moved {
             let mut of = file.lock().await;
-            self.commit(&self.names.inode(*ino)?, &mut of).await?;
+            // (One missing a refused write-back stores nothing: the stored version moves.)
+            if !of.lost_write {
+                self.commit(&self.names.inode(*ino)?, &mut of).await?;
+            }
             held.push((*ino, of));
         }
         Ok(held)

@@ -522,12 +522,17 @@ impl Namespace {
             let since = self.table().changes();
             let attr = match self.dir_attr(&i.path).await {
                 Ok(attr) => attr,
-                // The store cannot be asked (an outage): the mode and times last known answer,
-                // rather than fail every stat of the directory (the root's among them) while
-                // files kept or open in it are still served from here.
-                Err(e @ Error::Store(_)) => {
+                // The store did not answer (an outage): the mode and times last known answer, and
+                // stand for another TTL, rather than fail every stat of the directory (the root's
+                // among them) while files kept or open in it are still served from here.
+                Err(Error::Store(e)) if crate::store::compat::is_transient(&e) => {
                     tracing::debug!(path = %i.path, error = %e, "directory attributes as last known: the store did not answer");
-                    return Ok(self.attrs_of(i));
+                    let mut t = self.table();
+                    let cur = t.get_mut(i.ino).ok_or(Error::Stale)?;
+                    if cur.changed <= since && cur.kind == Kind::Dir {
+                        cur.fetched = Some(Instant::now());
+                    }
+                    return Ok(self.attrs_of(cur));
                 }
                 Err(e) => return Err(e),
             };

@@ -4,6 +4,8 @@
 //! suffix GET reads its body inside the retry, so a connection cut mid-body is retried too.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -28,12 +30,18 @@ pub struct Retry {
     inner: Backend,
     policy: RetryPolicy,
     metrics: StoreMetrics,
+    /// Set while the store is taken to be down (see [`again_if`]).
+    down: Arc<AtomicBool>,
 }
 
-/// Longest one try of a request that moves no body (HEAD, a listing, DELETE, starting an upload)
-/// waits for its answer: a connection the network dropped silently then fails, and is tried
-/// again, within the retry timeout, where `--request-timeout` is sized for a part's upload.
-pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longest one try of a request that moves little (a HEAD, a DELETE, starting an upload, a PUT of
+/// up to [`SMALL_BODY`]) waits for its answer: a connection the network dropped silently then
+/// fails, and is tried again, within the retry timeout, where `--request-timeout` is sized for a
+/// part's upload. (Not listings: a server may take long to list one page of a large directory.)
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// PUT bodies up to this size get [`ANSWER_TIMEOUT`].
+const SMALL_BODY: usize = 1 << 20;
 
 /// `f`, failed as timed out when it has not answered within [`ANSWER_TIMEOUT`].
 async fn answered<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
@@ -47,19 +55,9 @@ async fn answered<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
 }
 
 /// Runs `f` until it succeeds, fails for good, or `policy` allows no more tries.
-async fn again<T, F, Fut>(policy: RetryPolicy, metrics: &StoreMetrics, kind: &'static str, f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    again_if(policy, metrics, kind, is_transient, f).await
-}
-
-/// [`again`] for a request not safe to repeat once it may have reached the server (a single PUT,
-/// a DELETE): one that timed out is not sent again, as the server may have applied it and a late
-/// copy could land after a newer request (SEMANTICS "Failures and retries").
-async fn again_unless_timed_out<T, F, Fut>(
+async fn again<T, F, Fut>(
     policy: RetryPolicy,
+    down: &AtomicBool,
     metrics: &StoreMetrics,
     kind: &'static str,
     f: F,
@@ -68,28 +66,53 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    again_if(policy, metrics, kind, |e| is_transient(e) && !timed_out(e), f).await
+    again_if(policy, down, metrics, kind, is_transient, f).await
 }
 
-/// Whether a request failed by running out of time (its connection made, no answer in time).
+/// [`again`] for a request not safe to repeat once it may have reached the server (a single PUT,
+/// a DELETE): one that timed out is not sent again, as the server may have applied it and a late
+/// copy could land after a newer request (SEMANTICS "Failures and retries").
+async fn again_unless_timed_out<T, F, Fut>(
+    policy: RetryPolicy,
+    down: &AtomicBool,
+    metrics: &StoreMetrics,
+    kind: &'static str,
+    f: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    again_if(policy, down, metrics, kind, |e| is_transient(e) && !timed_out(e), f).await
+}
+
+/// Whether a request failed by running out of time once its connection was made (a connect
+/// timeout never reached the server). object_store's HTTP errors are transparent, so the words
+/// of the causes tell: reqwest's "operation timed out" below a request error, a connect error
+/// naming the connection.
 fn timed_out(e: &object_store::Error) -> bool {
-    use object_store::client::HttpErrorKind;
+    let (mut timed, mut connect) = (false, false);
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         // (Injected failures stand for a 503 or a refused connection.)
         if s.is::<super::fault::Injected>() {
             return false;
         }
-        if let Some(h) = s.downcast_ref::<object_store::client::HttpError>() {
-            return h.kind() == HttpErrorKind::Timeout;
-        }
+        let text = s.to_string().to_ascii_lowercase();
+        timed |= text.contains("timed out");
+        connect |= text.contains("connect");
         source = s.source();
     }
-    e.to_string().contains("timed out")
+    timed && !connect
 }
 
+/// [`again`] with the failures worth another try told by `retryable`. While `down` is set (a
+/// request went unanswered for a whole retry timeout, and none has been answered since), a
+/// request gets one try: an outage then fails each operation in one request's time, not in a
+/// retry timeout per request.
 async fn again_if<T, F, Fut>(
     policy: RetryPolicy,
+    down: &AtomicBool,
     metrics: &StoreMetrics,
     kind: &'static str,
     retryable: impl Fn(&object_store::Error) -> bool,
@@ -101,19 +124,30 @@ where
 {
     let start = Instant::now();
     let mut retry = 0;
+    let single = down.load(Ordering::Relaxed);
     loop {
         let r = f().await;
         if outcome(&r) == Outcome::Error {
             metrics.error(kind);
         }
         match r {
-            Err(e) if retryable(&e) && policy.allows(retry + 1, start.elapsed()) => {
+            Err(e) if retryable(&e) && !single && policy.allows(retry + 1, start.elapsed()) => {
                 retry += 1;
                 metrics.retry(kind, &crate::error::chain(&e));
                 tracing::debug!(kind, retry, error = %e, "store request failed; trying again");
                 tokio::time::sleep(policy.backoff(retry)).await;
             }
-            r => return r,
+            r => {
+                match &r {
+                    Err(e) if is_transient(e) => {
+                        if !policy.timeout.is_zero() && start.elapsed() >= policy.timeout {
+                            down.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    _ => down.store(false, Ordering::Relaxed),
+                }
+                return r;
+            }
         }
     }
 }
@@ -121,7 +155,7 @@ where
 impl Retry {
     /// The layer over `inner`.
     pub fn new(inner: Backend, policy: RetryPolicy, metrics: StoreMetrics) -> Self {
-        Retry { inner, policy, metrics }
+        Retry { inner, policy, metrics, down: Arc::default() }
     }
 
     async fn again<T, F, Fut>(&self, kind: &'static str, f: F) -> Result<T>
@@ -129,7 +163,7 @@ impl Retry {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        again(self.policy, &self.metrics, kind, f).await
+        again(self.policy, &self.down, &self.metrics, kind, f).await
     }
 }
 
@@ -142,8 +176,12 @@ impl std::fmt::Display for Retry {
 #[async_trait]
 impl ObjectStore for Retry {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        let put = || self.inner.store.put_opts(location, payload.clone(), opts.clone());
-        again_unless_timed_out(self.policy, &self.metrics, "put", put).await
+        let small = payload.content_length() <= SMALL_BODY;
+        let put = || async {
+            let put = self.inner.store.put_opts(location, payload.clone(), opts.clone());
+            if small { answered(put).await } else { put.await }
+        };
+        again_unless_timed_out(self.policy, &self.down, &self.metrics, "put", put).await
     }
 
     /// Parts of an upload through this API are not retried one by one (a part cannot be sent
@@ -177,16 +215,16 @@ impl ObjectStore for Retry {
 
     async fn delete(&self, location: &Path) -> Result<()> {
         let delete = || answered(self.inner.store.delete(location));
-        again_unless_timed_out(self.policy, &self.metrics, "delete", delete).await
+        again_unless_timed_out(self.policy, &self.down, &self.metrics, "delete", delete).await
     }
 
     /// A listing is retried until its first entry (or its end) arrives; a failure later in a
     /// long listing reaches the caller.
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let (store, prefix, policy, metrics) =
-            (self.inner.store.clone(), prefix.cloned(), self.policy, self.metrics.clone());
+        let (store, prefix, policy, metrics, down) =
+            (self.inner.store.clone(), prefix.cloned(), self.policy, self.metrics.clone(), self.down.clone());
         futures::stream::once(async move {
-            let first = again(policy, &metrics, "list", || {
+            let first = again(policy, &down, &metrics, "list", || {
                 let mut s = store.list(prefix.as_ref());
                 async move {
                     let first = s.try_next().await?;
@@ -204,7 +242,7 @@ impl ObjectStore for Retry {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.again("list_delimiter", || answered(self.inner.store.list_with_delimiter(prefix))).await
+        self.again("list_delimiter", || self.inner.store.list_with_delimiter(prefix)).await
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
@@ -220,7 +258,7 @@ impl ObjectStore for Retry {
 impl PaginatedListStore for Retry {
     async fn list_paginated(&self, prefix: Option<&str>, opts: PaginatedListOptions) -> Result<PaginatedListResult> {
         let paged = self.inner.paged()?;
-        self.again("list_page", || answered(paged.list_paginated(prefix, opts.clone()))).await
+        self.again("list_page", || paged.list_paginated(prefix, opts.clone())).await
     }
 }
 
@@ -259,6 +297,53 @@ mod tests {
         object_store::Error::Generic { store: "S3", source: "error sending request: operation timed out".into() }
     }
 
+    /// An error as object_store passes reqwest's on: the top line says nothing of time, a cause
+    /// does.
+    #[derive(Debug)]
+    struct Outer(&'static str, std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
+    fn nested(top: &'static str, cause: &'static str) -> object_store::Error {
+        let inner = std::io::Error::new(std::io::ErrorKind::TimedOut, cause);
+        object_store::Error::Generic { store: "S3", source: Box::new(Outer(top, inner)) }
+    }
+
+    /// After a request went unanswered for a whole retry timeout, the next gets one try only,
+    /// until one is answered.
+    #[tokio::test]
+    async fn once_a_request_went_unanswered_for_the_retry_timeout_the_next_get_one_try() {
+        let tries = Arc::new(AtomicUsize::new(0));
+        let policy = RetryPolicy {
+            timeout: Duration::from_millis(50),
+            max_retries: None,
+            init_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(5),
+        };
+        let (metrics, down) = (crate::metrics::Metrics::new().store().clone(), AtomicBool::new(false));
+        let failing = || async {
+            tries.fetch_add(1, Ordering::Relaxed);
+            Err::<(), _>(nested("HTTP error: error sending request", "connection reset"))
+        };
+        assert!(again(policy, &down, &metrics, "head", failing).await.is_err());
+        assert!(tries.swap(0, Ordering::Relaxed) > 2, "retried for the retry timeout");
+        assert!(down.load(Ordering::Relaxed));
+        assert!(again(policy, &down, &metrics, "head", failing).await.is_err());
+        assert_eq!(tries.swap(0, Ordering::Relaxed), 1, "one try while the store is down");
+        assert!(again(policy, &down, &metrics, "head", || async { Ok(()) }).await.is_ok());
+        assert!(!down.load(Ordering::Relaxed), "an answer ends it");
+    }
+
     /// Counts the tries of every request, each of which times out.
     #[tokio::test]
     async fn a_timed_out_put_or_delete_is_not_sent_again_and_a_timed_out_head_is() {
@@ -275,11 +360,14 @@ mod tests {
         };
         let metrics = crate::metrics::Metrics::new().store().clone();
         assert!(timed_out(&timeout_error()));
+        assert!(timed_out(&nested("error sending request for url (http://h/b/k)", "operation timed out")));
+        assert!(!timed_out(&nested("error trying to connect", "operation timed out")), "never reached the server");
         assert!(!timed_out(&object_store::Error::Generic { store: "S3", source: "connection reset".into() }));
-        let r = again_unless_timed_out(policy, &metrics, "put", || async { counted(&tries) }).await;
+        let r = again_unless_timed_out(policy, &AtomicBool::new(false), &metrics, "put", || async { counted(&tries) })
+            .await;
         assert!(r.is_err());
         assert_eq!(tries.swap(0, Ordering::Relaxed), 1, "a PUT or DELETE that timed out: one try");
-        let r = again(policy, &metrics, "head", || async { counted(&tries) }).await;
+        let r = again(policy, &AtomicBool::new(false), &metrics, "head", || async { counted(&tries) }).await;
         assert!(r.is_err());
         assert_eq!(tries.load(Ordering::Relaxed), 4, "a HEAD: tried again");
     }
