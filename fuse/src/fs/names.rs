@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use shrinkfs_codec::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 
 use super::{FileAttrs, Fs};
@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 use crate::inode::{Attr, Inode, Kind, join};
 use crate::namespace::{DIR_MARKER, check_name};
 use crate::openfile::{Body, FileGuard, OpenFile, SharedFile};
+
+/// Objects a directory's rename copies (and then checks and deletes) at once.
+const MOVES_AT_ONCE: usize = 16;
 
 impl Fs {
     /// Creates a directory owned by `uid`/`gid`; its marker object keeps it while empty and
@@ -351,17 +354,25 @@ impl Fs {
                     objects
                 }
             };
-            for o in &objects {
-                self.bucket.store.copy(&o.location, &self.names.key(&moved_to(o))).await?;
-            }
+            // Each object's old key, new key and version as listed. (Requests of many objects go
+            // several at once: each is a round trip.)
+            let moves: Vec<(object_store::path::Path, object_store::path::Path, Option<String>)> =
+                objects.iter().map(|o| (o.location.clone(), self.names.key(&moved_to(o)), o.e_tag.clone())).collect();
+            futures::stream::iter(moves.clone())
+                .map(|(from, to, _)| async move { self.bucket.store.copy(&from, &to).await })
+                .buffer_unordered(MOVES_AT_ONCE)
+                .try_collect::<Vec<()>>()
+                .await?;
             if objects.is_empty() {
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
                 self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
             }
             // Each old key goes only if it still holds the version copied (see `finish_move`).
-            for o in &objects {
-                self.finish_move(&o.location, &self.names.key(&moved_to(o)), o.e_tag.clone()).await?;
-            }
+            futures::stream::iter(moves)
+                .map(|(from, to, seen)| async move { self.finish_move(&from, &to, seen).await })
+                .buffer_unordered(MOVES_AT_ONCE)
+                .try_collect::<Vec<()>>()
+                .await?;
         } else {
             moved = self.handles.file(src_attr.ino).map(|f| (src_attr.ino, f)).into_iter().collect();
             held = self.lock_and_commit(&moved).await?;

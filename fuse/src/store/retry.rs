@@ -15,8 +15,8 @@ use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedLis
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
 use super::Backend;
@@ -34,7 +34,7 @@ pub struct Retry {
     down: Arc<AtomicBool>,
 }
 
-/// Longest one try of a request that moves little (a HEAD, a DELETE, starting an upload, a PUT of
+/// Longest one try of a request that moves little (a HEAD, a DELETE, starting an upload, a GET or PUT of
 /// up to [`SMALL_BODY`]) waits for its answer: a connection the network dropped silently then
 /// fails, and is tried again, within the retry timeout, where `--request-timeout` is sized for a
 /// part's upload. (Not listings: a server may take long to list one page of a large directory.)
@@ -193,18 +193,29 @@ impl ObjectStore for Retry {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let kind = super::instrument::get_kind(&options);
         let buffer = options.range.is_some() && !options.head;
+        // A HEAD, or a range of a footer's size, gets the answer timeout, body included.
+        let small = options.head
+            || match &options.range {
+                Some(GetRange::Bounded(r)) => r.end - r.start <= SMALL_BODY as u64,
+                Some(GetRange::Suffix(n)) => *n <= SMALL_BODY as u64,
+                _ => false,
+            };
         self.again(kind, || async {
-            let got = self.inner.store.get_opts(location, options.clone()).await?;
-            if !buffer {
-                return Ok(got);
-            }
-            let GetResult { payload, meta, range, attributes } = got;
-            let bytes = GetResult { payload, meta: meta.clone(), range: range.clone(), attributes: attributes.clone() }
-                .bytes()
-                .await?;
-            super::compat::check_body(&range, &bytes)?;
-            let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
-            Ok(GetResult { payload: GetResultPayload::Stream(stream), meta, range, attributes })
+            let fetch = async {
+                let got = self.inner.store.get_opts(location, options.clone()).await?;
+                if !buffer {
+                    return Ok(got);
+                }
+                let GetResult { payload, meta, range, attributes } = got;
+                let bytes =
+                    GetResult { payload, meta: meta.clone(), range: range.clone(), attributes: attributes.clone() }
+                        .bytes()
+                        .await?;
+                super::compat::check_body(&range, &bytes)?;
+                let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
+                Ok(GetResult { payload: GetResultPayload::Stream(stream), meta, range, attributes })
+            };
+            if small { answered(fetch).await } else { fetch.await }
         })
         .await
     }
