@@ -218,7 +218,7 @@ mod tests {
     }
 
     fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread().build().unwrap()
+        tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     }
 
     fn check(b: &Bucket, k: Option<MasterKey>) -> anyhow::Result<KeyCheck> {

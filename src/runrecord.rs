@@ -77,7 +77,10 @@ impl Record {
             tracing::debug!("no run record: this process's start time is unknown");
             return None;
         };
-        let first = format!("{pid} {since}\n");
+        // (With when the record was made, once the mount exists: a process may start long
+        // before its mount, and the newest mount on a device number is the one there now.)
+        let made = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let first = format!("{pid} {since} {made}\n");
         remove_stale(&dir);
         let written = std::fs::create_dir_all(&dir).and_then(|()| write_whole(&path, &first));
         match written {
@@ -105,6 +108,8 @@ impl Record {
 pub struct Serving {
     pid: u32,
     since: u64,
+    /// When the record was made (nanoseconds since the epoch).
+    made: u128,
     path: PathBuf,
 }
 
@@ -137,7 +142,7 @@ impl Ended {
 }
 
 /// The process serving connection `dev`: of the records of that device number naming a process
-/// that runs, the one started last (an earlier one's mount is gone, see [`prefix`]).
+/// that runs, the one made last (an earlier one's mount is gone, see [`prefix`]).
 pub fn serving(dev: (u32, u32)) -> Option<Serving> {
     let prefix = prefix(dev);
     let running = std::fs::read_dir(dir()?).ok()?.flatten().filter_map(|e| {
@@ -146,9 +151,10 @@ pub fn serving(dev: (u32, u32)) -> Option<Serving> {
         let text = std::fs::read_to_string(e.path()).ok()?;
         let mut first = text.lines().next()?.split(' ');
         let (named, since): (u32, u64) = (first.next()?.parse().ok()?, first.next()?.parse().ok()?);
-        (named == pid && running_since(pid) == Some(since)).then(|| Serving { pid, since, path: e.path() })
+        let made: u128 = first.next()?.parse().ok()?;
+        (named == pid && running_since(pid) == Some(since)).then(|| Serving { pid, since, made, path: e.path() })
     });
-    running.max_by_key(|s| s.since)
+    running.max_by_key(|s| s.made)
 }
 
 impl Serving {

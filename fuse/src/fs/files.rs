@@ -27,6 +27,10 @@ use crate::upload::Taken;
 /// as down (see `Fs::flush_all`).
 const UNANSWERED: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// How long after that the unmount's later passes (a busy mount's unmount tries every second)
+/// try nothing more, before they ask the store again.
+const UNANSWERED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Fs {
     /// Creates and opens a new, empty file.
     pub async fn create(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> Result<(FileAttrs, u64)> {
@@ -870,11 +874,12 @@ impl Fs {
         // it is down), nothing more is tried, here or in a later pass of the same unmount (each
         // try would wait as long); the files not tried count as lost like the one that failed.
         // Failures that come quickly (a store that answers "no") do not stop the others.
-        use std::sync::atomic::Ordering::Relaxed;
         let unanswered = |e: &Error, since: std::time::Instant| {
             matches!(e, Error::Store(s) if crate::store::compat::is_transient(s)) && since.elapsed() >= UNANSWERED
         };
-        let mut down = self.unanswered.load(Relaxed);
+        let lately = |t: &std::time::Instant| t.elapsed() < UNANSWERED_FOR;
+        let mut down =
+            self.unanswered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some_and(|t| lately(&t));
         let mut first_err = None;
         if !down {
             let since = std::time::Instant::now();
@@ -911,7 +916,11 @@ impl Fs {
             }
         }
         if down {
-            self.unanswered.store(true, Relaxed);
+            let mut at = self.unanswered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !at.is_some_and(|t| lately(&t)) {
+                *at = Some(std::time::Instant::now());
+            }
+            drop(at);
             if skipped > 0 {
                 tracing::warn!(files = skipped, "the store does not answer: these files were not tried");
             }

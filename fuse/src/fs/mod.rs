@@ -86,9 +86,9 @@ pub struct Fs {
     /// Files the mount ended with changes not stored: left open for writing, or kept since
     /// their last close failed and not stored at unmount either.
     lost: std::sync::atomic::AtomicUsize,
-    /// Set once, at unmount, the store left a request unanswered for a whole retry timeout:
-    /// the rest of the unmount tries nothing more (see `flush_all`).
-    unanswered: std::sync::atomic::AtomicBool,
+    /// When an unmount's pass last found the store not answering (a request failed after 3 s
+    /// or more): the passes of the next minute try nothing more (see `flush_all`).
+    unanswered: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Fs {
@@ -143,7 +143,7 @@ impl Fs {
             told_open: std::sync::Mutex::default(),
             unstored: Default::default(),
             lost: std::sync::atomic::AtomicUsize::new(0),
-            unanswered: std::sync::atomic::AtomicBool::new(false),
+            unanswered: std::sync::Mutex::new(None),
         }
     }
 

@@ -197,6 +197,24 @@ fn listed(quoted: &AtomicBool, mut meta: ObjectMeta) -> ObjectMeta {
     meta
 }
 
+/// Longest a read (a GET, a HEAD) waits for the server's answer to begin: a connection the
+/// network dropped silently then fails as timed out, and is tried again (a read is safe to
+/// repeat) within the retry timeout, where `--request-timeout` is sized for a part's upload. This
+/// layer is below the request limit, so a wait for a slot does not count; a body, once it comes,
+/// takes as long as it needs.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `f`, failed as timed out when no answer has begun within [`ANSWER_TIMEOUT`].
+async fn begun<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(ANSWER_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(object_store::Error::Generic {
+            store: "store",
+            source: format!("no answer within {} s: timed out", ANSWER_TIMEOUT.as_secs()).into(),
+        }),
+    }
+}
+
 /// A `GetResult` of bytes already in memory.
 fn buffered(meta: ObjectMeta, range: std::ops::Range<u64>, bytes: Bytes) -> GetResult {
     let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
@@ -220,12 +238,12 @@ impl ObjectStore for Compat {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let got = self.get_answered(location, options).await;
+        let got = begun(self.get_answered(location, options)).await;
         self.answered(|g: &GetResult| &g.meta, got)
     }
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
-        let got = self.inner.store.head(location).await;
+        let got = begun(self.inner.store.head(location)).await;
         self.answered(|m| m, got)
     }
 

@@ -15,8 +15,8 @@ use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedLis
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    GetOptions, GetResult, GetResultPayload, ListResult, MultipartId, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
 use super::Backend;
@@ -34,25 +34,8 @@ pub struct Retry {
     down: Arc<AtomicBool>,
 }
 
-/// Longest one try of a request that moves little (a HEAD, a DELETE, starting an upload, a GET or PUT of
-/// up to [`SMALL_BODY`]) waits for its answer: a connection the network dropped silently then
-/// fails, and is tried again, within the retry timeout, where `--request-timeout` is sized for a
-/// part's upload. (Not listings: a server may take long to list one page of a large directory.)
-pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// PUT bodies up to this size get [`ANSWER_TIMEOUT`].
-const SMALL_BODY: usize = 1 << 20;
-
-/// `f`, failed as timed out when it has not answered within [`ANSWER_TIMEOUT`].
-async fn answered<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
-    match tokio::time::timeout(ANSWER_TIMEOUT, f).await {
-        Ok(r) => r,
-        Err(_) => Err(object_store::Error::Generic {
-            store: "store",
-            source: format!("no answer within {} s: timed out", ANSWER_TIMEOUT.as_secs()).into(),
-        }),
-    }
-}
+/// How long a request is tried while the store is taken to be down (see [`again_if`]).
+const DOWN_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs `f` until it succeeds, fails for good, or `policy` allows no more tries.
 async fn again<T, F, Fut>(
@@ -100,16 +83,19 @@ fn timed_out(e: &object_store::Error) -> bool {
         }
         let text = s.to_string().to_ascii_lowercase();
         timed |= text.contains("timed out");
-        connect |= text.contains("connect");
+        // (hyper's and reqwest's words for a connection not made; not "connect" alone, which a
+        // URL or "Connection timed out" holds too.)
+        connect |= ["trying to connect", "(connect)", "tcp connect"].iter().any(|w| text.contains(w));
         source = s.source();
     }
     timed && !connect
 }
 
 /// [`again`] with the failures worth another try told by `retryable`. While `down` is set (a
-/// request went unanswered for a whole retry timeout, and none has been answered since), a
-/// request gets one try: an outage then fails each operation in one request's time, not in a
-/// retry timeout per request.
+/// request got no answer at all for a whole retry timeout, and none has been answered since,
+/// even with an error status), a request is tried for [`DOWN_RETRY`] only: an outage then fails
+/// each further operation in about one request's time, not in a retry timeout per request,
+/// while failures that pass at once (a pooled connection found closed) are still tried again.
 async fn again_if<T, F, Fut>(
     policy: RetryPolicy,
     down: &AtomicBool,
@@ -124,14 +110,17 @@ where
 {
     let start = Instant::now();
     let mut retry = 0;
-    let single = down.load(Ordering::Relaxed);
+    let policy = match down.load(Ordering::Relaxed) {
+        true => RetryPolicy { timeout: policy.timeout.min(DOWN_RETRY), ..policy },
+        false => policy,
+    };
     loop {
         let r = f().await;
         if outcome(&r) == Outcome::Error {
             metrics.error(kind);
         }
         match r {
-            Err(e) if retryable(&e) && !single && policy.allows(retry + 1, start.elapsed()) => {
+            Err(e) if retryable(&e) && policy.allows(retry + 1, start.elapsed()) => {
                 retry += 1;
                 metrics.retry(kind, &crate::error::chain(&e));
                 tracing::debug!(kind, retry, error = %e, "store request failed; trying again");
@@ -139,7 +128,8 @@ where
             }
             r => {
                 match &r {
-                    Err(e) if is_transient(e) => {
+                    // No answer (no status) through a whole retry timeout: the store is down.
+                    Err(e) if is_transient(e) && !e.to_string().contains("status code") => {
                         if !policy.timeout.is_zero() && start.elapsed() >= policy.timeout {
                             down.store(true, Ordering::Relaxed);
                         }
@@ -176,11 +166,7 @@ impl std::fmt::Display for Retry {
 #[async_trait]
 impl ObjectStore for Retry {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        let small = payload.content_length() <= SMALL_BODY;
-        let put = || async {
-            let put = self.inner.store.put_opts(location, payload.clone(), opts.clone());
-            if small { answered(put).await } else { put.await }
-        };
+        let put = || self.inner.store.put_opts(location, payload.clone(), opts.clone());
         again_unless_timed_out(self.policy, &self.down, &self.metrics, "put", put).await
     }
 
@@ -193,13 +179,6 @@ impl ObjectStore for Retry {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let kind = super::instrument::get_kind(&options);
         let buffer = options.range.is_some() && !options.head;
-        // A HEAD, or a range of a footer's size, gets the answer timeout, body included.
-        let small = options.head
-            || match &options.range {
-                Some(GetRange::Bounded(r)) => r.end - r.start <= SMALL_BODY as u64,
-                Some(GetRange::Suffix(n)) => *n <= SMALL_BODY as u64,
-                _ => false,
-            };
         self.again(kind, || async {
             let fetch = async {
                 let got = self.inner.store.get_opts(location, options.clone()).await?;
@@ -215,17 +194,17 @@ impl ObjectStore for Retry {
                 let stream = futures::stream::once(futures::future::ready(Ok(bytes))).boxed();
                 Ok(GetResult { payload: GetResultPayload::Stream(stream), meta, range, attributes })
             };
-            if small { answered(fetch).await } else { fetch.await }
+            fetch.await
         })
         .await
     }
 
     async fn head(&self, location: &Path) -> Result<ObjectMeta> {
-        self.again("head", || answered(self.inner.store.head(location))).await
+        self.again("head", || self.inner.store.head(location)).await
     }
 
     async fn delete(&self, location: &Path) -> Result<()> {
-        let delete = || answered(self.inner.store.delete(location));
+        let delete = || self.inner.store.delete(location);
         again_unless_timed_out(self.policy, &self.down, &self.metrics, "delete", delete).await
     }
 
@@ -277,7 +256,7 @@ impl PaginatedListStore for Retry {
 impl MultipartStore for Retry {
     async fn create_multipart(&self, path: &Path) -> Result<MultipartId> {
         let mp = self.inner.parts()?;
-        self.again("multipart_start", || answered(mp.create_multipart(path))).await
+        self.again("multipart_start", || mp.create_multipart(path)).await
     }
 
     async fn put_part(&self, path: &Path, id: &MultipartId, part_idx: usize, data: PutPayload) -> Result<PartId> {
@@ -330,29 +309,36 @@ mod tests {
         object_store::Error::Generic { store: "S3", source: Box::new(Outer(top, inner)) }
     }
 
-    /// After a request went unanswered for a whole retry timeout, the next gets one try only,
-    /// until one is answered.
+    /// After a request got no answer for a whole retry timeout, the next are tried for
+    /// `DOWN_RETRY` only, until one is answered (an error status counts).
     #[tokio::test]
-    async fn once_a_request_went_unanswered_for_the_retry_timeout_the_next_get_one_try() {
-        let tries = Arc::new(AtomicUsize::new(0));
+    async fn once_a_request_went_unanswered_for_the_retry_timeout_the_next_are_tried_briefly() {
         let policy = RetryPolicy {
-            timeout: Duration::from_millis(50),
+            timeout: Duration::from_secs(3),
             max_retries: None,
-            init_backoff: Duration::from_millis(5),
-            max_backoff: Duration::from_millis(5),
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(50),
         };
         let (metrics, down) = (crate::metrics::Metrics::new().store().clone(), AtomicBool::new(false));
-        let failing = || async {
-            tries.fetch_add(1, Ordering::Relaxed);
-            Err::<(), _>(nested("HTTP error: error sending request", "connection reset"))
-        };
+        let failing = || async { Err::<(), _>(nested("HTTP error: error sending request", "connection reset")) };
+        let start = std::time::Instant::now();
         assert!(again(policy, &down, &metrics, "head", failing).await.is_err());
-        assert!(tries.swap(0, Ordering::Relaxed) > 2, "retried for the retry timeout");
+        assert!(start.elapsed() >= Duration::from_secs(3), "tried for the retry timeout");
         assert!(down.load(Ordering::Relaxed));
+        let start = std::time::Instant::now();
         assert!(again(policy, &down, &metrics, "head", failing).await.is_err());
-        assert_eq!(tries.swap(0, Ordering::Relaxed), 1, "one try while the store is down");
+        let took = start.elapsed();
+        assert!(took >= DOWN_RETRY && took < Duration::from_secs(3), "tried briefly while down: {took:?}");
+        let status = || async {
+            let e =
+                object_store::Error::Generic { store: "S3", source: "Server returned non-2xx status code: 503".into() };
+            Err::<(), _>(e)
+        };
+        let _ = again(RetryPolicy { timeout: Duration::ZERO, ..policy }, &down, &metrics, "head", status).await;
+        assert!(!down.load(Ordering::Relaxed), "an error status is an answer");
+        down.store(true, Ordering::Relaxed);
         assert!(again(policy, &down, &metrics, "head", || async { Ok(()) }).await.is_ok());
-        assert!(!down.load(Ordering::Relaxed), "an answer ends it");
+        assert!(!down.load(Ordering::Relaxed), "so is a success");
     }
 
     /// Counts the tries of every request, each of which times out.
@@ -373,6 +359,8 @@ mod tests {
         assert!(timed_out(&timeout_error()));
         assert!(timed_out(&nested("error sending request for url (http://h/b/k)", "operation timed out")));
         assert!(!timed_out(&nested("error trying to connect", "operation timed out")), "never reached the server");
+        let url = "error sending request for url (http://h/iot-connect/Connections.csv)";
+        assert!(timed_out(&nested(url, "operation timed out")), "a URL's words are not a connect error");
         assert!(!timed_out(&object_store::Error::Generic { store: "S3", source: "connection reset".into() }));
         let r = again_unless_timed_out(policy, &AtomicBool::new(false), &metrics, "put", || async { counted(&tries) })
             .await;
