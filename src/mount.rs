@@ -397,6 +397,10 @@ fn serve(
     let handlers = crate::signals::Handlers::install(&rt);
     let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
         .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
+    // (At once: the mount is visible from here on.)
+    if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
+        tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
+    }
     // Before anyone is told the mount is ready: `shrinkfs unmount` finds this process by it.
     let record = crate::runrecord::Record::create(conn.dev());
     let outcome = (|| {
@@ -413,9 +417,6 @@ fn serve(
         std::fs::metadata(&mountpoint)
             .with_context(|| format!("the mount at {} does not answer", mountpoint.display()))?;
         tracing::info!(source = %describe, mountpoint = %mountpoint.display(), "mounted");
-        if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
-            tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");
-        }
         ready.ready(log, &mountpoint);
         let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
         let stop_upkeep = Arc::new(tokio::sync::Notify::new());

@@ -698,8 +698,18 @@ fn the_kernel_reads_ahead_a_whole_request_for_the_mount() {
         .find(|f| f[4] == escaped)
         .map(|f| f[2].to_owned())
         .expect("the mount is listed");
-    let kib = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
-    assert_eq!(kib.trim(), shrinkfs_fuse::session::READAHEAD_KIB.to_string(), "read_ahead_kb of {dev}");
+    // (Set by the mount just after the kernel lists it: allowed a moment.)
+    let want = shrinkfs_fuse::session::READAHEAD_KIB.to_string();
+    let start = std::time::Instant::now();
+    let mut kib = String::new();
+    while start.elapsed() < std::time::Duration::from_secs(5) {
+        kib = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+        if kib.trim() == want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(kib.trim(), want, "read_ahead_kb of {dev}");
     m.unmount();
 }
 
