@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use object_store::ObjectMeta;
 use object_store::path::Path;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
 use super::{Result, TMP_DIR, already_exists, io_error};
@@ -42,6 +42,19 @@ impl AsFd for From<'_> {
             From::Root(fd) => *fd,
             From::Dir(fd) => fd.as_fd(),
         }
+    }
+}
+
+/// `path` under `dir` opened with `flags`, where no component of it is a symbolic link (an
+/// `ELOOP` error otherwise): a link another program left in the bucket is not part of it, so
+/// nothing is read, listed, written or removed through one (a link to `..` would let a
+/// recursive delete of one directory reach the whole bucket). Kernels without `openat2` (before
+/// 5.6) check the last component only.
+fn open_beneath(dir: BorrowedFd<'_>, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve) {
+        Err(Errno::NOSYS) => rustix::fs::openat(dir, path, flags | OFlags::NOFOLLOW, Mode::empty()),
+        opened => opened,
     }
 }
 
@@ -82,8 +95,7 @@ impl Root {
 
     /// Where a system call reaches `rel` from, and the path it is then given: the root and `rel`
     /// itself, or for a longer key than one call takes, the directory reached by opening its
-    /// leading components (as few calls as fit) and the rest (symbolic links followed, as a
-    /// single call would).
+    /// leading components (as few calls as fit, none of them through a symbolic link) and the rest.
     fn at<'a>(&'a self, rel: &'a str) -> rustix::io::Result<(From<'a>, &'a str)> {
         let mut from = From::Root(self.fd.as_fd());
         let mut rest = rel;
@@ -94,31 +106,39 @@ impl Root {
                 .filter(|&i| i > 0)
                 .ok_or(Errno::NAMETOOLONG)?;
             let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-            from = From::Dir(rustix::fs::openat(from.as_fd(), &rest[..cut], flags, Mode::empty())?);
+            from = From::Dir(open_beneath(from.as_fd(), &rest[..cut], flags)?);
             rest = &rest[cut + 1..];
         }
         Ok((from, rest))
     }
 
-    /// `rel` opened for reading; symbolic links are followed.
+    /// `rel` opened for reading, not through a symbolic link (see [`open_beneath`]); without
+    /// waiting for a writer where it is a FIFO (the caller checks what it opened).
     pub(super) fn open_file(&self, rel: &str) -> std::io::Result<File> {
         let (from, rel) = self.at(rel)?;
-        Ok(rustix::fs::openat(from, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?.into())
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        Ok(open_beneath(from.as_fd(), rel, flags)?.into())
     }
 
-    /// Directory `rel` (the root itself if empty) opened for reading its entries or fsyncing it.
+    /// Directory `rel` (the root itself if empty) opened for reading its entries or fsyncing it,
+    /// not through a symbolic link.
     pub(super) fn open_dir(&self, rel: &str) -> std::io::Result<OwnedFd> {
         let (from, rel) = self.at(rel)?;
         let rel = if rel.is_empty() { "." } else { rel };
-        Ok(rustix::fs::openat(from, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+        Ok(open_beneath(from.as_fd(), rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?)
     }
 
-    /// What `rel` (the root itself if empty) is: symbolic links followed, or not (`follow`).
+    /// What `rel` (the root itself if empty) is: symbolic links followed (`follow`), or not: then
+    /// a link at its end is what it is, and one on the way to it an `ELOOP` error (see
+    /// [`open_beneath`]).
     pub(super) fn stat(&self, rel: &str, follow: bool) -> std::io::Result<FileInfo> {
-        let flags = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
         let (from, rel) = self.at(rel)?;
         let rel = if rel.is_empty() { "." } else { rel };
-        Ok(FileInfo::of(&rustix::fs::statat(from, rel, flags)?))
+        if follow {
+            return Ok(FileInfo::of(&rustix::fs::statat(from, rel, AtFlags::empty())?));
+        }
+        let fd = open_beneath(from.as_fd(), rel, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+        Ok(FileInfo::of(&rustix::fs::fstat(&fd)?))
     }
 
     fn is_dir(&self, rel: &str) -> bool {

@@ -14,14 +14,17 @@ use rustix::fs::{Dir, FileType};
 use rustix::io::Errno;
 
 use super::root::{FileInfo, Root};
-use super::{Cleanup, LocalError, Result, TMP_DIR, generic, io_error};
+use super::{Cleanup, Result, TMP_DIR, io_error};
 
 /// The names in directory `dir` (a key, "" for the root), sorted; `None` where there is no such
 /// directory.
 fn names(root: &Root, dir: &str) -> std::io::Result<Option<Vec<Vec<u8>>>> {
     let fd = match root.open_dir(dir) {
         Ok(fd) => fd,
-        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(None),
+        // (A symbolic link is no directory of the bucket's: `LOOP`.)
+        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::NOTDIR | Errno::LOOP)) => {
+            return Ok(None);
+        }
         Err(e) => return Err(e),
     };
     let mut names = Vec::new();
@@ -35,9 +38,11 @@ fn names(root: &Root, dir: &str) -> std::io::Result<Option<Vec<Vec<u8>>>> {
     Ok(Some(names))
 }
 
-/// The names in directory `dir` a listing looks at: not the staging directory; an error for a name
-/// that is not UTF-8 (no key could name it), as in `LocalFileSystem`.
+/// The names in directory `dir` a listing looks at: not the staging directory, nor a name that is
+/// not UTF-8 (no key could name it; `LocalFileSystem` fails the whole listing instead, which made
+/// one such name, anywhere, fail the mount's start): the first one a process meets is logged.
 fn listed_names(root: &Root, dir: &str) -> Result<Vec<String>> {
+    static TOLD: std::sync::Once = std::sync::Once::new();
     let names = names(root, dir).map_err(|e| io_error("list", &root.display(dir), e))?.unwrap_or_default();
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -46,8 +51,10 @@ fn listed_names(root: &Root, dir: &str) -> Result<Vec<String>> {
             Ok(name) => out.push(name),
             Err(e) => {
                 let path = root.display(dir).join(String::from_utf8_lossy(e.as_bytes()).as_ref());
-                let source = std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error());
-                return Err(generic(LocalError::Io { what: "list (a name not UTF-8)", path, source }));
+                tracing::debug!(path = %path.display(), "a name that is not UTF-8: not listed");
+                TOLD.call_once(|| {
+                    tracing::warn!(path = %path.display(), "names that are not UTF-8 are not shown (no object key can hold them); this is the first")
+                });
             }
         }
     }
@@ -59,10 +66,10 @@ fn child(dir: &str, name: &str) -> Result<Path> {
     Ok(Path::parse(if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") })?)
 }
 
-/// What a listing sees at `key`: symbolic links followed; `None` for what vanished, a broken
-/// link, or anything but a directory or a regular file.
+/// What a listing sees at `key`: `None` for what vanished, or anything but a directory or a
+/// regular file (a symbolic link is not followed: see `Root::open_file`).
 fn entry(root: &Root, key: &str) -> Result<Option<FileInfo>> {
-    match root.stat(key, true) {
+    match root.stat(key, false) {
         Ok(info) if matches!(info.kind, FileType::Directory | FileType::RegularFile) => Ok(Some(info)),
         Ok(_) => Ok(None),
         Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::LOOP)) => Ok(None),
@@ -90,8 +97,8 @@ pub(super) fn one_level(root: &Root, prefix: &Path) -> Result<ListResult> {
     Ok(out)
 }
 
-/// Every object under a prefix, depth first in name order; symbolic links to directories are
-/// followed, except one back to a directory above it.
+/// Every object under a prefix, depth first in name order; symbolic links are not followed (nor
+/// listed), and a directory met again below itself (a bind mount) is not listed twice.
 pub(super) struct Walk {
     root: Arc<Root>,
     /// Only objects after this key.
