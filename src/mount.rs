@@ -155,8 +155,8 @@ pub fn kernel_options(
 }
 
 /// Every second while the mount lives: writes the markers of directories whose entries changed,
-/// and tries again the files whose last close could not store them (each as often as its growing
-/// wait allows).
+/// tries again the files whose last close could not store them (each as often as its growing
+/// wait allows), and gives back the memory budget room of idle writers' encoded frames.
 /// It ends at its next tick once `stop` is notified, never in the middle of an upload (a commit cut
 /// off halfway leaves work for the next one to redo).
 async fn upkeep(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
@@ -179,6 +179,7 @@ async fn upkeep(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
             Ok(()) => failing = false,
         }
         fs.retry_unstored(false).await;
+        fs.take_idle_encoded_frames().await;
     }
 }
 

@@ -58,6 +58,16 @@ impl FileCell {
         FileGuard { guard: self.state.lock().await, dirty: &self.dirty }
     }
 
+    /// Locks the file's state if no one holds it now.
+    pub fn try_lock(&self) -> Option<FileGuard<'_>> {
+        self.state.try_lock().ok().map(|guard| FileGuard { guard, dirty: &self.dirty })
+    }
+
+    /// Whether a write of this file is in progress (waiting for the lock, for a gap, or writing).
+    pub fn writing(&self) -> bool {
+        self.writes.load(Ordering::Acquire) > 0
+    }
+
     /// Its generation (see the field); never waits.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

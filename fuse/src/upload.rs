@@ -15,10 +15,12 @@
 //! reported by `finish` if shipping again fails too. An append to the spill that fails (a full
 //! staging disk) keeps its bytes in memory and is written again before the next write takes any.
 //!
-//! Memory: a raw frame holds budget room from the moment it is cut until it is encoded (released by
-//! the encoder, so a writer blocked on the budget never holds room it alone could give back); a part
-//! holds room while it is uploaded (released when its upload task ends). Encoded frames not yet
-//! shipped are bounded per file by a part plus the dispatcher's frames in flight.
+//! Memory: a frame holds budget room for twice its size (its raw bytes and its encoded ones) from
+//! the moment it is cut until its encoded bytes are in the spill (taken from the pipeline, then
+//! appended off the writer's thread); a part holds room while it is uploaded (released when its
+//! upload task ends). A writer that finds no room first takes its
+//! own encoded frames into the spill, so it never waits for room only it could give back; a file
+//! no one writes has its encoded frames taken by [`Upload::take_encoded`] (the mount's upkeep).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -287,6 +289,9 @@ pub struct Upload {
     unstored: Vec<(u64, Bytes)>,
     /// The whole file, when `finish` cut it as its one frame (see [`Written::raw`]).
     whole_raw: Option<Bytes>,
+    /// The budget room of each frame handed to the pipeline and not yet taken from it, by frame
+    /// number (see the module's notes on memory).
+    holding: VecDeque<(u64, crate::budget::Held)>,
 }
 
 /// What a part upload reports: the spill range it carried, and how it went.
@@ -305,6 +310,8 @@ struct Batch {
     file: Option<Arc<File>>,
     pieces: Vec<(u64, Bytes)>,
     bytes: usize,
+    /// The budget room of its frames, given back once they are written.
+    holds: Vec<crate::budget::Held>,
 }
 
 impl Batch {
@@ -375,6 +382,7 @@ impl Upload {
             append_turn: Arc::default(),
             unstored: Vec::new(),
             whole_raw: None,
+            holding: VecDeque::new(),
         })
     }
 
@@ -437,10 +445,50 @@ impl Upload {
         if !self.sealed && self.next_frame >= STREAM_FRAMES {
             self.encoding.start_stream(&self.sink.dispatcher);
         }
-        // The budget's room goes back once the frame is encoded.
-        let held = self.sink.budget.take(raw.len() as u64).await;
-        self.encoding.submit(&self.sink.dispatcher, self.next_frame, raw, held);
+        // Room for the frame's raw bytes and its encoded ones (both are held while the encoder
+        // runs), given back once the encoded bytes are in the spill. One take: a writer holding
+        // half of it while waiting for the other half could wait for itself.
+        let room = self.room(2 * raw.len() as u64).await;
+        self.holding.push_back((self.next_frame, room));
+        self.encoding.submit(&self.sink.dispatcher, self.next_frame, raw, ());
         self.next_frame += 1;
+    }
+
+    /// Room in the memory budget for `bytes`. Where there is none now, this file's own frames go
+    /// to the spill first (their room comes back as they are written), so a writer never waits
+    /// for room it holds itself.
+    async fn room(&mut self, bytes: u64) -> crate::budget::Held {
+        if let Some(held) = self.sink.budget.try_take(bytes) {
+            return held;
+        }
+        if let Err(e) = self.collect(true).await {
+            tracing::debug!(key = %self.path, error = %e, "frame kept until it can be stored");
+            // Frames the pipeline still has stay out of the budget rather than wait on themselves.
+            self.holding.clear();
+        }
+        self.sink.budget.take(bytes).await
+    }
+
+    /// Takes the frames encoded so far into the spill without waiting for any, so their room in
+    /// the budget goes back: for a file open for writing that no one writes now (the mount's
+    /// upkeep calls this). A failure waits for the next write or `finish`, as in a write.
+    pub async fn take_encoded(&mut self) {
+        if self.sealed || self.encoding.frames().in_flight() == 0 {
+            return;
+        }
+        if let Err(e) = self.collect(false).await {
+            tracing::debug!(key = %self.path, error = %e, "frame kept until it can be stored");
+        }
+    }
+
+    /// The room of the frames taken from the pipeline (every number before the next one it gives).
+    fn taken_room(&mut self) -> Option<crate::budget::Held> {
+        let next = self.encoding.frames().next_number();
+        let mut room = None;
+        while self.holding.front().is_some_and(|(k, _)| *k < next) {
+            room = self.holding.pop_front().map(|(_, held)| held);
+        }
+        room
     }
 
     /// Moves encoded frames, in order, to the spill; waits for every frame when `all` (else only
@@ -476,6 +524,8 @@ impl Upload {
                     break Err(Error::Stopped("encoder"));
                 }
             };
+            // Its room goes with its bytes: given back once they are written to the file.
+            let room = self.taken_room();
             let n = frame.len();
             if self.spill.fits_in_memory(n) {
                 self.spill.append_in_memory(&frame.head());
@@ -511,6 +561,7 @@ impl Upload {
             batch.file = Some(file);
             batch.bytes += n;
             batch.pieces.extend(pieces);
+            batch.holds.extend(room);
         };
         self.append_batch(&mut batch).await;
         res
@@ -536,7 +587,8 @@ impl Upload {
     async fn append_batch(&mut self, batch: &mut Batch) {
         if let Some(file) = batch.file.take() {
             batch.bytes = 0;
-            self.append_off_thread(file, std::mem::take(&mut batch.pieces)).await;
+            let holds = std::mem::take(&mut batch.holds);
+            self.append_off_thread(file, std::mem::take(&mut batch.pieces), holds).await;
         }
     }
 
@@ -559,7 +611,7 @@ impl Upload {
 
     /// Writes `pieces` (each at its offset) into the spill or in-place file on a blocking thread,
     /// a bounded number at once.
-    async fn append_off_thread(&mut self, file: Arc<File>, pieces: Vec<(u64, Bytes)>) {
+    async fn append_off_thread(&mut self, file: Arc<File>, pieces: Vec<(u64, Bytes)>, holds: Vec<crate::budget::Held>) {
         self.appends_sent += 1;
         let turn = self.append_turn.clone();
         self.appends.spawn_blocking(move || {
@@ -568,6 +620,9 @@ impl Upload {
             // kernel waiting for it.
             let _turn = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let res = write_all_vectored_at(&file, &pieces);
+            // The frames' room goes back once they are written; a failed append keeps its bytes
+            // in `unstored`, out of the budget, like every frame waiting for a full disk.
+            drop(holds);
             (pieces, res)
         });
         while self.appends.len() > self.sink.sizes.appends_in_flight {
@@ -673,7 +728,7 @@ impl Upload {
     /// The next `len` unshipped stored bytes (and `tail` after them), holding budget room for them.
     async fn unshipped(&mut self, len: usize, tail: Option<&[u8]>) -> Result<(PutPayload, crate::budget::Held)> {
         let extra = tail.map_or(0, <[u8]>::len);
-        let held = self.sink.budget.take((len + extra) as u64).await;
+        let held = self.room((len + extra) as u64).await;
         let mut pieces = self.stored_range(self.shipped, self.shipped + len as u64).await?;
         pieces.extend(tail.map(Bytes::copy_from_slice));
         self.shipped += len as u64;

@@ -863,6 +863,22 @@ impl Fs {
         Ok(self.names.attrs_of(&i))
     }
 
+    /// Takes the encoded frames of files open for writing that no one is writing now into their
+    /// spills, so the memory budget room those frames hold goes back (a writer takes its own as
+    /// it writes; a file left open idle would hold them until its next write). Skips any file
+    /// whose lock is held. The mount's upkeep calls this every second.
+    pub async fn take_idle_encoded_frames(&self) {
+        for (_, file, writers) in self.handles.open_files() {
+            if writers == 0 || file.writing() {
+                continue;
+            }
+            let Some(mut of) = file.try_lock() else { continue };
+            if let Body::Streaming(u) = &mut of.body {
+                u.take_encoded().await;
+            }
+        }
+    }
+
     /// At unmount or on a signal: uploads files with pending changes that no writer holds open
     /// any more (a close whose upload failed, retried once more). A file still open for writing is
     /// never published half-written: its upload is left to its writer's close. Waits for the
