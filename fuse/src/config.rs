@@ -98,8 +98,8 @@ impl Default for NamespaceConfig {
 pub struct ReaderConfig {
     /// Bytes of decoded frames kept in memory.
     pub cache_bytes: u64,
-    /// Parsed object layouts kept in memory.
-    pub layout_entries: u64,
+    /// Bytes of parsed object layouts kept in memory (about 1.5 KiB for a small file's).
+    pub layout_bytes: u64,
     /// With a key, serve objects that are not sealed too (refused with EACCES otherwise).
     pub allow_unsealed: bool,
     /// Largest single ranged GET for frames; larger plans are split and fetched concurrently.
@@ -115,7 +115,7 @@ impl Default for ReaderConfig {
     fn default() -> Self {
         ReaderConfig {
             cache_bytes: 256 << 20,
-            layout_entries: 100_000,
+            layout_bytes: 32 << 20,
             allow_unsealed: false,
             max_fetch: 8 << 20,
             gpu_decode_min_frames: 8,

@@ -209,7 +209,7 @@ impl Reader {
         Reader {
             store,
             chunks: ChunkCache::new(cfg.cache_bytes),
-            layouts: LayoutCache::new(cfg.layout_entries),
+            layouts: LayoutCache::new(cfg.layout_bytes),
             key,
             dicts,
             metrics,

@@ -358,7 +358,13 @@ impl FileWriter {
         }
         let info =
             ObjectInfo { id, path, stored: written.stored, last_modified: SystemTime::now(), parsed, whole: None };
-        of.base = Some(info.clone());
+        // The version it replaces is no one's to read through the cache any more (a handle
+        // opened on it keeps its own parsed layout).
+        if let Some(old) = of.base.replace(info.clone())
+            && old.id != info.id
+        {
+            self.reader.layouts.forget(&old.id);
+        }
         tracing::debug!(path = rel, stored = written.stored, "committed");
         Ok(Some(info))
     }
