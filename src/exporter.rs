@@ -35,9 +35,33 @@ pub fn respond(metrics: &Metrics, method: &Method, path: &str, accept: Option<&s
     r
 }
 
+/// How many connections the endpoint serves at once, and for how long each: a scraper needs one
+/// for a moment, and idle or half-sent ones kept open without end took the descriptors the
+/// filesystem needs (past its limit every file operation failed with `EIO`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once; more wait to be accepted.
+    pub connections: usize,
+    /// A connection is closed after this long, whatever it is doing (a scraper reconnects).
+    pub lifetime: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { connections: 32, lifetime: std::time::Duration::from_secs(30) }
+    }
+}
+
 /// Serves `metrics` on `listener` until the runtime stops.
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    serve_within(listener, metrics, Limits::default()).await
+}
+
+/// [`serve`], within `limits`.
+pub async fn serve_within(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, limits: Limits) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections.max(1)));
     loop {
+        let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         let (sock, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -48,15 +72,17 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
                 let r = respond(&metrics, req.method(), req.uri().path(), accept);
                 async move { Ok::<_, Infallible>(r) }
             });
-            if let Err(e) =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), service).await
-            {
-                tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), service);
+            match tokio::time::timeout(limits.lifetime, conn).await {
+                Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: connection ended with an error"),
+                Err(_) => tracing::debug!("metrics endpoint: connection closed after its lifetime"),
+                Ok(Ok(())) => {}
             }
         });
     }
@@ -66,6 +92,26 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn a_connection_left_idle_is_closed_and_its_slot_serves_the_next() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits { connections: 1, lifetime: std::time::Duration::from_millis(300) };
+        tokio::spawn(serve_within(listener, Arc::new(Metrics::new()), limits));
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+        next.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), next.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the second connection was served once the idle one's lifetime ended");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(5), idle.read(&mut byte)).await;
+        assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "the idle connection was closed: {closed:?}");
+    }
 
     fn body(r: Response<Full<Bytes>>) -> String {
         let b = futures::executor::block_on(r.into_body().collect()).unwrap().to_bytes();
