@@ -80,10 +80,14 @@ impl DiskCache {
         let cache = DiskCache { dir, index, min_free: cfg.min_free };
         for entry in fs::read_dir(&cfg.dir)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let (true, Ok(meta)) = (name.ends_with(".frame"), entry.metadata()) {
+            if name.starts_with('.') && name.ends_with(".frame.tmp") {
+                // A frame being written when a mount ended without finishing it (a crash, a kill).
+                let _ = fs::remove_file(entry.path());
+            } else if let (true, Ok(meta)) = (name.ends_with(".frame"), entry.metadata()) {
                 cache.index.insert(name, meta.len().min(u32::MAX as u64) as u32);
             }
         }
+        cache.index.run_pending_tasks();
         Ok(cache)
     }
 
@@ -128,6 +132,8 @@ impl DiskCache {
         });
         if written.and_then(|()| fs::rename(&tmp, self.dir.join(&name))).is_ok() {
             self.index.insert(name, stored.len().min(u32::MAX as usize) as u32);
+            // Evictions now, not at some later call: the files stay within the size asked for.
+            self.index.run_pending_tasks();
         } else {
             let _ = fs::remove_file(&tmp);
         }
@@ -219,14 +225,19 @@ mod tests {
         assert_eq!(c.read(&id("a"), 0).unwrap().len(), 3000);
         assert!(c.read(&id("b"), 0).is_none(), "another version must miss");
         drop(c);
+        // What a mount that ended in the middle of a put left.
+        let leftover = cfg.dir.join(format!(".{}.tmp", entry_name(&id("a"), 7)));
+        fs::write(&leftover, [3; 100]).unwrap();
         let c = DiskCache::open(&cfg).unwrap();
+        assert!(!leftover.exists(), "a frame left half-written is removed at open");
         assert_eq!(c.read(&id("a"), 0).unwrap().len(), 3000, "lost across a reopen");
         for f in 1..20 {
             c.put(&id("a"), f, &[2; 3000]);
+            // Counted before anything else runs the cache's pending work.
+            let files = fs::read_dir(&cfg.dir).unwrap().count();
+            assert!(files <= 4, "after frame {f}: evicted entries left {files} files");
         }
         assert!(c.bytes() <= 10_000, "{}", c.bytes());
-        let files = fs::read_dir(&cfg.dir).unwrap().count();
-        assert!(files <= 4, "evicted entries left {files} files");
         c.remove(&id("a"), 19);
         assert!(c.read(&id("a"), 19).is_none());
     }
