@@ -617,20 +617,20 @@ fn memory_stays_under_the_limit_writing_and_reading_a_file_ten_times_larger() {
 #[test]
 fn a_file_left_open_after_writing_does_not_keep_other_writers_waiting_for_memory() {
     require_fuse!();
-    // 24 MiB of budget; a frame of 8 MiB holds 16 MiB (its raw and encoded bytes) until its
-    // encoded bytes are in the spill: the idle file's last frame alone leaves too little for the
-    // other writer's, until the mount's upkeep takes it into the spill.
+    // 24 MiB of budget; a frame of 16 MiB holds its size until its encoded bytes are in the
+    // spill: the idle file's last frame leaves too little for the other writer's, until the
+    // mount's upkeep takes it into the spill.
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
     fs::create_dir(&bucket).unwrap();
-    let args = ["--memory-limit", "32M", "--frame-size", "8M", "--gpu", "off"];
+    let args = ["--memory-limit", "32M", "--frame-size", "16M", "--gpu", "off"];
     let m = mount(bucket.to_str().unwrap(), &mnt, &args, &[]);
-    let idle_bytes: Vec<u8> = (0..8).flat_map(|k| mixed_block(k, 1 << 20)).collect();
+    let idle_bytes: Vec<u8> = (0..16).flat_map(|k| mixed_block(k, 1 << 20)).collect();
     let mut idle = fs::File::create(mnt.join("idle")).unwrap();
     for block in idle_bytes.chunks(1 << 20) {
         idle.write_all(block).unwrap();
     }
-    let other: Vec<u8> = (8..40).flat_map(|k| mixed_block(k, 1 << 20)).collect();
+    let other: Vec<u8> = (16..48).flat_map(|k| mixed_block(k, 1 << 20)).collect();
     let (path, data) = (mnt.join("other"), other.clone());
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
