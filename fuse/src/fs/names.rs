@@ -155,6 +155,10 @@ impl Fs {
             }
             return Err(Error::NotFound);
         }
+        // Its parsed layout is no one's to read through the cache any more.
+        if let Some(etag) = known.as_ref().and_then(|k| k.attr.etag.as_deref()) {
+            self.reader.layouts.forget(&crate::cache::ObjectId { key: key.as_ref().into(), etag: etag.into() });
+        }
         self.names.table().remove_name(parent, name);
         // Known absent once its DELETE is done; a queued one is waited for by the next request
         // for the name instead, which finds the file again if the DELETE failed.
