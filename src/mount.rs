@@ -155,8 +155,8 @@ pub fn kernel_options(
 }
 
 /// Every second while the mount lives: writes the markers of directories whose entries changed,
-/// tries again the files whose last close could not store them (each as often as its growing
-/// wait allows), and gives back the memory budget room of idle writers' encoded frames.
+/// and tries again the files whose last close could not store them (each as often as its growing
+/// wait allows).
 /// It ends at its next tick once `stop` is notified, never in the middle of an upload (a commit cut
 /// off halfway leaves work for the next one to redo).
 async fn upkeep(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
@@ -179,6 +179,22 @@ async fn upkeep(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
             Ok(()) => failing = false,
         }
         fs.retry_unstored(false).await;
+    }
+}
+
+/// Every second while the mount lives: gives back the memory budget room of idle writers'
+/// encoded frames. A task of its own: the upkeep's tries of kept files may wait for room that
+/// only this frees. Stopped like the upkeep, between files (a collection cut off midway would
+/// drop the frames it had taken).
+async fn idle_room(fs: std::sync::Weak<Fs>, stop: Arc<tokio::sync::Notify>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.notified() => return,
+        }
+        let Some(fs) = fs.upgrade() else { return };
         fs.take_idle_encoded_frames().await;
     }
 }
@@ -422,11 +438,15 @@ fn serve(
         let watcher = rt.spawn(crate::signals::watch(fs.clone(), conn.clone(), a.log_file.clone(), handlers));
         let stop_upkeep = Arc::new(tokio::sync::Notify::new());
         let upkeep = rt.spawn(upkeep(Arc::downgrade(&fs), stop_upkeep.clone()));
+        let stop_idle_room = Arc::new(tokio::sync::Notify::new());
+        let idle_room = rt.spawn(idle_room(Arc::downgrade(&fs), stop_idle_room.clone()));
         let ended = serving.join().map_err(|_| anyhow::anyhow!("the FUSE session panicked"))?;
         watcher.abort();
         // (Waited for, not aborted: a try of a kept file ends before the unmount's own.)
         stop_upkeep.notify_one();
+        stop_idle_room.notify_one();
         let _ = rt.block_on(upkeep);
+        let _ = rt.block_on(idle_room);
         if !crate::signals::STOPPING.load(std::sync::atomic::Ordering::Relaxed) {
             tracing::info!(mountpoint = %mountpoint.display(), "unmounted from outside (umount or fusermount -u); exiting");
         }
