@@ -779,6 +779,21 @@ mod tests {
             assert_eq!(kind(got.expect("a FIFO is not waited on")).err(), Some("NotFound"), "get {key}");
         }
         assert_eq!(read(&store, &Path::from("real/keep")).await, b"3");
+        // Nor is anything written, moved or removed through a link.
+        for key in ["alias/new", "out/new", "out/.shrinkfs.dir", "rd/up/new"] {
+            assert!(store.put(&Path::from(key), "x".into()).await.is_err(), "put {key}");
+        }
+        let _ = store.delete(&Path::from("alias/keep")).await;
+        let _ = store.delete(&Path::from("rd/up/top")).await;
+        assert!(store.copy(&Path::from("alias/keep"), &Path::from("copied")).await.is_err());
+        assert!(store.copy(&Path::from("top"), &Path::from("alias/copied")).await.is_err());
+        assert!(store.rename(&Path::from("top"), &Path::from("out/moved")).await.is_err());
+        let outside_names: Vec<_> =
+            std::fs::read_dir(outside.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(outside_names, ["secret"], "nothing lands outside the bucket");
+        assert_eq!(std::fs::read(at("real/keep")).unwrap(), b"3");
+        assert_eq!(std::fs::read(at("top")).unwrap(), b"1");
+        assert_eq!(std::fs::read_dir(at("real")).unwrap().count(), 1, "nothing new in real/");
     }
 
     #[tokio::test]

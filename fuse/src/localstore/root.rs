@@ -48,12 +48,23 @@ impl AsFd for From<'_> {
 /// `path` under `dir` opened with `flags`, where no component of it is a symbolic link (an
 /// `ELOOP` error otherwise): a link another program left in the bucket is not part of it, so
 /// nothing is read, listed, written or removed through one (a link to `..` would let a
-/// recursive delete of one directory reach the whole bucket). Kernels without `openat2` (before
-/// 5.6) check the last component only.
-fn open_beneath(dir: BorrowedFd<'_>, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+/// recursive delete of one directory reach the whole bucket). Where `openat2` is missing (kernels
+/// before 5.6) or refused (a seccomp filter answering `EPERM`), only the last component is
+/// checked, and the first such call says so in the log.
+pub(super) fn open_beneath(dir: BorrowedFd<'_>, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let fallback = || rustix::fs::openat(dir, path, flags | OFlags::NOFOLLOW, Mode::empty());
+    if NO_OPENAT2.load(std::sync::atomic::Ordering::Relaxed) {
+        return fallback();
+    }
     let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve) {
-        Err(Errno::NOSYS) => rustix::fs::openat(dir, path, flags | OFlags::NOFOLLOW, Mode::empty()),
+        Err(e @ (Errno::NOSYS | Errno::PERM)) => {
+            if !NO_OPENAT2.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(error = %e, "openat2 is not available: a symbolic link in the bucket directory is refused only as a path's last component");
+            }
+            fallback()
+        }
         opened => opened,
     }
 }
@@ -112,6 +123,20 @@ impl Root {
         Ok((from, rest))
     }
 
+    /// Where a system call that changes `rel` (creates, moves or removes it) reaches it from: its
+    /// directory, opened not through a symbolic link (see [`open_beneath`]), and its last
+    /// component; so no change lands outside the bucket through a link another program left.
+    fn parent_of<'a>(&'a self, rel: &'a str) -> rustix::io::Result<(From<'a>, &'a str)> {
+        let (from, rest) = self.at(rel)?;
+        match rest.rsplit_once('/') {
+            None => Ok((from, rest)),
+            Some((dir, name)) => {
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                Ok((From::Dir(open_beneath(from.as_fd(), dir, flags)?), name))
+            }
+        }
+    }
+
     /// `rel` opened for reading, not through a symbolic link (see [`open_beneath`]); without
     /// waiting for a writer where it is a FIFO (the caller checks what it opened).
     pub(super) fn open_file(&self, rel: &str) -> std::io::Result<File> {
@@ -141,8 +166,9 @@ impl Root {
         Ok(FileInfo::of(&rustix::fs::fstat(&fd)?))
     }
 
+    /// Whether `rel` is a directory (a symbolic link to one is not).
     fn is_dir(&self, rel: &str) -> bool {
-        self.stat(rel, true).is_ok_and(|i| i.kind == FileType::Directory)
+        self.stat(rel, false).is_ok_and(|i| i.kind == FileType::Directory)
     }
 
     /// Removes file `rel`, then the directories above it that this left empty, up to the root
@@ -151,7 +177,7 @@ impl Root {
         self.unlink(rel).map_err(|e| io_error("delete", &self.display(rel), e))?;
         let mut dir = rel;
         while let Some((up, _)) = dir.rsplit_once('/') {
-            let removed = self.at(up).and_then(|(from, up)| rustix::fs::unlinkat(from, up, AtFlags::REMOVEDIR));
+            let removed = self.parent_of(up).and_then(|(from, up)| rustix::fs::unlinkat(from, up, AtFlags::REMOVEDIR));
             if removed.is_err() {
                 break;
             }
@@ -195,7 +221,7 @@ impl Root {
     /// A staged copy of `src`: a hard link where the filesystem has them, else a copy of the bytes.
     pub(super) fn copy_of(self: &Arc<Self>, src: &str) -> Result<Staged> {
         let link = |rel: &str| {
-            let (from, src) = self.at(src)?;
+            let (from, src) = self.parent_of(src)?;
             Ok(rustix::fs::linkat(from, src, &self.fd, rel, AtFlags::empty())?)
         };
         match self.make_staged("cp-", link) {
@@ -232,7 +258,7 @@ impl Root {
             if let Err(e) = self.create_parents(target) {
                 return Err((e, Some(staged)));
             }
-            let placed = self.at(target).and_then(|(to, name)| match noclobber {
+            let placed = self.parent_of(target).and_then(|(to, name)| match noclobber {
                 true => self.rename_noreplace(&staged.rel, to.as_fd(), name),
                 false => rustix::fs::renameat(&self.fd, &staged.rel, to, name),
             });
@@ -277,8 +303,9 @@ impl Root {
             dir = d.rsplit_once('/').map(|(up, _)| up);
         }
         for d in missing.into_iter().rev() {
-            let made =
-                self.at(d).and_then(|(from, name)| rustix::fs::mkdirat(from, name, Mode::from_raw_mode(DIR_MODE)));
+            let made = self
+                .parent_of(d)
+                .and_then(|(from, name)| rustix::fs::mkdirat(from, name, Mode::from_raw_mode(DIR_MODE)));
             match made {
                 Ok(()) => self.sync_dir(parent(d))?,
                 Err(Errno::EXIST) if self.is_dir(d) => {}
@@ -300,7 +327,7 @@ impl Root {
 
     /// Removes file `rel` (an object, or a staged file's leftover).
     pub(super) fn unlink(&self, rel: &str) -> std::io::Result<()> {
-        let (from, rel) = self.at(rel)?;
+        let (from, rel) = self.parent_of(rel)?;
         Ok(rustix::fs::unlinkat(from, rel, AtFlags::empty())?)
     }
 }
@@ -354,7 +381,7 @@ pub(super) struct FileInfo {
 impl FileInfo {
     // The fields' types differ between targets (`c_ulong`, `u64`…).
     #[allow(clippy::unnecessary_cast)]
-    fn of(st: &Stat) -> FileInfo {
+    pub(super) fn of(st: &Stat) -> FileInfo {
         let (secs, nanos) = (st.st_mtime as i64, st.st_mtime_nsec as u64);
         let mtime = match u64::try_from(secs) {
             Ok(secs) => SystemTime::UNIX_EPOCH + Duration::from_secs(secs),

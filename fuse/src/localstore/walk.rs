@@ -3,6 +3,7 @@
 //! are opened by their key, relative to the root, one at a time.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -10,15 +11,19 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
-use rustix::fs::{Dir, FileType};
+use rustix::fs::{AtFlags, Dir, FileType};
 use rustix::io::Errno;
 
 use super::root::{FileInfo, Root};
 use super::{Cleanup, Result, TMP_DIR, io_error};
 
-/// The names in directory `dir` (a key, "" for the root), sorted; `None` where there is no such
+/// A directory, open, and names in it.
+type Listed<N> = (Arc<OwnedFd>, Vec<N>);
+
+/// The names in directory `dir` (a key, "" for the root), sorted, and the directory, open (not
+/// through a symbolic link: what is in it is looked at from there); `None` where there is no such
 /// directory.
-fn names(root: &Root, dir: &str) -> std::io::Result<Option<Vec<Vec<u8>>>> {
+fn names(root: &Root, dir: &str) -> std::io::Result<Option<Listed<Vec<u8>>>> {
     let fd = match root.open_dir(dir) {
         Ok(fd) => fd,
         // (A symbolic link is no directory of the bucket's: `LOOP`.)
@@ -28,22 +33,24 @@ fn names(root: &Root, dir: &str) -> std::io::Result<Option<Vec<Vec<u8>>>> {
         Err(e) => return Err(e),
     };
     let mut names = Vec::new();
-    for entry in Dir::new(fd)? {
+    for entry in Dir::read_from(&fd)? {
         let name = entry?.file_name().to_bytes().to_vec();
         if name != b"." && name != b".." {
             names.push(name);
         }
     }
     names.sort_unstable();
-    Ok(Some(names))
+    Ok(Some((Arc::new(fd), names)))
 }
 
 /// The names in directory `dir` a listing looks at: not the staging directory, nor a name that is
 /// not UTF-8 (no key could name it; `LocalFileSystem` fails the whole listing instead, which made
 /// one such name, anywhere, fail the mount's start): the first one a process meets is logged.
-fn listed_names(root: &Root, dir: &str) -> Result<Vec<String>> {
+fn listed_names(root: &Root, dir: &str) -> Result<Option<Listed<String>>> {
     static TOLD: std::sync::Once = std::sync::Once::new();
-    let names = names(root, dir).map_err(|e| io_error("list", &root.display(dir), e))?.unwrap_or_default();
+    let Some((fd, names)) = names(root, dir).map_err(|e| io_error("list", &root.display(dir), e))? else {
+        return Ok(None);
+    };
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         match String::from_utf8(name) {
@@ -58,7 +65,7 @@ fn listed_names(root: &Root, dir: &str) -> Result<Vec<String>> {
             }
         }
     }
-    Ok(out)
+    Ok(Some((fd, out)))
 }
 
 /// `name` in directory `dir`, as a key.
@@ -69,7 +76,18 @@ fn child(dir: &str, name: &str) -> Result<Path> {
 /// What a listing sees at `key`: `None` for what vanished, or anything but a directory or a
 /// regular file (a symbolic link is not followed: see `Root::open_file`).
 fn entry(root: &Root, key: &str) -> Result<Option<FileInfo>> {
-    match root.stat(key, false) {
+    listed_kind(root, key, root.stat(key, false))
+}
+
+/// [`entry`] for `name`, in directory `dir` (open) whose key is the rest of `key`: one `stat`
+/// from the directory, not a path from the root.
+fn entry_in(root: &Root, dir: &OwnedFd, name: &str, key: &str) -> Result<Option<FileInfo>> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from);
+    listed_kind(root, key, st.map(|st| FileInfo::of(&st)))
+}
+
+fn listed_kind(root: &Root, key: &str, info: std::io::Result<FileInfo>) -> Result<Option<FileInfo>> {
+    match info {
         Ok(info) if matches!(info.kind, FileType::Directory | FileType::RegularFile) => Ok(Some(info)),
         Ok(_) => Ok(None),
         Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::LOOP)) => Ok(None),
@@ -86,9 +104,10 @@ fn listed(location: &Path) -> bool {
 pub(super) fn one_level(root: &Root, prefix: &Path) -> Result<ListResult> {
     let mut out = ListResult { common_prefixes: Vec::new(), objects: Vec::new() };
     let dir = prefix.as_ref();
-    for name in listed_names(root, dir)? {
+    let Some((fd, names)) = listed_names(root, dir)? else { return Ok(out) };
+    for name in names {
         let location = child(dir, &name)?;
-        match entry(root, location.as_ref())? {
+        match entry_in(root, &fd, &name, location.as_ref())? {
             Some(info) if info.kind == FileType::Directory => out.common_prefixes.push(location),
             Some(info) if listed(&location) => out.objects.push(info.meta(location)),
             _ => {}
@@ -106,7 +125,7 @@ pub(super) struct Walk {
     /// The prefix, until it is read.
     start: Option<String>,
     /// Keys still to look at, the next last, each with the directories above it.
-    pending: Vec<(String, Arc<Ancestors>)>,
+    pending: Vec<(String, Arc<Ancestors>, Arc<OwnedFd>)>,
 }
 
 /// The directories (device, inode) above an entry of a walk.
@@ -137,9 +156,10 @@ impl Walk {
     /// Queues the entries of directory `dir`.
     fn read(&mut self, dir: &str, info: FileInfo, up: Option<Arc<Ancestors>>) -> Result<()> {
         let here = Arc::new(Ancestors { id: (info.dev, info.ino), up });
-        for name in listed_names(&self.root, dir)?.into_iter().rev() {
+        let Some((fd, names)) = listed_names(&self.root, dir)? else { return Ok(()) };
+        for name in names.into_iter().rev() {
             let key = if dir.is_empty() { name } else { format!("{dir}/{name}") };
-            self.pending.push((key, here.clone()));
+            self.pending.push((key, here.clone(), fd.clone()));
         }
         Ok(())
     }
@@ -151,8 +171,9 @@ impl Walk {
                 self.read(&start, info, None)?;
             }
         }
-        while let Some((key, up)) = self.pending.pop() {
-            let Some(info) = entry(&self.root, &key)? else { continue };
+        while let Some((key, up, dir)) = self.pending.pop() {
+            let name = key.rsplit_once('/').map_or(key.as_str(), |(_, name)| name);
+            let Some(info) = entry_in(&self.root, &dir, name, &key)? else { continue };
             if info.kind == FileType::Directory {
                 if up.contains((info.dev, info.ino)) {
                     tracing::debug!(key, "a symbolic link to a directory above it: not listed");
@@ -209,7 +230,7 @@ pub(super) fn cleanup(root: &Root, older_than: Duration) -> std::io::Result<Clea
     let with_path =
         |rel: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", root.display(rel).display()));
     let mut done = Cleanup::default();
-    let names = names(root, TMP_DIR).map_err(|e| with_path(TMP_DIR, e))?.unwrap_or_default();
+    let names = names(root, TMP_DIR).map_err(|e| with_path(TMP_DIR, e))?.map(|(_, n)| n).unwrap_or_default();
     // Nothing of ours has a name that is not UTF-8.
     for name in names.into_iter().filter_map(|n| String::from_utf8(n).ok()) {
         let rel = format!("{TMP_DIR}/{name}");
