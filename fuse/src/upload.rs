@@ -477,14 +477,14 @@ impl Upload {
             }
             // The next of its own frames (and any ready behind it) to the spill, then try again:
             // the pipeline stays full rather than drained.
-            let before = self.holding.len();
+            let before = self.encoding.frames().next_number();
             if let Err(e) = self.collect_until(Until::One).await {
                 tracing::debug!(key = %self.path, error = %e, "frame kept until it can be stored");
                 // Frames the pipeline still has stay out of the budget rather than wait on themselves.
                 self.holding.clear();
             }
-            if self.holding.len() == before {
-                // (Nothing came back to give room: none is this file's to give.)
+            if self.encoding.frames().next_number() == before {
+                // (No frame came back: none in flight holds room this file could give back.)
                 self.holding.clear();
             }
         }
@@ -568,6 +568,10 @@ impl Upload {
                 Ok(_) => {}
                 Err(e) => {
                     self.encoding.frames().put_back(frame);
+                    // Its room stays with it.
+                    if let Some(room) = room {
+                        self.holding.push_front((self.encoding.frames().next_number(), room));
+                    }
                     break Err(e.into());
                 }
             }
@@ -889,7 +893,11 @@ impl Upload {
             self.sealed = true;
             self.encoding.end_stream();
         }
-        self.collect(true).await?;
+        if let Err(e) = self.collect(true).await {
+            // A closed file waiting for its next try holds no room meanwhile.
+            self.holding.clear();
+            return Err(e);
+        }
         if self.spill.in_place() {
             // The file is the object: every frame must be in it.
             self.store_unstored().await?;
