@@ -46,6 +46,9 @@ pub struct Limits {
     pub lifetime: std::time::Duration,
 }
 
+/// How long a connection past its lifetime may take to finish the request it is answering.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Default for Limits {
     fn default() -> Self {
         Limits { connections: 32, lifetime: std::time::Duration::from_secs(30) }
@@ -79,10 +82,18 @@ pub async fn serve_within(listener: tokio::net::TcpListener, metrics: Arc<Metric
                 async move { Ok::<_, Infallible>(r) }
             });
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), service);
-            match tokio::time::timeout(limits.lifetime, conn).await {
-                Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: connection ended with an error"),
-                Err(_) => tracing::debug!("metrics endpoint: connection closed after its lifetime"),
-                Ok(Ok(())) => {}
+            tokio::pin!(conn);
+            let ended = match tokio::time::timeout(limits.lifetime, conn.as_mut()).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    // A request being answered is answered first (a second at most), then the
+                    // connection closes.
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(GRACE, conn).await.unwrap_or(Ok(()))
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
             }
         });
     }
