@@ -16,10 +16,11 @@
 //! staging disk) keeps its bytes in memory and is written again before the next write takes any.
 //!
 //! Memory: a frame holds budget room for its size from the moment it is cut until its encoded
-//! bytes are in the spill (taken from the pipeline, then appended off the writer's thread); a part holds room while it is uploaded (released when its
-//! upload task ends). A writer that finds no room first takes its
-//! own encoded frames into the spill, so it never waits for room only it could give back; a file
-//! no one writes has its encoded frames taken by [`Upload::take_encoded`] (the mount's upkeep).
+//! bytes are in the spill (taken from the pipeline, then appended off the writer's thread); a part
+//! holds room while it is uploaded (released when its upload task ends). A writer that finds no
+//! room first takes its own encoded frames into the spill, so it never waits for room only it
+//! could give back; a file no one writes has its encoded frames taken by
+//! [`Upload::take_encoded`] (a task of the mount's, every second).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -457,7 +458,7 @@ impl Upload {
         }
         // Room for the frame's bytes, raw and then encoded, given back once the encoded bytes are
         // in the spill. (Twice the size, for the moment both exist, halved the frames a GPU
-        // could have in flight under the default limit: `auto` wrote 15-25% slower.)
+        // could have in flight under the default limit: `auto` wrote 15-30% slower.)
         let room = self.room(raw.len() as u64).await;
         self.holding.push_back((self.next_frame, room));
         self.encoding.submit(&self.sink.dispatcher, self.next_frame, raw, ());
@@ -491,8 +492,9 @@ impl Upload {
     }
 
     /// Takes the frames encoded so far into the spill without waiting for any, so their room in
-    /// the budget goes back: for a file open for writing that no one writes now (the mount's
-    /// upkeep calls this). A failure waits for the next write or `finish`, as in a write.
+    /// the budget goes back: for a file open for writing that no one writes now (a task of the
+    /// mount's calls this every second). A failure waits for the next write or `finish`, as in a
+    /// write.
     pub async fn take_encoded(&mut self) {
         if self.sealed || self.encoding.frames().in_flight() == 0 {
             return;

@@ -866,7 +866,7 @@ impl Fs {
     /// Takes the encoded frames of files open for writing that no one is writing now into their
     /// spills, so the memory budget room those frames hold goes back (a writer takes its own as
     /// it writes; a file left open idle would hold them until its next write). Skips any file
-    /// whose lock is held. The mount's upkeep calls this every second.
+    /// whose lock is held. A task of the mount's calls this every second.
     pub async fn take_idle_encoded_frames(&self) {
         for (_, file, writers) in self.handles.open_files() {
             if writers == 0 || file.writing() {
