@@ -816,8 +816,17 @@ impl Reader {
 }
 
 fn system_time(meta: &ObjectMeta) -> std::time::SystemTime {
-    UNIX_EPOCH
-        + Duration::new(meta.last_modified.timestamp().max(0) as u64, meta.last_modified.timestamp_subsec_nanos())
+    since_epoch(meta.last_modified.timestamp(), meta.last_modified.timestamp_subsec_nanos())
+}
+
+/// The time `secs` seconds (negative: before 1970) and `nanos` more after the epoch: a file
+/// another program dated before 1970 shows its date, not 1970.
+pub(crate) fn since_epoch(secs: i64, nanos: u32) -> std::time::SystemTime {
+    let whole = match u64::try_from(secs) {
+        Ok(secs) => UNIX_EPOCH + Duration::from_secs(secs),
+        Err(_) => UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()),
+    };
+    whole + Duration::from_nanos(u64::from(nanos))
 }
 
 /// Memory a frame takes while fetched and decoded: its stored and its raw bytes.
@@ -871,6 +880,13 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
+
+    #[test]
+    fn a_store_time_before_1970_keeps_its_date() {
+        let t = since_epoch(-315_619_200, 500_000_000);
+        assert_eq!(UNIX_EPOCH.duration_since(t).unwrap(), Duration::from_millis(315_619_199_500), "1960-01-01 00:00:00.5");
+        assert_eq!(since_epoch(5, 1), UNIX_EPOCH + Duration::new(5, 1));
+    }
 
     /// A store that answers a range past the end of a (shorter, replaced) object with what it has
     /// gives an error, not fewer bytes.

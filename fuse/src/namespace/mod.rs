@@ -776,7 +776,7 @@ async fn stat_footer(reader: &Reader, bucket: &Bucket, key: &Path) -> Result<Opt
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(e.into()),
             };
-            let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.last_modified.timestamp().max(0) as u64);
+            let mtime = crate::objects::since_epoch(meta.last_modified.timestamp(), 0);
             let attr = Attr {
                 size: meta.size,
                 stored: meta.size,
