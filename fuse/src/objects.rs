@@ -884,7 +884,11 @@ mod tests {
     #[test]
     fn a_store_time_before_1970_keeps_its_date() {
         let t = since_epoch(-315_619_200, 500_000_000);
-        assert_eq!(UNIX_EPOCH.duration_since(t).unwrap(), Duration::from_millis(315_619_199_500), "1960-01-01 00:00:00.5");
+        assert_eq!(
+            UNIX_EPOCH.duration_since(t).unwrap(),
+            Duration::from_millis(315_619_199_500),
+            "1960-01-01 00:00:00.5"
+        );
         assert_eq!(since_epoch(5, 1), UNIX_EPOCH + Duration::new(5, 1));
     }
 
