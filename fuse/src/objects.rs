@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use object_store::path::Path;
@@ -815,18 +815,9 @@ impl Reader {
     }
 }
 
+/// The store's time of an object (before 1970 too: a file another program dated 1960 shows 1960).
 fn system_time(meta: &ObjectMeta) -> std::time::SystemTime {
-    since_epoch(meta.last_modified.timestamp(), meta.last_modified.timestamp_subsec_nanos())
-}
-
-/// The time `secs` seconds (negative: before 1970) and `nanos` more after the epoch: a file
-/// another program dated before 1970 shows its date, not 1970.
-pub(crate) fn since_epoch(secs: i64, nanos: u32) -> std::time::SystemTime {
-    let whole = match u64::try_from(secs) {
-        Ok(secs) => UNIX_EPOCH + Duration::from_secs(secs),
-        Err(_) => UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()),
-    };
-    whole + Duration::from_nanos(u64::from(nanos))
+    crate::stamp::time((meta.last_modified.timestamp(), meta.last_modified.timestamp_subsec_nanos()))
 }
 
 /// Memory a frame takes while fetched and decoded: its stored and its raw bytes.
@@ -883,13 +874,13 @@ mod tests {
 
     #[test]
     fn a_store_time_before_1970_keeps_its_date() {
-        let t = since_epoch(-315_619_200, 500_000_000);
+        let t = crate::stamp::time((-315_619_200, 500_000_000));
         assert_eq!(
-            UNIX_EPOCH.duration_since(t).unwrap(),
+            std::time::UNIX_EPOCH.duration_since(t).unwrap(),
             Duration::from_millis(315_619_199_500),
             "1960-01-01 00:00:00.5"
         );
-        assert_eq!(since_epoch(5, 1), UNIX_EPOCH + Duration::new(5, 1));
+        assert_eq!(crate::stamp::time((5, 1)), std::time::UNIX_EPOCH + Duration::new(5, 1));
     }
 
     /// A store that answers a range past the end of a (shorter, replaced) object with what it has

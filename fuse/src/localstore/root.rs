@@ -9,7 +9,7 @@ use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use object_store::ObjectMeta;
 use object_store::path::Path;
@@ -382,11 +382,7 @@ impl FileInfo {
     // The fields' types differ between targets (`c_ulong`, `u64`…).
     #[allow(clippy::unnecessary_cast)]
     pub(super) fn of(st: &Stat) -> FileInfo {
-        let (secs, nanos) = (st.st_mtime as i64, st.st_mtime_nsec as u64);
-        let mtime = match u64::try_from(secs) {
-            Ok(secs) => SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
-            Err(_) => SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()),
-        } + Duration::from_nanos(nanos);
+        let mtime = crate::stamp::time((st.st_mtime as i64, st.st_mtime_nsec as u32));
         FileInfo {
             kind: FileType::from_raw_mode(st.st_mode as _),
             dev: st.st_dev as u64,

@@ -776,7 +776,7 @@ async fn stat_footer(reader: &Reader, bucket: &Bucket, key: &Path) -> Result<Opt
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(e.into()),
             };
-            let mtime = crate::objects::since_epoch(meta.last_modified.timestamp(), 0);
+            let mtime = crate::stamp::time((meta.last_modified.timestamp(), 0));
             let attr = Attr {
                 size: meta.size,
                 stored: meta.size,
