@@ -477,6 +477,42 @@ fn real_programs_copy_trees_extract_tars_run_a_database_and_append_logs() {
 }
 
 #[test]
+fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_made_here() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    for d in ["e1", "e2/y/z", "e3", "e4", "rq/.shrinkfs.dir"] {
+        fs::create_dir_all(bucket.join(d)).unwrap();
+    }
+    fs::write(bucket.join("rq/.shrinkfs.dir/inner"), "x").unwrap();
+    let socket = std::os::unix::net::UnixListener::bind(bucket.join("e4/sock")).unwrap();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    fs::remove_dir(mnt.join("e1")).unwrap();
+    fs::remove_dir_all(mnt.join("e2")).unwrap();
+    fs::rename(mnt.join("e3"), mnt.join("e3new")).unwrap();
+    // A directory holding only what the mount does not show (a socket) is not empty.
+    let e = fs::remove_dir(mnt.join("e4")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    // A directory under the marker's name is not listed (no name here may take it).
+    let names = |d: &Path| {
+        let mut v: Vec<String> =
+            fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    assert!(names(&mnt.join("rq")).is_empty());
+    for gone in ["e1", "e2", "e3"] {
+        assert!(!bucket.join(gone).exists(), "{gone} is gone from the bucket");
+    }
+    assert!(bucket.join("e3new").is_dir() && bucket.join("e4/sock").exists());
+    m.unmount();
+    let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
+    assert_eq!(names(&mnt), ["e3new", "e4", "rq"]);
+    m.unmount();
+    drop(socket);
+}
+
+#[test]
 fn the_mount_helper_turns_fstab_options_into_flags() {
     require_fuse!();
     let t = tempfile::tempdir().unwrap();

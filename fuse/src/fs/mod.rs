@@ -179,7 +179,17 @@ impl Fs {
                     attr.uid = stored.uid.or(attr.uid);
                     attr.gid = stored.gid.or(attr.gid);
                 }
-                Ok(None) => {}
+                // No marker: a directory another program made, or one gone since its time was
+                // set (removed by another mount, or by a local bucket along with its last entry),
+                // which a marker would bring back.
+                Ok(None) if rel.is_empty() => {}
+                Ok(None) => match self.names.dir_exists(&rel).await {
+                    Ok(false) => continue,
+                    Ok(true) => {}
+                    Err(e) => {
+                        tracing::debug!(dir = %rel, error = %e, "directory not asked for before its marker's write")
+                    }
+                },
                 Err(e) => tracing::debug!(dir = %rel, error = %e, "directory marker not read before its rewrite"),
             }
             if let Err(e) = self.put_dir_marker(&rel, &attr).await {

@@ -95,8 +95,11 @@ impl Fs {
             return Err(Error::NotFound);
         }
         self.names.drop_dir_times(&rel);
+        // (A local bucket removes the directory itself with its marker, or with the marker it
+        // lacks where another program made it; one holding only what the bucket hides stays.)
         match self.bucket.store.delete(&marker).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) if crate::localstore::os_error(&e) == Some(libc::ENOTEMPTY) => return Err(Error::NotEmpty),
             Err(e) => return Err(e.into()),
         }
         self.names.table().remove_name(parent, name);
@@ -370,6 +373,17 @@ impl Fs {
             if objects.is_empty() {
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
                 self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
+                // A directory with no marker (another program made it) has no object to move:
+                // a local bucket removes it by the marker it lacks, as `rmdir` does. One that
+                // holds only what the bucket hides stays, and so does the move's source.
+                match self.bucket.store.delete(&self.names.key(&join(&from, DIR_MARKER))).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) if crate::localstore::os_error(&e) == Some(libc::ENOTEMPTY) => {
+                        let _ = self.bucket.store.delete(&self.names.key(&join(&to, DIR_MARKER))).await;
+                        return Err(Error::NotEmpty);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             // Each old key goes only if it still holds the version copied (see `finish_move`).
             futures::stream::iter(moves)

@@ -151,6 +151,12 @@ impl LocalStore {
         file_of(location)
     }
 
+    /// Whether `key` is a directory of the bucket (not through a symbolic link), empty or not: a
+    /// directory another program made holds no marker, and maybe no object.
+    pub fn is_dir(&self, key: &Path) -> bool {
+        self.readable(key).is_ok_and(|rel| self.root.is_dir(&rel))
+    }
+
     /// Starts an object written in place: a staged file the caller writes at any offsets, which
     /// becomes the object at `location` when published — its bytes written once, with no parts.
     pub fn write_in_place(&self, location: &Path) -> Result<InPlace> {
@@ -794,6 +800,42 @@ mod tests {
         assert_eq!(std::fs::read(at("real/keep")).unwrap(), b"3");
         assert_eq!(std::fs::read(at("top")).unwrap(), b"1");
         assert_eq!(std::fs::read_dir(at("real")).unwrap().count(), 1, "nothing new in real/");
+    }
+
+    #[tokio::test]
+    async fn a_missing_marker_removes_its_directory_another_program_made_once_it_is_empty() {
+        let (dir, store) = store();
+        let at = |rel: &str| dir.path().join(rel);
+        for rel in ["e1", "e2/y/z", "full", "sock", "marked/inner"] {
+            std::fs::create_dir_all(at(rel)).unwrap();
+        }
+        std::fs::write(at("full/f"), "1").unwrap();
+        std::fs::write(at("marked/.shrinkfs.dir"), "").unwrap();
+        let socket = std::os::unix::net::UnixListener::bind(at("sock/s")).unwrap();
+        let marker = |rel: &str| Path::from(format!("{rel}/.shrinkfs.dir"));
+
+        // An empty directory without a marker goes, and the empty ones above it with it.
+        store.delete(&marker("e1")).await.unwrap();
+        assert!(!at("e1").exists());
+        store.delete(&marker("e2/y/z")).await.unwrap();
+        assert!(!at("e2").exists(), "its parents, left empty, go too");
+        // Gone already: not found, as any missing key.
+        assert_eq!(kind(store.delete(&marker("e1")).await).err(), Some("NotFound"));
+        // One holding an object stays (a queued DELETE of its files removes it later).
+        assert_eq!(kind(store.delete(&marker("full")).await).err(), Some("NotFound"));
+        assert!(at("full/f").exists());
+        // One holding only what the bucket hides says so and stays.
+        let e = store.delete(&marker("sock")).await.unwrap_err();
+        assert_eq!(os_error(&e), Some(libc::ENOTEMPTY), "{e}");
+        assert!(at("sock/s").exists());
+        // A marker that is there goes as an object does, and its directory stays while it holds
+        // a subdirectory.
+        store.delete(&marker("marked")).await.unwrap();
+        assert!(at("marked/inner").is_dir());
+        // An object key other than a marker is not found, directory or not.
+        assert_eq!(kind(store.delete(&Path::from("full/g")).await).err(), Some("NotFound"));
+        assert!(at("full").is_dir());
+        drop(socket);
     }
 
     #[tokio::test]

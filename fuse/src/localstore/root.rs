@@ -167,21 +167,43 @@ impl Root {
     }
 
     /// Whether `rel` is a directory (a symbolic link to one is not).
-    fn is_dir(&self, rel: &str) -> bool {
+    pub(super) fn is_dir(&self, rel: &str) -> bool {
         self.stat(rel, false).is_ok_and(|i| i.kind == FileType::Directory)
     }
 
     /// Removes file `rel`, then the directories above it that this left empty, up to the root
     /// (as `LocalFileSystem` with automatic cleanup).
+    ///
+    /// A directory's marker (`rmdir`'s delete) that is not there, in a directory another program
+    /// made, still removes its directory once empty, and is not found only where the directory is
+    /// gone too; where the directory holds only entries the bucket hides (a socket another program
+    /// left), the answer is `ENOTEMPTY`, not a success that leaves it showing.
     pub(super) fn remove(&self, rel: &str) -> Result<()> {
-        self.unlink(rel).map_err(|e| io_error("delete", &self.display(rel), e))?;
+        let missing = match self.unlink(rel) {
+            Ok(()) => false,
+            Err(e) if e.kind() == ErrorKind::NotFound && is_marker(rel) => true,
+            Err(e) => return Err(io_error("delete", &self.display(rel), e)),
+        };
         let mut dir = rel;
         while let Some((up, _)) = dir.rsplit_once('/') {
             let removed = self.parent_of(up).and_then(|(from, up)| rustix::fs::unlinkat(from, up, AtFlags::REMOVEDIR));
-            if removed.is_err() {
-                break;
+            match removed {
+                Ok(()) => dir = up,
+                Err(Errno::NOTEMPTY | Errno::EXIST)
+                    if missing && dir == rel && super::walk::holds_only_hidden(self, up)? =>
+                {
+                    let e = std::io::Error::from(Errno::NOTEMPTY);
+                    return Err(io_error(
+                        "remove directory (it holds entries that are not objects)",
+                        &self.display(up),
+                        e,
+                    ));
+                }
+                Err(_) => break,
             }
-            dir = up;
+        }
+        if missing && dir == rel {
+            return Err(io_error("delete", &self.display(rel), ErrorKind::NotFound.into()));
         }
         Ok(())
     }
@@ -330,6 +352,11 @@ impl Root {
         let (from, rel) = self.parent_of(rel)?;
         Ok(rustix::fs::unlinkat(from, rel, AtFlags::empty())?)
     }
+}
+
+/// Whether `rel` names a directory's marker object.
+fn is_marker(rel: &str) -> bool {
+    rel.rsplit('/').next() == Some(crate::namespace::DIR_MARKER)
 }
 
 /// The directory part of `rel` ("" for the root).

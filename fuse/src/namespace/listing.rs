@@ -46,7 +46,8 @@ pub const WHOLE_PAGES: usize = 4;
 /// A listed entry: its name, its kind, and its object (a file's).
 type Listed = (String, Kind, Option<ObjectMeta>);
 
-/// A listed page's entries, marker objects left out: files first, so a name that is both an
+/// A listed page's entries, marker objects (and prefixes under a marker's name, which no name
+/// here may take) left out: files first, so a name that is both an
 /// object and a prefix (`a` and `a/…`, made by other tools) is the file, as a lookup finds it
 /// (docs/SEMANTICS.md; S3 orders the object before the prefix, so no earlier page shows the
 /// prefix alone).
@@ -61,7 +62,7 @@ fn names(page: ListResult) -> Vec<Listed> {
         .common_prefixes
         .iter()
         .filter_map(|p| p.filename())
-        .filter(|n| *n != crate::localstore::TMP_DIR)
+        .filter(|n| *n != crate::localstore::TMP_DIR && *n != DIR_MARKER)
         .map(|n| (n.to_owned(), Kind::Dir, None));
     files.chain(dirs).collect()
 }

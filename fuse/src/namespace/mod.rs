@@ -435,9 +435,13 @@ impl Namespace {
         stat_object(&self.reader, &self.bucket, key, known).await
     }
 
-    /// Whether directory `rel` exists in the store (anything is stored under it).
+    /// Whether directory `rel` exists in the store: anything is stored under it, or, in a local
+    /// bucket, the directory is there (an empty one another program made has no marker).
     pub async fn dir_exists(&self, rel: &str) -> Result<bool> {
-        Ok(!self.first_keys(rel, 1).await?.is_empty())
+        if !self.first_keys(rel, 1).await?.is_empty() {
+            return Ok(true);
+        }
+        Ok(self.bucket.local.as_ref().is_some_and(|l| l.is_dir(&self.key(rel))))
     }
 
     /// Looks `name` up in directory `parent` and counts a kernel lookup: from the table while its
