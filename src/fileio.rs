@@ -1,5 +1,6 @@
 //! Local inputs and outputs of the CLI: `-` for stdin/stdout, outputs written under a temporary
-//! name and renamed into place only when complete, and progress bars on a terminal.
+//! name and renamed into place only when complete (a device, a FIFO or a link written through),
+//! and progress bars on a terminal.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -48,6 +49,25 @@ pub struct Output {
     file: Option<File>,
     paths: Option<(PathBuf, PathBuf)>,
     remote: Option<(RemoteWriter, Remote)>,
+    /// What the temporary file becomes when it takes the output's name.
+    last: Option<Last>,
+}
+
+/// The mode, and the owner where a file is replaced, an output takes when complete.
+struct Last {
+    mode: u32,
+    owner: Option<(u32, u32)>,
+}
+
+/// This process's umask, from `/proc/self/status` (reading it with `umask(2)` would set it
+/// meanwhile); 0o022 where that line is missing.
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
 }
 
 impl Output {
@@ -61,26 +81,68 @@ impl Output {
                 file: None,
                 paths: None,
                 remote: None,
+                last: None,
             });
         }
         let text = path.to_string_lossy();
         if remote::is_url(&text) {
             let r = remote::open(&text, s3)?;
             let w = r.writer();
-            return Ok(Output { writer: None, file: None, paths: None, remote: Some((w, r)) });
+            return Ok(Output { writer: None, file: None, paths: None, remote: Some((w, r)), last: None });
         }
+        match std::fs::symlink_metadata(path) {
+            // A device, a FIFO or a socket (`/dev/null`, a named pipe a reader waits on), or a
+            // symbolic link (`/dev/stdout`) is written through, as a shell's redirection would:
+            // a file put in its place would destroy it.
+            Ok(m) if !m.is_file() && !m.is_dir() => Self::through(path),
+            Ok(m) => Self::beside(path, Some(m)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Self::beside(path, None),
+            Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        }
+    }
+
+    /// Writes straight into what `path` is (opened, following a link).
+    fn through(path: &Path) -> anyhow::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        // Offsets mean nothing to a device or a pipe: only a regular file behind a link is
+        // written at them.
+        let file = f.metadata().is_ok_and(|m| m.is_file()).then(|| f.try_clone().ok()).flatten();
+        let w: Box<dyn Write + Send> = Box::new(f);
+        Ok(Output { writer: Some(BufWriter::with_capacity(1 << 20, w)), file, paths: None, remote: None, last: None })
+    }
+
+    /// Writes a temporary file beside `path`, moved into place by `commit`. It is readable by its
+    /// owner only until then (what a `kill -9` leaves of decoded bytes is no one else's), and
+    /// then takes the mode (and owner, where this process may set it) of the file it replaces
+    /// (`existing`), or the mode a new file gets under the umask.
+    fn beside(path: &Path, existing: Option<std::fs::Metadata>) -> anyhow::Result<Self> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
         stop_signals_remove_temporaries();
-        let f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
         pending().push(tmp.clone());
         let file = f.try_clone().ok();
         let w: Box<dyn Write + Send> = Box::new(f);
+        let mode = existing.as_ref().map_or_else(|| 0o666 & !umask(), |m| m.mode() & 0o7777);
+        let owner = existing.map(|m| (m.uid(), m.gid()));
         Ok(Output {
             writer: Some(BufWriter::with_capacity(1 << 20, w)),
             file,
             paths: Some((tmp, path.to_path_buf())),
             remote: None,
+            last: Some(Last { mode, owner }),
         })
     }
 
@@ -98,6 +160,15 @@ impl Output {
         let w = self.writer.take().expect("committed once");
         let inner = w.into_inner().map_err(|e| e.into_error()).context("cannot write output")?;
         drop(inner);
+        if let (Some((tmp, _)), Some(last)) = (&self.paths, &self.last) {
+            use std::os::unix::fs::PermissionsExt;
+            // The owner first: a change of owner clears the set-user-ID bits a mode sets.
+            if let Some((uid, gid)) = last.owner {
+                let _ = std::os::unix::fs::chown(tmp, Some(uid), Some(gid));
+            }
+            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(last.mode))
+                .with_context(|| format!("cannot set the mode of {}", tmp.display()))?;
+        }
         if let Some((tmp, path)) = self.paths.take() {
             // Moved into place under the list's lock: a stop signal meanwhile waits for the move
             // and finds nothing to remove; one that came first removed the file and ends the

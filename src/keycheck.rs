@@ -45,7 +45,8 @@ pub struct KeyCheck {
     pub unsealed: usize,
     /// Objects that are not shrinkfs objects (plain bytes) or could not be parsed.
     pub other: usize,
-    /// Something to log: a key given for a bucket whose sampled objects are all unsealed.
+    /// Something to log: a key given for a bucket whose sampled objects are all unsealed (plain
+    /// files or unsealed shrinkfs objects).
     pub warning: Option<String>,
 }
 
@@ -101,7 +102,8 @@ pub async fn check_key(bucket: &Bucket, key: Option<&MasterKey>) -> anyhow::Resu
         }
     }
     let Sampling { mut check, first_unsealed, .. } = s;
-    if key.is_some() && check.sealed == 0 && check.unsealed > 0 {
+    // (Plain files, which another program wrote, are not sealed either.)
+    if key.is_some() && check.sealed == 0 && check.unsealed + check.other > 0 {
         check.warning = Some(format!(
             "--key-file given but the bucket's objects are not sealed (e.g. {}); new files will be sealed; the unsealed ones are refused (EACCES) unless --allow-unsealed",
             first_unsealed.unwrap_or_default()
@@ -137,7 +139,10 @@ impl Sampling<'_> {
         };
         self.sampled += 1;
         match layout {
-            None => self.check.other += 1,
+            None => {
+                self.check.other += 1;
+                self.first_unsealed.get_or_insert(name);
+            }
             Some(layout) if !layout.header.sealed() => {
                 self.check.unsealed += 1;
                 self.first_unsealed.get_or_insert(name);
@@ -357,6 +362,12 @@ mod tests {
         assert!(c.warning.as_deref().is_some_and(|w| w.contains("not sealed") && w.contains("(e.g. a.log)")), "{c:?}");
         let c = check(&b, None).unwrap();
         assert_eq!((c.unsealed, c.warning), (2, None));
+        // Plain files another program wrote are not sealed either.
+        let b = bucket(&[("notes.txt", b"plain".to_vec())]);
+        let c = check(&b, Some(key(0xA))).unwrap();
+        assert_eq!((c.sealed, c.other), (0, 1));
+        assert!(c.warning.as_deref().is_some_and(|w| w.contains("(e.g. notes.txt)")), "{c:?}");
+        assert_eq!(check(&b, None).unwrap().warning, None);
     }
 
     #[test]

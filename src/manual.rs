@@ -105,7 +105,9 @@ fn root_sections(cmd: &Command) -> Roff {
         "SHRINKFS_FLAG",
         "Every long flag of the subcommand being run, upper case with - as _: SHRINKFS_MEMORY_LIMIT=2G \
          is --memory-limit 2G, SHRINKFS_ALLOW_OTHER=true is --allow-other (switches take true/false, \
-         yes/no, on/off, 1/0), SHRINKFS_VERBOSE=2 is -vv. An empty variable is unset. The command line wins \
+         yes/no, on/off, 1/0), SHRINKFS_VERBOSE=2 is -vv. An empty variable is unset, except \
+         SHRINKFS_KEY_FILE, SHRINKFS_SSE, SHRINKFS_SSE_KMS_KEY_ID and SHRINKFS_SSE_C_KEY_FILE, which \
+         stop the command when empty. The command line wins \
          over the environment, which wins over the config file. A variable applies to every subcommand \
          that has the flag.",
     );

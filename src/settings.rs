@@ -52,6 +52,9 @@ pub const NOT_FLAGS: &[&str] = &[
 #[error("{0}")]
 pub struct SettingsError(String);
 
+/// Flags whose absence stores data unencrypted: an empty variable for one is an error, not unset.
+const PROTECTING: [&str; 4] = ["key-file", "sse", "sse-kms-key-id", "sse-c-key-file"];
+
 /// The environment variable that sets the flag `--long`: `memory-limit` -> `SHRINKFS_MEMORY_LIMIT`.
 pub fn env_name(long: &str) -> String {
     format!("SHRINKFS_{}", long.to_ascii_uppercase().replace('-', "_"))
@@ -167,8 +170,18 @@ fn layered(
     }
     let leaf = find(&cmd, &path);
     for (arg, kind) in globals(&cmd).chain(leaf.get_arguments().filter_map(|a| Some((a, kind(a)?)))) {
-        let name = env_name(arg.get_long().unwrap_or_default());
-        let Some(raw) = env(&name).filter(|v| !v.is_empty()) else { continue };
+        let long = arg.get_long().unwrap_or_default();
+        let name = env_name(long);
+        let Some(raw) = env(&name) else { continue };
+        if raw.is_empty() {
+            // An empty variable is unset, except where that would quietly store data with less
+            // protection than asked for (`SHRINKFS_KEY_FILE=$KEY` with `KEY` unset).
+            if PROTECTING.contains(&long) {
+                let m = format!("environment variable {name} is set but empty: give it a value, or unset it");
+                return Err(SettingsError(m));
+            }
+            continue;
+        }
         let raw =
             raw.into_string().map_err(|_| SettingsError(format!("environment variable {name}: not valid UTF-8")))?;
         let checked =
@@ -575,6 +588,8 @@ codec = "lz4"
             ("SHRINKFS_ALLOW_OTHER", "2", "environment variable SHRINKFS_ALLOW_OTHER: '2' is not a switch value"),
             ("SHRINKFS_METADATA_TTL", "-1", "SHRINKFS_METADATA_TTL: invalid value '-1'"),
             ("SHRINKFS_OPTIONS", "ro,bogus", "SHRINKFS_OPTIONS"),
+            ("SHRINKFS_KEY_FILE", "", "environment variable SHRINKFS_KEY_FILE is set but empty"),
+            ("SHRINKFS_SSE_C_KEY_FILE", "", "environment variable SHRINKFS_SSE_C_KEY_FILE is set but empty"),
         ] {
             let r = parse("shrinkfs mount memory:// /m", &[(var, value)], None);
             match r {

@@ -320,6 +320,56 @@ fn an_existing_output_is_replaced_whole_and_no_temporary_file_is_left() {
     assert!(names.iter().all(|n| !n.contains("shrinkfs-tmp")), "{names:?}");
 }
 
+/// An output that is a FIFO, a device or a symbolic link is written through, never replaced by a
+/// regular file; a replaced file keeps its mode and owner; a new one gets the umask's mode.
+#[test]
+fn special_outputs_are_written_through_and_replaced_files_keep_their_mode() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let d = tempfile::tempdir().unwrap();
+    let (input, obj) = (d.path().join("in"), d.path().join("in.skf"));
+    std::fs::write(&input, b"through the pipe").unwrap();
+    assert_ok(&run(&["pack", p(&input), p(&obj)]));
+    // A FIFO with a reader waiting.
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
+        .unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    assert_ok(&run(&["unpack", p(&obj), p(&fifo)]));
+    assert_eq!(reader.join().unwrap(), b"through the pipe");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    // A device (root only: CI runs as root).
+    if rustix::process::geteuid().is_root() {
+        let null = d.path().join("null");
+        let dev = rustix::fs::makedev(1, 3);
+        rustix::fs::mknodat(rustix::fs::CWD, &null, rustix::fs::FileType::CharacterDevice, 0o666.into(), dev).unwrap();
+        assert_ok(&run(&["unpack", p(&obj), p(&null)]));
+        assert_ok(&run(&["pack", p(&input), p(&null)]));
+        assert_eq!(std::fs::symlink_metadata(&null).unwrap().rdev(), dev, "still the device");
+    }
+    // A link to a file: the file gets the bytes, the link stays a link.
+    let (target, link) = (d.path().join("target"), d.path().join("link"));
+    std::fs::write(&target, b"old").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert_ok(&run(&["unpack", p(&obj), p(&link)]));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), b"through the pipe");
+    // A replaced file keeps its mode; a new one gets 0o666 less the umask (0o027 here).
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_ok(&run(&["unpack", p(&obj), p(&target)]));
+    assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o7777, 0o640);
+    let new = d.path().join("new");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask 027 && exec {} unpack {} {}", env!("CARGO_BIN_EXE_shrinkfs"), p(&obj), p(&new)))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert_eq!(std::fs::metadata(&new).unwrap().mode() & 0o7777, 0o640);
+}
+
 /// A `pack` stopped by SIGINT or SIGTERM while it writes removes its temporary output and ends
 /// as the signal ends a process.
 #[test]
