@@ -420,6 +420,48 @@ fn a_write_the_full_staging_disk_cut_short_leaves_zeros_in_the_hole_after_it() {
     drop(m);
 }
 
+/// With the write-back cache, an overwrite the full bucket refuses leaves the previous version,
+/// and the same mount shows it as it is: not the new size, read as the old bytes followed by
+/// zeros no one wrote (the kernel trusted its own size of the dropped version). Found by a
+/// black-box probe.
+#[test]
+fn an_overwrite_the_full_bucket_refused_shows_the_previous_version_with_the_writeback_cache() {
+    require_fuse!();
+    let t = tempfile::tempdir().unwrap();
+    let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
+    let Some(_bucket_fs) = Tmpfs::new(&bucket, "20m") else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let mut m = mount(bucket.to_str().unwrap(), &mnt, &["--writeback-cache"], &[]);
+    let out = py(
+        "import os,sys\n\
+         os.chdir(sys.argv[1])\n\
+         old=os.urandom(5<<20)\n\
+         with open('keep','wb') as f: f.write(old)\n\
+         new=os.urandom(30<<20)\n\
+         fd=os.open('keep',os.O_WRONLY|os.O_TRUNC)\n\
+         done=0\n\
+         try:\n    while done<len(new): done+=os.write(fd,new[done:done+(1<<20)])\n\
+         except OSError: pass\n\
+         try:\n    os.close(fd); closed='ok'\n\
+         except OSError as e: closed=e.strerror\n\
+         assert closed!='ok', 'the bucket did not fill'\n\
+         size=os.stat('keep').st_size\n\
+         got=open('keep','rb').read()\n\
+         print('close', closed, 'size', size, 'read', len(got))\n\
+         assert size==len(old) and got==old, 'not the previous version'\n",
+        &[mnt.to_str().unwrap()],
+    );
+    println!("{}", ok(&out).trim_end());
+    // The refused version is counted as lost: the unmount says so, and the bucket holds the
+    // previous one.
+    let out = Command::new(common::bin()).arg("unmount").arg(&mnt).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "unmount: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(m.wait_exit(20), "{}", m.log());
+    assert_eq!(unpack(&bucket.join("keep")).len(), 5 << 20);
+}
+
 #[test]
 fn sigterm_never_publishes_a_file_still_being_written_and_unmounts_once_it_is_closed() {
     require_fuse!();

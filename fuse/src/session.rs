@@ -25,13 +25,38 @@ pub fn mount(
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
-    let adapter = FuseAdapter::new(fs, rt).with_writeback_cache(opts.writeback_cache);
+    let adapter = FuseAdapter::new(fs.clone(), rt).with_writeback_cache(opts.writeback_cache);
     match Session::from_fd(adapter, fd, config.acl, config) {
-        Ok(session) => Ok((session, conn)),
+        Ok(session) => {
+            fs.set_kernel_cache(Box::new(Kernel(session.notifier())));
+            Ok((session, conn))
+        }
         Err(e) => {
             // The kernel mount exists but nothing will serve it: take it away again.
             let _ = conn.detach();
             Err(e)
+        }
+    }
+}
+
+/// The kernel's caches of this mount, cleared through FUSE's notifications.
+struct Kernel(fuser::Notifier);
+
+impl crate::fs::KernelCache for Kernel {
+    fn forget_entry(&self, parent: u64, name: &str) {
+        // On a thread of its own: the kernel answers a notification only once it holds the
+        // directory's lock, which a request the mount has yet to answer may hold.
+        let (notifier, name) = (self.0.clone(), name.to_owned());
+        let sent = std::thread::Builder::new().name("kernel-forget".into()).spawn(move || {
+            match notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name)) {
+                // Not known to the kernel: nothing to forget.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => tracing::debug!(parent, name, error = %e, "the kernel was not told to forget a name"),
+                Ok(()) => {}
+            }
+        });
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "no thread to tell the kernel to forget a name");
         }
     }
 }

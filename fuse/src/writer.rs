@@ -94,6 +94,19 @@ impl FileWriter {
         Ok(tempfile::tempfile_in(&self.cfg.staging_dir)?)
     }
 
+    /// Fails with `ENOSPC` at once where the staging directory has less room than `bytes`, which
+    /// staging a stored file takes (its holes as written zeros): rather than after filling the
+    /// disk, with the caller waiting in an uninterruptible request all along (a 1 TiB sparse
+    /// file took minutes). Other writers may take the room meanwhile: the writes still check.
+    fn check_staging_room(&self, bytes: u64) -> Result<()> {
+        let Ok(st) = nix::sys::statvfs::statvfs(&self.cfg.staging_dir) else { return Ok(()) };
+        let free = st.blocks_available().saturating_mul(st.fragment_size());
+        if st.blocks() > 0 && bytes > free {
+            return Err(Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        Ok(())
+    }
+
     /// The state of file `rel` not yet open: the object as stored now. A damaged object can still
     /// be opened to be `replace`d (truncated); it then records `fallback`'s mode and owner.
     /// `known` is the version the inode describes, read whole by a lookup less than the `Duration`
@@ -214,6 +227,7 @@ impl FileWriter {
                 let file = self.staging_file()?;
                 let mut len = 0;
                 if let Some(base) = &of.base {
+                    self.check_staging_room(base.size())?;
                     // Frame by frame, so a large file does not pass through memory at once.
                     let step = 8u64 << 20;
                     while len < base.size() {

@@ -615,13 +615,21 @@ impl Fs {
                 return Ok(());
             }
             self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            // The kernel is told to forget the name: it would go on showing the file as written
+            // (with the write-back cache it trusts its own size, so the previous version's bytes
+            // would read as followed by zeros no one wrote).
             match of.base.clone() {
-                Some(info) => self.names.committed(h.ino, &info),
+                Some(info) => {
+                    if let Some((parent, name)) = self.names.renamed_to_version(h.ino, &info) {
+                        self.kernel_forget(parent, &name);
+                    }
+                }
                 None => {
                     if let Ok(i) = self.names.inode(h.ino)
                         && i.parent != 0
                     {
                         self.names.removed(i.parent, &i.name, true);
+                        self.kernel_forget(i.parent, &i.name);
                     }
                 }
             }

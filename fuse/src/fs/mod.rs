@@ -83,12 +83,22 @@ pub struct Fs {
     told_open: std::sync::Mutex<std::collections::HashSet<u64>>,
     /// Files whose last handle closed with changes not stored, kept and tried again.
     unstored: unstored::Unstored,
+    /// What the kernel keeps that the mount may tell it to drop (the adapter's, once the session
+    /// exists; none without a kernel).
+    kernel: OnceLock<Box<dyn KernelCache>>,
     /// Files the mount ended with changes not stored: left open for writing, or kept since
     /// their last close failed and not stored at unmount either.
     lost: std::sync::atomic::AtomicUsize,
     /// When an unmount's pass last found the store not answering (a request failed after 3 s
     /// or more): the passes of the next minute try nothing more (see `flush_all`).
     unanswered: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// The kernel's caches of a mount, as far as the mount may clear them.
+pub trait KernelCache: Send + Sync {
+    /// Drops the kernel's entry for `name` in directory `parent` (and so, once unused, the inode
+    /// it names); returns without waiting for the kernel.
+    fn forget_entry(&self, parent: u64, name: &str);
 }
 
 impl std::fmt::Debug for Fs {
@@ -144,6 +154,22 @@ impl Fs {
             unstored: Default::default(),
             lost: std::sync::atomic::AtomicUsize::new(0),
             unanswered: std::sync::Mutex::new(None),
+            kernel: OnceLock::new(),
+        }
+    }
+
+    /// Lets the mount tell the kernel to drop what it keeps of a name (once; later calls are
+    /// ignored).
+    pub fn set_kernel_cache(&self, kernel: Box<dyn KernelCache>) {
+        let _ = self.kernel.set(kernel);
+    }
+
+    /// Tells the kernel to forget name `name` of directory `parent`, so its next use asks the
+    /// mount: for a name whose file the kernel would otherwise go on showing as it was (its size,
+    /// its pages). Nothing where no kernel is attached.
+    pub(crate) fn kernel_forget(&self, parent: u64, name: &str) {
+        if let Some(k) = self.kernel.get() {
+            k.forget_entry(parent, name);
         }
     }
 

@@ -427,6 +427,23 @@ impl Namespace {
         }
     }
 
+    /// Inode `ino`'s name now names object version `info` (the stored version its dropped changes
+    /// were to replace) through a new inode: the kernel, which may trust its own size of the old
+    /// one (the write-back cache), then learns the version's. Returns the name, if it has one.
+    pub fn renamed_to_version(&self, ino: u64, info: &ObjectInfo) -> Option<(u64, String)> {
+        let (kind, attr) = attr_from_object(info);
+        let mut t = self.table();
+        let cur = t.get(ino)?;
+        let (parent, name) = (cur.parent, cur.name.clone());
+        if parent == 0 {
+            return None;
+        }
+        t.remove_name(parent, &name);
+        let new = t.upsert(parent, &name, kind, attr, Some(Instant::now()), false);
+        t.changed_here(new.ino);
+        Some((parent, name))
+    }
+
     /// Kind and attributes of the object at `key`, `None` if there is none: one HEAD, and
     /// nothing more when it names the version `known` describes, a version whose layout is cached,
     /// or carries the attributes recorded beside the object; else its footer is read (objects of
