@@ -25,14 +25,8 @@ fn prefix(dev: (u32, u32)) -> String {
 /// pid it names one process even once the pid is reused. None for a process that has ended,
 /// zombies included (a parent that has not reaped it yet).
 fn running_since(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold anything: count after the last ')'.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
+    let stat = shrinkfs_fuse::procstat::ProcStat::read(Some(pid))?;
+    stat.running().then(|| stat.number(22)).flatten()
 }
 
 /// Writes `text` at `path` whole or not at all (a reader never sees half of it), through a

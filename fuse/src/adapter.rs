@@ -635,10 +635,7 @@ fn process_of(tid: u32) -> u32 {
 
 /// Whether a process still runs (a zombie does not count).
 fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|st| st.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
-        .unwrap_or(false)
+    crate::procstat::ProcStat::read(Some(pid)).is_some_and(|s| s.running())
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ pub mod namespace;
 pub mod objects;
 pub mod openfile;
 pub mod pagecache;
+pub mod procstat;
 pub mod readahead;
 pub mod recorded;
 pub mod session;

@@ -46,11 +46,8 @@ pub fn is_fuse(dir: &Path) -> bool {
 
 /// User plus system CPU seconds a process has used.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let (utime, stime): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    let stat = shrinkfs_fuse::procstat::ProcStat::read(Some(pid))?;
+    let (utime, stime) = (stat.number(14)? as f64, stat.number(15)? as f64);
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / ticks)

@@ -158,12 +158,8 @@ impl ProcessStat {
     /// Reads this process's figures; `None` off Linux or when `/proc` is not mounted.
     pub fn read() -> Option<ProcessStat> {
         use nix::unistd::{SysconfVar, sysconf};
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // The command name is in parentheses and may hold spaces: fields count from after it.
-        let after = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = after.split_whitespace().collect();
-        // `after` starts at field 3 (state): field n is f[n - 3].
-        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        let stat = crate::procstat::ProcStat::read(None)?;
+        let field = |n: usize| stat.number(n);
         let ticks = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
         let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
         let boot = std::fs::read_to_string("/proc/stat")
