@@ -91,9 +91,10 @@ impl Output {
             return Ok(Output { writer: None, file: None, paths: None, remote: Some((w, r)), last: None });
         }
         match std::fs::symlink_metadata(path) {
-            // A device, a FIFO or a socket (`/dev/null`, a named pipe a reader waits on), or a
-            // symbolic link (`/dev/stdout`) is written through, as a shell's redirection would:
-            // a file put in its place would destroy it.
+            Ok(m) if m.file_type().is_symlink() => Self::behind_link(path),
+            // A device, a FIFO or a socket (`/dev/null`, a named pipe a reader waits on) is
+            // written into, as a shell's redirection would: a file put in its place would
+            // destroy it.
             Ok(m) if !m.is_file() && !m.is_dir() => Self::through(path),
             Ok(m) => Self::beside(path, Some(m)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Self::beside(path, None),
@@ -101,19 +102,43 @@ impl Output {
         }
     }
 
-    /// Writes straight into what `path` is (opened, following a link).
+    /// An output named by a symbolic link: what it names. A regular file is replaced whole, as
+    /// when named itself, except one reached through `/dev` or `/proc` (`/dev/stdout` names
+    /// whatever this process's output is, a file a shell opened for appending included): that is
+    /// written into, at its end. A device or a FIFO is written into; a link to nothing is an
+    /// error, not a file made where it points.
+    fn behind_link(path: &Path) -> anyhow::Result<Self> {
+        let target = match std::fs::metadata(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                anyhow::bail!("{} is a symbolic link to nothing: name the file to write", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        let system = path.starts_with("/dev") || path.starts_with("/proc");
+        if target.is_file() && !system {
+            let real = std::fs::canonicalize(path).with_context(|| format!("cannot open {}", path.display()))?;
+            return Self::beside(&real, Some(target));
+        }
+        Self::through(path)
+    }
+
+    /// Writes into what `path` names (following a link): a device, a FIFO, or a file, at its end.
     fn through(path: &Path) -> anyhow::Result<Self> {
         let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
+            .append(true)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        // Offsets mean nothing to a device or a pipe: only a regular file behind a link is
-        // written at them.
-        let file = f.metadata().is_ok_and(|m| m.is_file()).then(|| f.try_clone().ok()).flatten();
+        // Written as a stream: nothing at offsets (with `O_APPEND` a write at an offset still
+        // lands at the end).
         let w: Box<dyn Write + Send> = Box::new(f);
-        Ok(Output { writer: Some(BufWriter::with_capacity(1 << 20, w)), file, paths: None, remote: None, last: None })
+        Ok(Output {
+            writer: Some(BufWriter::with_capacity(1 << 20, w)),
+            file: None,
+            paths: None,
+            remote: None,
+            last: None,
+        })
     }
 
     /// Writes a temporary file beside `path`, moved into place by `commit`. It is readable by its
@@ -125,15 +150,24 @@ impl Output {
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
         stop_signals_remove_temporaries();
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        // (A leftover of a killed run that had this process's id is this run's to replace.)
+        let create = || std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp);
+        let f = match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_file(&tmp);
+                create()
+            }
+            opened => opened,
+        }
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let file = match f.try_clone() {
+            Ok(file) => Some(file),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e).with_context(|| format!("cannot open {} again", tmp.display()));
+            }
+        };
         pending().push(tmp.clone());
-        let file = f.try_clone().ok();
         let w: Box<dyn Write + Send> = Box::new(f);
         let mode = existing.as_ref().map_or_else(|| 0o666 & !umask(), |m| m.mode() & 0o7777);
         let owner = existing.map(|m| (m.uid(), m.gid()));
@@ -160,13 +194,17 @@ impl Output {
         let w = self.writer.take().expect("committed once");
         let inner = w.into_inner().map_err(|e| e.into_error()).context("cannot write output")?;
         drop(inner);
-        if let (Some((tmp, _)), Some(last)) = (&self.paths, &self.last) {
+        if let (Some((tmp, _)), Some(last), Some(file)) = (&self.paths, &self.last, &self.file) {
             use std::os::unix::fs::PermissionsExt;
-            // The owner first: a change of owner clears the set-user-ID bits a mode sets.
-            if let Some((uid, gid)) = last.owner {
-                let _ = std::os::unix::fs::chown(tmp, Some(uid), Some(gid));
+            // The owner first: a change of owner clears the set-user-ID bits a mode sets. A file
+            // that cannot keep its owner does not keep those bits either.
+            let mut mode = last.mode;
+            if let Some((uid, gid)) = last.owner
+                && std::os::unix::fs::fchown(file, Some(uid), Some(gid)).is_err()
+            {
+                mode &= !0o6000;
             }
-            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(last.mode))
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
                 .with_context(|| format!("cannot set the mode of {}", tmp.display()))?;
         }
         if let Some((tmp, path)) = self.paths.take() {

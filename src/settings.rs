@@ -52,6 +52,14 @@ pub const NOT_FLAGS: &[&str] = &[
 #[error("{0}")]
 pub struct SettingsError(String);
 
+/// Whether `args` give flag `--long` (which then wins over the environment).
+fn on_command_line(args: &[OsString], long: &str) -> bool {
+    let flag = format!("--{long}");
+    args.iter()
+        .filter_map(|a| a.to_str())
+        .any(|a| a == flag || a.strip_prefix(&flag).is_some_and(|r| r.starts_with('=')))
+}
+
 /// Flags whose absence stores data unencrypted: an empty variable for one is an error, not unset.
 const PROTECTING: [&str; 4] = ["key-file", "sse", "sse-kms-key-id", "sse-c-key-file"];
 
@@ -176,7 +184,7 @@ fn layered(
         if raw.is_empty() {
             // An empty variable is unset, except where that would quietly store data with less
             // protection than asked for (`SHRINKFS_KEY_FILE=$KEY` with `KEY` unset).
-            if PROTECTING.contains(&long) {
+            if PROTECTING.contains(&long) && !on_command_line(args, long) {
                 let m = format!("environment variable {name} is set but empty: give it a value, or unset it");
                 return Err(SettingsError(m));
             }
@@ -598,6 +606,12 @@ codec = "lz4"
                 Ok(_) => assert_eq!(var, "SHRINKFS_OPTIONS"),
             }
         }
+        // The command line wins over an empty variable too.
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, [7u8; 32]).unwrap();
+        let line = format!("shrinkfs mount memory:// /m --key-file={}", key.display());
+        assert!(parse(&line, &[("SHRINKFS_KEY_FILE", "")], None).is_ok());
     }
 
     #[test]

@@ -333,12 +333,14 @@ fn special_outputs_are_written_through_and_replaced_files_keep_their_mode() {
     let fifo = d.path().join("fifo");
     rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
         .unwrap();
-    let reader = {
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
         let fifo = fifo.clone();
-        std::thread::spawn(move || std::fs::read(fifo).unwrap())
-    };
+        std::thread::spawn(move || tx.send(std::fs::read(fifo).unwrap()));
+    }
     assert_ok(&run(&["unpack", p(&obj), p(&fifo)]));
-    assert_eq!(reader.join().unwrap(), b"through the pipe");
+    let read = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the FIFO's reader got its bytes");
+    assert_eq!(read, b"through the pipe");
     assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
     // A device (root only: CI runs as root).
     if rustix::process::geteuid().is_root() {
@@ -356,10 +358,42 @@ fn special_outputs_are_written_through_and_replaced_files_keep_their_mode() {
     assert_ok(&run(&["unpack", p(&obj), p(&link)]));
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     assert_eq!(std::fs::read(&target).unwrap(), b"through the pipe");
-    // A replaced file keeps its mode; a new one gets 0o666 less the umask (0o027 here).
+    // `/dev/stdout` is this process's output, a file a shell opened for appending included.
+    let stdout_kind = || std::fs::symlink_metadata("/dev/stdout").map(|m| m.file_type());
+    if let Ok(before) = stdout_kind() {
+        let log = d.path().join("log");
+        std::fs::write(&log, b"earlier\n").unwrap();
+        let script = format!("exec {} unpack {} /dev/stdout >> {}", env!("CARGO_BIN_EXE_shrinkfs"), p(&obj), p(&log));
+        assert_ok(&Command::new("sh").arg("-c").arg(script).output().unwrap());
+        assert_eq!(std::fs::read(&log).unwrap(), b"earlier\nthrough the pipe");
+        assert_eq!(stdout_kind().unwrap(), before, "/dev/stdout is what it was");
+    }
+    // A failed unpack through the link leaves the file as it was.
+    let bad = d.path().join("bad.skf");
+    let mut damaged = std::fs::read(&obj).unwrap();
+    let mid = damaged.len() / 3;
+    damaged[mid] ^= 0xff;
+    std::fs::write(&bad, &damaged).unwrap();
+    assert!(!run(&["unpack", p(&bad), p(&link)]).status.success());
+    assert_eq!(std::fs::read(&target).unwrap(), b"through the pipe", "untouched by the failure");
+    // A link to nothing names no file to write.
+    let dangling = d.path().join("dangling");
+    std::os::unix::fs::symlink(d.path().join("nowhere"), &dangling).unwrap();
+    assert!(!run(&["unpack", p(&obj), p(&dangling)]).status.success());
+    assert!(!d.path().join("nowhere").exists());
+    // A replaced file keeps its mode (and, where this process may set it, its owner); a new
+    // one gets 0o666 less the umask (0o027 here).
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        std::os::unix::fs::chown(&target, Some(1234), Some(4321)).unwrap();
+    }
     assert_ok(&run(&["unpack", p(&obj), p(&target)]));
-    assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o7777, 0o640);
+    let m = std::fs::metadata(&target).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o640);
+    if root {
+        assert_eq!((m.uid(), m.gid()), (1234, 4321));
+    }
     let new = d.path().join("new");
     let o = Command::new("sh")
         .arg("-c")

@@ -481,7 +481,7 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    for d in ["e1", "e2/y/z", "e3", "e4", "rq/.shrinkfs.dir"] {
+    for d in ["e1", "e2/y/z", "e3/sub", "e4", "rq/.shrinkfs.dir", "e5/sub"] {
         fs::create_dir_all(bucket.join(d)).unwrap();
     }
     fs::write(bucket.join("rq/.shrinkfs.dir/inner"), "x").unwrap();
@@ -489,10 +489,15 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
     fs::remove_dir(mnt.join("e1")).unwrap();
     fs::remove_dir_all(mnt.join("e2")).unwrap();
+    // Moved whole, with its empty subdirectory.
     fs::rename(mnt.join("e3"), mnt.join("e3new")).unwrap();
-    // A directory holding only what the mount does not show (a socket) is not empty.
-    let e = fs::remove_dir(mnt.join("e4")).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    assert!(mnt.join("e3new/sub").is_dir() && bucket.join("e3new/sub").is_dir());
+    // A directory holding an empty subdirectory, or only what the mount does not show (a
+    // socket), is not empty.
+    for full in ["e4", "e5"] {
+        let e = fs::remove_dir(mnt.join(full)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{full}: {e}");
+    }
     // A directory under the marker's name is not listed (no name here may take it).
     let names = |d: &Path| {
         let mut v: Vec<String> =
@@ -507,7 +512,7 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     assert!(bucket.join("e3new").is_dir() && bucket.join("e4/sock").exists());
     m.unmount();
     let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
-    assert_eq!(names(&mnt), ["e3new", "e4", "rq"]);
+    assert_eq!(names(&mnt), ["e3new", "e4", "e5", "rq"]);
     m.unmount();
     drop(socket);
 }

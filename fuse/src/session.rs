@@ -1,5 +1,5 @@
-//! Serving a mount: the fuser session over this process's own FUSE connection, and the
-//! kernel's readahead for it.
+//! Serving a mount: the fuser session over this process's own FUSE connection, the kernel's
+//! readahead for it, and the notifications that make the kernel forget what it cached.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub fn mount(
     let adapter = FuseAdapter::new(fs.clone(), rt).with_writeback_cache(opts.writeback_cache);
     match Session::from_fd(adapter, fd, config.acl, config) {
         Ok(session) => {
-            fs.set_kernel_cache(Box::new(Kernel(session.notifier())));
+            fs.set_kernel_cache(Arc::new(Kernel(session.notifier())));
             Ok((session, conn))
         }
         Err(e) => {
@@ -44,19 +44,11 @@ struct Kernel(fuser::Notifier);
 
 impl crate::fs::KernelCache for Kernel {
     fn forget_entry(&self, parent: u64, name: &str) {
-        // On a thread of its own: the kernel answers a notification only once it holds the
-        // directory's lock, which a request the mount has yet to answer may hold.
-        let (notifier, name) = (self.0.clone(), name.to_owned());
-        let sent = std::thread::Builder::new().name("kernel-forget".into()).spawn(move || {
-            match notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name)) {
-                // Not known to the kernel: nothing to forget.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => tracing::debug!(parent, name, error = %e, "the kernel was not told to forget a name"),
-                Ok(()) => {}
-            }
-        });
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, "no thread to tell the kernel to forget a name");
+        match self.0.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(name)) {
+            // Not known to the kernel: nothing to forget.
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => tracing::debug!(parent, name, error = %e, "the kernel was not told to forget a name"),
         }
     }
 }

@@ -472,24 +472,6 @@ async fn a_directory_s_pending_times_never_undo_another_mount_s_chmod() {
     assert_eq!(got.mtime, added, "this mount's times are written");
 }
 
-/// A directory another mount removed while this one still had its times to write stays removed:
-/// the marker's rewrite does not bring it back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_directory_removed_elsewhere_is_not_brought_back_by_its_pending_times() {
-    let store = Arc::new(InMemory::new());
-    let (a, b) = (mount(&store), mount(&store));
-    let d = a.mkdir(ROOT, "d", 0o755, 0, 0).await.unwrap().ino;
-    write(&a, d, "f", b"x").await;
-    let bd = b.lookup(ROOT, "d").await.unwrap().ino;
-    b.lookup(bd, "f").await.unwrap();
-    b.unlink(bd, "f").await.unwrap();
-    b.rmdir(ROOT, "d").await.unwrap();
-    a.write_dir_times().await.unwrap();
-    let c = mount(&store);
-    assert!(matches!(c.lookup(ROOT, "d").await, Err(Error::NotFound)), "d stays removed");
-    assert!(names(&c, ROOT).await.is_empty());
-}
-
 /// A burst of stale stats whose listing fails is answered by HEADs, as it was before listings
 /// answered bursts: the listing is an optimisation, never a new way to fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

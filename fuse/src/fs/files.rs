@@ -527,10 +527,35 @@ impl Fs {
         if !h.write {
             return Ok(());
         }
-        let _moving = self.moving.read().await;
+        let moving = self.moving.read().await;
         let mut of = h.file.lock().await;
         let i = self.names.inode(h.ino)?;
-        self.commit(&i, &mut of).await
+        let res = self.commit(&i, &mut of).await;
+        // A close that finds bytes of a refused write-back missing: the name shows the version
+        // the store holds from now on, not at the last release (which the kernel sends after
+        // `close` returned).
+        let forget = (res.is_err() && of.lost_write && !of.unlinked).then(|| self.name_lost_file(h.ino, &of));
+        drop((of, moving));
+        if let Some((parent, name)) = forget.flatten() {
+            self.kernel_forget(parent, &name).await;
+        }
+        res
+    }
+
+    /// For a file that misses bytes of a refused write-back (`lost_write`), never stored: its name
+    /// shows the version the store holds again (none, for a file new here), through a new inode
+    /// where there is one: with the write-back cache the kernel trusts its own size of the old
+    /// inode (the previous version's bytes would read as followed by zeros no one wrote). Returns
+    /// the name, for the kernel to forget.
+    fn name_lost_file(&self, ino: u64, of: &OpenFile) -> Option<(u64, String)> {
+        match &of.base {
+            Some(info) => self.names.renamed_to_version(ino, info),
+            None => {
+                let i = self.names.inode(ino).ok().filter(|i| i.parent != 0)?;
+                self.names.removed(i.parent, &i.name, true);
+                Some((i.parent, i.name))
+            }
+        }
     }
 
     /// Records that handle `fh` was opened with `O_DIRECT`: its reads go around the kernel's page
@@ -601,7 +626,7 @@ impl Fs {
         if !last {
             return Ok(());
         }
-        let _moving = self.moving.read().await;
+        let moving = self.moving.read().await;
         let mut of = h.file.lock().await;
         let res = match self.names.inode(h.ino) {
             Ok(i) => self.commit(&i, &mut of).await,
@@ -615,25 +640,12 @@ impl Fs {
                 return Ok(());
             }
             self.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            // The kernel is told to forget the name: it would go on showing the file as written
-            // (with the write-back cache it trusts its own size, so the previous version's bytes
-            // would read as followed by zeros no one wrote).
-            match of.base.clone() {
-                Some(info) => {
-                    if let Some((parent, name)) = self.names.renamed_to_version(h.ino, &info) {
-                        self.kernel_forget(parent, &name);
-                    }
-                }
-                None => {
-                    if let Ok(i) = self.names.inode(h.ino)
-                        && i.parent != 0
-                    {
-                        self.names.removed(i.parent, &i.name, true);
-                        self.kernel_forget(i.parent, &i.name);
-                    }
-                }
-            }
+            let forget = self.name_lost_file(h.ino, &of);
             self.retire(h.ino, &h.file, &mut of).await;
+            drop((of, moving));
+            if let Some((parent, name)) = forget {
+                self.kernel_forget(parent, &name).await;
+            }
             return res;
         }
         // (A commit can fail after its object was stored: then nothing is left to store.)

@@ -85,7 +85,7 @@ pub struct Fs {
     unstored: unstored::Unstored,
     /// What the kernel keeps that the mount may tell it to drop (the adapter's, once the session
     /// exists; none without a kernel).
-    kernel: OnceLock<Box<dyn KernelCache>>,
+    kernel: OnceLock<Arc<dyn KernelCache>>,
     /// Files the mount ended with changes not stored: left open for writing, or kept since
     /// their last close failed and not stored at unmount either.
     lost: std::sync::atomic::AtomicUsize,
@@ -97,7 +97,7 @@ pub struct Fs {
 /// The kernel's caches of a mount, as far as the mount may clear them.
 pub trait KernelCache: Send + Sync {
     /// Drops the kernel's entry for `name` in directory `parent` (and so, once unused, the inode
-    /// it names); returns without waiting for the kernel.
+    /// it names); returns once the kernel took it.
     fn forget_entry(&self, parent: u64, name: &str);
 }
 
@@ -160,17 +160,20 @@ impl Fs {
 
     /// Lets the mount tell the kernel to drop what it keeps of a name (once; later calls are
     /// ignored).
-    pub fn set_kernel_cache(&self, kernel: Box<dyn KernelCache>) {
+    pub fn set_kernel_cache(&self, kernel: Arc<dyn KernelCache>) {
         let _ = self.kernel.set(kernel);
     }
 
     /// Tells the kernel to forget name `name` of directory `parent`, so its next use asks the
     /// mount: for a name whose file the kernel would otherwise go on showing as it was (its size,
-    /// its pages). Nothing where no kernel is attached.
-    pub(crate) fn kernel_forget(&self, parent: u64, name: &str) {
-        if let Some(k) = self.kernel.get() {
-            k.forget_entry(parent, name);
-        }
+    /// its pages). Waits up to a second for the kernel to take it (it takes the directory's lock
+    /// first, which a request this mount has yet to answer may hold: the caller holds no lock
+    /// of the mount's). Nothing where no kernel is attached.
+    pub(crate) async fn kernel_forget(&self, parent: u64, name: &str) {
+        let Some(k) = self.kernel.get().cloned() else { return };
+        let name = name.to_owned();
+        let told = tokio::task::spawn_blocking(move || k.forget_entry(parent, &name));
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), told).await;
     }
 
     /// The mount's metrics.
@@ -205,17 +208,7 @@ impl Fs {
                     attr.uid = stored.uid.or(attr.uid);
                     attr.gid = stored.gid.or(attr.gid);
                 }
-                // No marker: a directory another program made, or one gone since its time was
-                // set (removed by another mount, or by a local bucket along with its last entry),
-                // which a marker would bring back.
-                Ok(None) if rel.is_empty() => {}
-                Ok(None) => match self.names.dir_exists(&rel).await {
-                    Ok(false) => continue,
-                    Ok(true) => {}
-                    Err(e) => {
-                        tracing::debug!(dir = %rel, error = %e, "directory not asked for before its marker's write")
-                    }
-                },
+                Ok(None) => {}
                 Err(e) => tracing::debug!(dir = %rel, error = %e, "directory marker not read before its rewrite"),
             }
             if let Err(e) = self.put_dir_marker(&rel, &attr).await {

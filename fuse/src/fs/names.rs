@@ -94,18 +94,27 @@ impl Fs {
         if !found && !known_local {
             return Err(Error::NotFound);
         }
+        self.delete_marker(&rel).await?;
         self.names.drop_dir_times(&rel);
-        // (A local bucket removes the directory itself with its marker, or with the marker it
-        // lacks where another program made it; one holding only what the bucket hides stays.)
-        match self.bucket.store.delete(&marker).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) if crate::localstore::os_error(&e) == Some(libc::ENOTEMPTY) => return Err(Error::NotEmpty),
-            Err(e) => return Err(e.into()),
-        }
         self.names.table().remove_name(parent, name);
         self.names.subdirs_changed(parent, -1);
         self.names.entries_changed(parent);
         Ok(())
+    }
+
+    /// Deletes directory `rel`'s marker. A local bucket removes the directory itself with it (one
+    /// another program made has no marker), and refuses with `ENOTEMPTY` where it holds anything
+    /// the listings do not show: an empty subdirectory another program made, a socket, a link.
+    async fn delete_marker(&self, rel: &str) -> Result<()> {
+        let removed = match &self.bucket.local {
+            Some(local) => local.remove_dir(&self.names.key(rel)).await,
+            None => self.bucket.store.delete(&self.names.key(&join(rel, DIR_MARKER))).await,
+        };
+        match removed {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) if crate::localstore::os_error(&e) == Some(libc::ENOTEMPTY) => Err(Error::NotEmpty),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Removes a file or symlink.
@@ -342,6 +351,7 @@ impl Fs {
             };
             let listed: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
             fits(&listed)?;
+
             if dst.is_some() {
                 self.remove_dir(new_parent, new_name).await?;
             }
@@ -371,19 +381,13 @@ impl Fs {
                 .try_collect::<Vec<()>>()
                 .await?;
             if objects.is_empty() {
+                // A local bucket's directory with no object (another program made it) is moved
+                // whole, with the empty directories and what else the listings do not show in it.
+                if let Some(local) = &self.bucket.local {
+                    local.move_dir(&self.names.key(&from), &self.names.key(&to)).await?;
+                }
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
                 self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
-                // A directory with no marker (another program made it) has no object to move:
-                // a local bucket removes it by the marker it lacks, as `rmdir` does. One that
-                // holds only what the bucket hides stays, and so does the move's source.
-                match self.bucket.store.delete(&self.names.key(&join(&from, DIR_MARKER))).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) if crate::localstore::os_error(&e) == Some(libc::ENOTEMPTY) => {
-                        let _ = self.bucket.store.delete(&self.names.key(&join(&to, DIR_MARKER))).await;
-                        return Err(Error::NotEmpty);
-                    }
-                    Err(e) => return Err(e.into()),
-                }
             }
             // Each old key goes only if it still holds the version copied (see `finish_move`).
             futures::stream::iter(moves)

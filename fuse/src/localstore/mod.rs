@@ -153,8 +153,29 @@ impl LocalStore {
 
     /// Whether `key` is a directory of the bucket (not through a symbolic link), empty or not: a
     /// directory another program made holds no marker, and maybe no object.
-    pub fn is_dir(&self, key: &Path) -> bool {
-        self.readable(key).is_ok_and(|rel| self.root.is_dir(&rel))
+    pub async fn is_dir(&self, key: &Path) -> bool {
+        let Ok(rel) = self.readable(key) else { return false };
+        let root = self.root.clone();
+        blocking(0, move || Ok(root.is_dir(&rel))).await.unwrap_or(false)
+    }
+
+    /// Removes directory `key` with its marker (`rmdir`), where it holds nothing else, not even
+    /// what the bucket does not show; `ENOTEMPTY` (see [`os_error`]) otherwise, nothing changed.
+    pub async fn remove_dir(&self, key: &Path) -> Result<()> {
+        let rel = self.readable(key)?;
+        if rel.is_empty() {
+            return Err(io_error("remove directory", self.root.path(), ErrorKind::PermissionDenied.into()));
+        }
+        let root = self.root.clone();
+        blocking(0, move || root.remove_dir(&rel)).await
+    }
+
+    /// Moves directory `from` whole to `to` (which must not exist): what it holds that is no
+    /// object (an empty directory another program made, a socket) moves with it.
+    pub async fn move_dir(&self, from: &Path, to: &Path) -> Result<()> {
+        let (from, to) = (self.readable(from)?, self.writable(to)?);
+        let root = self.root.clone();
+        blocking(0, move || root.move_dir(&from, &to)).await
     }
 
     /// Starts an object written in place: a staged file the caller writes at any offsets, which
@@ -803,38 +824,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_missing_marker_removes_its_directory_another_program_made_once_it_is_empty() {
+    async fn a_directory_is_removed_with_its_marker_only_when_it_holds_nothing_else() {
         let (dir, store) = store();
         let at = |rel: &str| dir.path().join(rel);
-        for rel in ["e1", "e2/y/z", "full", "sock", "marked/inner"] {
+        for rel in ["e1", "up/e2", "full", "sub/inner", "sock", "odd/.shrinkfs.dir", "marked"] {
             std::fs::create_dir_all(at(rel)).unwrap();
         }
         std::fs::write(at("full/f"), "1").unwrap();
         std::fs::write(at("marked/.shrinkfs.dir"), "").unwrap();
         let socket = std::os::unix::net::UnixListener::bind(at("sock/s")).unwrap();
-        let marker = |rel: &str| Path::from(format!("{rel}/.shrinkfs.dir"));
-
-        // An empty directory without a marker goes, and the empty ones above it with it.
-        store.delete(&marker("e1")).await.unwrap();
-        assert!(!at("e1").exists());
-        store.delete(&marker("e2/y/z")).await.unwrap();
-        assert!(!at("e2").exists(), "its parents, left empty, go too");
-        // Gone already: not found, as any missing key.
-        assert_eq!(kind(store.delete(&marker("e1")).await).err(), Some("NotFound"));
-        // One holding an object stays (a queued DELETE of its files removes it later).
-        assert_eq!(kind(store.delete(&marker("full")).await).err(), Some("NotFound"));
-        assert!(at("full/f").exists());
-        // One holding only what the bucket hides says so and stays.
-        let e = store.delete(&marker("sock")).await.unwrap_err();
-        assert_eq!(os_error(&e), Some(libc::ENOTEMPTY), "{e}");
-        assert!(at("sock/s").exists());
-        // A marker that is there goes as an object does, and its directory stays while it holds
-        // a subdirectory.
-        store.delete(&marker("marked")).await.unwrap();
-        assert!(at("marked/inner").is_dir());
-        // An object key other than a marker is not found, directory or not.
-        assert_eq!(kind(store.delete(&Path::from("full/g")).await).err(), Some("NotFound"));
-        assert!(at("full").is_dir());
+        // Empty, with or without a marker: gone, and the directory above stays.
+        store.remove_dir(&Path::from("e1")).await.unwrap();
+        store.remove_dir(&Path::from("up/e2")).await.unwrap();
+        store.remove_dir(&Path::from("marked")).await.unwrap();
+        assert!(!at("e1").exists() && !at("up/e2").exists() && !at("marked").exists());
+        assert!(at("up").is_dir(), "rmdir leaves the directory above");
+        // An object, an empty subdirectory, a socket, a directory under the marker's name: each
+        // is an entry; nothing changes.
+        for rel in ["full", "sub", "sock", "odd"] {
+            let e = store.remove_dir(&Path::from(rel)).await.unwrap_err();
+            assert_eq!(os_error(&e), Some(libc::ENOTEMPTY), "{rel}: {e}");
+            assert!(at(rel).is_dir(), "{rel}");
+        }
+        assert!(at("full/f").exists() && at("sock/s").exists() && at("odd/.shrinkfs.dir").is_dir());
+        // Gone already: not found.
+        assert_eq!(kind(store.remove_dir(&Path::from("e1")).await).err(), Some("NotFound"));
         drop(socket);
     }
 

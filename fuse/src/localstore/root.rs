@@ -13,10 +13,11 @@ use std::time::SystemTime;
 
 use object_store::ObjectMeta;
 use object_store::path::Path;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
 use super::{Result, TMP_DIR, already_exists, io_error};
+use crate::namespace::DIR_MARKER;
 
 /// The bucket directory, open.
 #[derive(Debug)]
@@ -173,39 +174,49 @@ impl Root {
 
     /// Removes file `rel`, then the directories above it that this left empty, up to the root
     /// (as `LocalFileSystem` with automatic cleanup).
-    ///
-    /// A directory's marker (`rmdir`'s delete) that is not there, in a directory another program
-    /// made, still removes its directory once empty, and is not found only where the directory is
-    /// gone too; where the directory holds only entries the bucket hides (a socket another program
-    /// left), the answer is `ENOTEMPTY`, not a success that leaves it showing.
     pub(super) fn remove(&self, rel: &str) -> Result<()> {
-        let missing = match self.unlink(rel) {
-            Ok(()) => false,
-            Err(e) if e.kind() == ErrorKind::NotFound && is_marker(rel) => true,
-            Err(e) => return Err(io_error("delete", &self.display(rel), e)),
-        };
+        self.unlink(rel).map_err(|e| io_error("delete", &self.display(rel), e))?;
         let mut dir = rel;
         while let Some((up, _)) = dir.rsplit_once('/') {
             let removed = self.parent_of(up).and_then(|(from, up)| rustix::fs::unlinkat(from, up, AtFlags::REMOVEDIR));
-            match removed {
-                Ok(()) => dir = up,
-                Err(Errno::NOTEMPTY | Errno::EXIST)
-                    if missing && dir == rel && super::walk::holds_only_hidden(self, up)? =>
-                {
-                    let e = std::io::Error::from(Errno::NOTEMPTY);
-                    return Err(io_error(
-                        "remove directory (it holds entries that are not objects)",
-                        &self.display(up),
-                        e,
-                    ));
-                }
-                Err(_) => break,
+            if removed.is_err() {
+                break;
             }
-        }
-        if missing && dir == rel {
-            return Err(io_error("delete", &self.display(rel), ErrorKind::NotFound.into()));
+            dir = up;
         }
         Ok(())
+    }
+
+    /// Removes directory `rel` (not the root) and its marker, if it holds nothing else: no
+    /// object, no subdirectory, and none of what the bucket does not show (a socket, a link, a
+    /// name that is not UTF-8, a directory under the marker's name), else `ENOTEMPTY` with
+    /// nothing changed. A directory another program made has no marker to remove. The
+    /// directories above it stay, empty or not, as `rmdir` leaves them.
+    pub(super) fn remove_dir(&self, rel: &str) -> Result<()> {
+        let fail = |what, e: std::io::Error| io_error(what, &self.display(rel), e);
+        let fd = self.open_dir(rel).map_err(|e| fail("remove directory", e))?;
+        for entry in Dir::read_from(&fd).map_err(|e| fail("list", e.into()))? {
+            let entry = entry.map_err(|e| fail("list", e.into()))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let marker_file = name == DIR_MARKER.as_bytes()
+                && rustix::fs::statat(&fd, DIR_MARKER, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+            if !marker_file {
+                return Err(fail("remove directory", Errno::NOTEMPTY.into()));
+            }
+        }
+        match rustix::fs::unlinkat(&fd, DIR_MARKER, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(fail("remove directory marker in", e.into())),
+        }
+        let (from, name) = self.parent_of(rel).map_err(|e| fail("remove directory", e.into()))?;
+        match rustix::fs::unlinkat(from, name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(fail("remove directory", e.into())),
+        }
     }
 
     /// Runs `make` on a fresh path in the staging directory, recreating the directory if someone
@@ -298,6 +309,24 @@ impl Root {
         self.sync_dir(parent(target)).map_err(|e| (e, None))
     }
 
+    /// Moves directory `from` whole, with whatever it holds, to `to`, which must not exist
+    /// (creating the directories above it), and syncs the directories both names are in.
+    pub(super) fn move_dir(&self, from: &str, to: &str) -> Result<()> {
+        let fail = |e: Errno| io_error("move directory", &self.display(from), e.into());
+        self.create_parents(to)?;
+        let (a, a_name) = self.parent_of(from).map_err(fail)?;
+        let (b, b_name) = self.parent_of(to).map_err(fail)?;
+        match rustix::fs::renameat_with(&a, a_name, &b, b_name, RenameFlags::NOREPLACE) {
+            Ok(()) => {}
+            Err(Errno::EXIST | Errno::NOTEMPTY) => return Err(already_exists(self.display(to))),
+            Err(e) => return Err(fail(e)),
+        }
+        for dir in [&a, &b] {
+            rustix::fs::fsync(dir).map_err(fail)?;
+        }
+        Ok(())
+    }
+
     /// `renameat2(RENAME_NOREPLACE)`, or a hard link and an unlink where the filesystem has no
     /// such rename.
     fn rename_noreplace(&self, from: &str, dir: BorrowedFd<'_>, to: &str) -> rustix::io::Result<()> {
@@ -352,11 +381,6 @@ impl Root {
         let (from, rel) = self.parent_of(rel)?;
         Ok(rustix::fs::unlinkat(from, rel, AtFlags::empty())?)
     }
-}
-
-/// Whether `rel` names a directory's marker object.
-fn is_marker(rel: &str) -> bool {
-    rel.rsplit('/').next() == Some(crate::namespace::DIR_MARKER)
 }
 
 /// The directory part of `rel` ("" for the root).

@@ -68,20 +68,6 @@ fn listed_names(root: &Root, dir: &str) -> Result<Option<Listed<String>>> {
     Ok(Some((fd, out)))
 }
 
-/// Whether directory `dir` holds nothing a listing shows (no regular file, no directory), though
-/// it is there: only entries the bucket does not count as objects (symbolic links, sockets,
-/// FIFOs, devices, names that are not UTF-8). `false` for a directory that is gone.
-pub(super) fn holds_only_hidden(root: &Root, dir: &str) -> Result<bool> {
-    let Some((fd, names)) = listed_names(root, dir)? else { return Ok(false) };
-    for name in &names {
-        let key = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
-        if entry_in(root, &fd, name, &key)?.is_some() {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
 /// `name` in directory `dir`, as a key.
 fn child(dir: &str, name: &str) -> Result<Path> {
     Ok(Path::parse(if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") })?)

@@ -458,7 +458,10 @@ impl Namespace {
         if !self.first_keys(rel, 1).await?.is_empty() {
             return Ok(true);
         }
-        Ok(self.bucket.local.as_ref().is_some_and(|l| l.is_dir(&self.key(rel))))
+        match &self.bucket.local {
+            Some(local) => Ok(local.is_dir(&self.key(rel)).await),
+            None => Ok(false),
+        }
     }
 
     /// Looks `name` up in directory `parent` and counts a kernel lookup: from the table while its
