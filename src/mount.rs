@@ -255,6 +255,32 @@ fn refuse_paths_inside(a: &MountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a mount point or a cache directory inside the local bucket directory `bucket` (the
+/// bucket itself may be the mount point): listed as part of the bucket, a mount point inside it
+/// is the mount itself, whose lookup from a request thread waits on the mount and hangs it, and
+/// a cache's frame files would show as the bucket's files.
+fn refuse_paths_in_bucket(a: &MountArgs, bucket: &std::path::Path) -> anyhow::Result<()> {
+    let bucket = resolved(bucket);
+    let mountpoint = resolved(&a.mountpoint);
+    if mountpoint != bucket && mountpoint.starts_with(&bucket) {
+        bail!(UsageError(format!(
+            "the mount point {} is inside the bucket directory {}: the mount would list itself; put it outside",
+            a.mountpoint.display(),
+            bucket.display()
+        )));
+    }
+    if let Some(cache) = &a.cache_dir
+        && resolved(cache).starts_with(&bucket)
+    {
+        bail!(UsageError(format!(
+            "--cache-dir {} is inside the bucket directory {}: its files would show as the bucket's; put it outside",
+            cache.display(),
+            bucket.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Runs `shrinkfs mount` until unmounted.
 pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     if a.daemon {
@@ -265,6 +291,9 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     absolute_paths(&mut a)?;
     refuse_paths_inside(&a)?;
     let source = Source::parse(&a.source)?;
+    if let Source::Local(dir) = &source {
+        refuse_paths_in_bucket(&a, dir)?;
+    }
     // Option values first: a bad one is a usage error whatever the mount point.
     let (cfg, disk_cache) = fs_config(&a)?;
     let s3 = s3_options(&a)?;
@@ -412,8 +441,10 @@ fn serve(
     kernel.fs_name = describe.clone();
     // Before the mount exists: a stop signal from now on unmounts it cleanly.
     let handlers = crate::signals::Handlers::install(&rt);
+    let claimed = connection::claim(&mountpoint)?;
     let (session, conn) = session::mount(fs.clone(), rt.handle().clone(), &mountpoint, &kernel, a.threads)
         .with_context(|| format!("cannot mount {describe} at {}", mountpoint.display()))?;
+    drop(claimed);
     // (At once: the mount is visible from here on.)
     if let Err(e) = session::set_readahead(&conn, session::READAHEAD_KIB) {
         tracing::debug!(error = %e, "kernel readahead left at its default (setting it needs root)");

@@ -230,8 +230,9 @@ pub fn prepare(path: &Path) -> Result<PathBuf, MountpointError> {
     let io = |source| MountpointError::Io { path: path.to_owned(), source };
     let abs = absolute(path).map_err(io)?;
     if let Some(m) = mount_at(&abs).map_err(io)? {
-        let dead = m.fstype.starts_with("fuse")
-            && std::fs::metadata(&abs).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+        // (`statfs`, which the kernel always asks the filesystem: a `stat` may be answered from
+        // attributes it still holds, for a while after the process died.)
+        let dead = m.fstype.starts_with("fuse") && nix::sys::statvfs::statvfs(&abs) == Err(nix::errno::Errno::ENOTCONN);
         if !dead {
             return Err(MountpointError::Busy { path: abs, fstype: m.fstype, from: m.source });
         }
@@ -243,6 +244,27 @@ pub fn prepare(path: &Path) -> Result<PathBuf, MountpointError> {
         return Err(MountpointError::NotDir(abs));
     }
     Ok(abs)
+}
+
+/// Held while one process checks a mount point is free and mounts there: two mounts started at
+/// once on one directory (a service and an fstab `mount -a`) would otherwise both find it free
+/// and stack. An exclusive `flock` of the mount point's parent directory, which a mount on the
+/// mount point does not cover; released when dropped.
+pub struct MountpointLock(#[allow(dead_code)] Option<std::fs::File>);
+
+/// Takes the [`MountpointLock`] of absolute mount point `path`, then checks nothing is mounted
+/// there since [`prepare`] (a mount that raced this one). Where the parent cannot be locked
+/// (no `flock` there), the check alone runs.
+pub fn claim(path: &Path) -> Result<MountpointLock, MountpointError> {
+    let io = |source| MountpointError::Io { path: path.to_owned(), source };
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("/"));
+    let lock = std::fs::File::open(parent)
+        .ok()
+        .filter(|dir| rustix::fs::flock(dir, rustix::fs::FlockOperation::LockExclusive).is_ok());
+    if let Some(m) = mount_at(path).map_err(io)? {
+        return Err(MountpointError::Busy { path: path.to_owned(), fstype: m.fstype, from: m.source });
+    }
+    Ok(MountpointLock(lock))
 }
 
 fn cpath(p: &Path) -> io::Result<CString> {
