@@ -75,17 +75,20 @@ pub fn is_helper(argv0: &std::ffi::OsStr) -> bool {
     std::path::Path::new(argv0).file_name().is_some_and(|n| n == HELPER || n == HELPER_FUSE)
 }
 
-/// Splits an fstab option string at commas, keeping `\,` inside a value.
+/// Splits an fstab option string at commas, keeping `\,` inside a value, and commas inside
+/// double quotes (libmount's `name="a,b"`; the quotes are not part of the value).
 fn split_options(s: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut chars = s.chars();
+    let mut quoted = false;
     while let Some(c) = chars.next() {
         match c {
             '\\' => match chars.next() {
                 Some(n) => out.last_mut().expect("never empty").push(n),
                 None => out.last_mut().expect("never empty").push('\\'),
             },
-            ',' => out.push(String::new()),
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
             c => out.last_mut().expect("never empty").push(c),
         }
     }
@@ -295,5 +298,6 @@ mod tests {
     #[test]
     fn escaped_commas_stay_in_values() {
         assert_eq!(split_options("a=1\\,2,b"), ["a=1,2", "b"]);
+        assert_eq!(split_options("log-file=\"/x/a,b.log\",ro"), ["log-file=/x/a,b.log", "ro"]);
     }
 }
