@@ -103,9 +103,9 @@ impl Output {
     }
 
     /// An output named by a symbolic link: what it names. A regular file is replaced whole, as
-    /// when named itself, except one reached through `/dev` or `/proc` (`/dev/stdout` names
-    /// whatever this process's output is, a file a shell opened for appending included): that is
-    /// written into, at its end. A device or a FIFO is written into; a link to nothing is an
+    /// when named itself, except a descriptor of this process's (a link into `/proc`, as
+    /// `/dev/stdout` and `/dev/fd/N` are: a file a shell opened for appending, say), which is
+    /// written into at its end. A device or a FIFO is written into; a link to nothing is an
     /// error, not a file made where it points.
     fn behind_link(path: &Path) -> anyhow::Result<Self> {
         let target = match std::fs::metadata(path) {
@@ -115,18 +115,21 @@ impl Output {
             }
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
-        let system = path.starts_with("/dev") || path.starts_with("/proc");
-        if target.is_file() && !system {
+        let descriptor = std::fs::read_link(path).is_ok_and(|t| t.starts_with("/proc/"));
+        if target.is_file() && !descriptor {
             let real = std::fs::canonicalize(path).with_context(|| format!("cannot open {}", path.display()))?;
             return Self::beside(&real, Some(target));
         }
         Self::through(path)
     }
 
-    /// Writes into what `path` names (following a link): a device, a FIFO, or a file, at its end.
+    /// Writes into what `path` names (following a link): a device or a FIFO from its start, a
+    /// file at its end.
     fn through(path: &Path) -> anyhow::Result<Self> {
+        let file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
         let f = std::fs::OpenOptions::new()
-            .append(true)
+            .write(true)
+            .append(file)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         // Written as a stream: nothing at offsets (with `O_APPEND` a write at an offset still
@@ -148,18 +151,19 @@ impl Output {
     fn beside(path: &Path, existing: Option<std::fs::Metadata>) -> anyhow::Result<Self> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
-        let tmp = path.with_file_name(format!(".{}.shrinkfs-tmp.{}", name.to_string_lossy(), std::process::id()));
+        let tmp = path.with_file_name(format!(
+            ".{}.shrinkfs-tmp.{}.{:08x}",
+            name.to_string_lossy(),
+            std::process::id(),
+            rand::random::<u32>()
+        ));
         stop_signals_remove_temporaries();
-        // (A leftover of a killed run that had this process's id is this run's to replace.)
-        let create = || std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp);
-        let f = match create() {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let _ = std::fs::remove_file(&tmp);
-                create()
-            }
-            opened => opened,
-        }
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
         let file = match f.try_clone() {
             Ok(file) => Some(file),
             Err(e) => {

@@ -92,6 +92,11 @@ fn split_options(s: &str) -> Vec<String> {
             c => out.last_mut().expect("never empty").push(c),
         }
     }
+    if quoted {
+        // An unbalanced quote: the options as given, split at every comma, so the mistake shows
+        // as an option that is not one rather than swallowing the rest.
+        return s.split(',').filter(|o| !o.is_empty()).map(str::to_owned).collect();
+    }
     out.into_iter().filter(|o| !o.is_empty()).collect()
 }
 

@@ -291,14 +291,14 @@ pub fn run_mount(mut a: MountArgs) -> anyhow::Result<()> {
     absolute_paths(&mut a)?;
     refuse_paths_inside(&a)?;
     let source = Source::parse(&a.source)?;
-    if let Source::Local(dir) = &source {
-        refuse_paths_in_bucket(&a, dir)?;
-    }
     // Option values first: a bad one is a usage error whatever the mount point.
     let (cfg, disk_cache) = fs_config(&a)?;
     let s3 = s3_options(&a)?;
     let mut kernel = kernel_options(&a.options, "", a.read_only, a.allow_other)?;
     kernel.writeback_cache = a.writeback_cache;
+    if let Source::Local(dir) = &source {
+        refuse_paths_in_bucket(&a, dir)?;
+    }
     let log = open_log(&a.log_file)?;
     let mut ready = if a.daemon { crate::daemon::daemonize()? } else { Readiness::default() };
     if let Some(f) = &log {

@@ -481,7 +481,7 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     require_fuse!();
     let t = tempfile::tempdir().unwrap();
     let (bucket, mnt) = (t.path().join("bucket"), t.path().join("mnt"));
-    for d in ["e1", "e2/y/z", "e3/sub", "e4", "rq/.shrinkfs.dir", "e5/sub"] {
+    for d in ["e1", "e2/y/z", "e3/sub", "e4", "rq/.shrinkfs.dir", "e5/sub", "n/inner/sub"] {
         fs::create_dir_all(bucket.join(d)).unwrap();
     }
     fs::write(bucket.join("rq/.shrinkfs.dir/inner"), "x").unwrap();
@@ -492,6 +492,10 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     // Moved whole, with its empty subdirectory.
     fs::rename(mnt.join("e3"), mnt.join("e3new")).unwrap();
     assert!(mnt.join("e3new/sub").is_dir() && bucket.join("e3new/sub").is_dir());
+    fs::rename(mnt.join("n/inner"), mnt.join("n/inner2")).unwrap();
+    assert!(
+        mnt.join("n/inner2/sub").is_dir() && bucket.join("n/inner2/sub").is_dir() && !bucket.join("n/inner").exists()
+    );
     // A directory holding an empty subdirectory, or only what the mount does not show (a
     // socket), is not empty.
     for full in ["e4", "e5"] {
@@ -512,7 +516,7 @@ fn directories_another_program_made_in_a_local_bucket_are_removed_and_moved_as_m
     assert!(bucket.join("e3new").is_dir() && bucket.join("e4/sock").exists());
     m.unmount();
     let m = mount(bucket.to_str().unwrap(), &mnt, &[], &[]);
-    assert_eq!(names(&mnt), ["e3new", "e4", "e5", "rq"]);
+    assert_eq!(names(&mnt), ["e3new", "e4", "e5", "n", "rq"]);
     m.unmount();
     drop(socket);
 }

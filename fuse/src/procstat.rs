@@ -12,7 +12,8 @@ impl ProcStat {
     /// process or no `/proc`.
     pub fn read(pid: Option<u32>) -> Option<ProcStat> {
         let path = pid.map_or_else(|| "/proc/self/stat".to_owned(), |p| format!("/proc/{p}/stat"));
-        ProcStat::parse(&std::fs::read_to_string(path).ok()?)
+        // (The command name may be any bytes, not UTF-8.)
+        ProcStat::parse(&String::from_utf8_lossy(&std::fs::read(path).ok()?))
     }
 
     fn parse(line: &str) -> Option<ProcStat> {

@@ -698,6 +698,38 @@ async fn a_file_missing_a_refused_write_back_is_never_stored_and_its_old_version
     assert!(!in_store(&store, "new").await);
 }
 
+/// From the close that finds a refused write-back's bytes missing, the name shows the stored
+/// version through another inode (the kernel trusts its own size of the one it knows, with the
+/// write-back cache), while a descriptor still open on the lost file reads `EIO`; a new file's
+/// name is gone at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_file_s_name_shows_the_stored_version_from_the_failed_close_on() {
+    let store = Arc::new(InMemory::new());
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
+    let (_, fh) = fs.create(ROOT, "old", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"previous version").await.unwrap();
+    fs.release(fh).await.unwrap();
+    let old = fs.lookup(ROOT, "old").await.unwrap();
+    let (w, second) = (fs.open(old.ino, true, true).await.unwrap(), fs.open(old.ino, false, false).await.unwrap());
+    let (new, nh) = fs.create(ROOT, "new", 0o644, 0, 0).await.unwrap();
+    let nh2 = fs.open(new.ino, false, false).await.unwrap();
+    for h in [w, nh] {
+        fs.write(h, 0, &data(100 << 10, 3)).await.unwrap();
+        fs.write_back_failed(h, &Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC))).await;
+        assert!(matches!(fs.flush(h).await, Err(Error::LostWrite)));
+    }
+    // Other descriptors are still open on both files.
+    let now = fs.lookup(ROOT, "old").await.unwrap();
+    assert_ne!(now.ino, old.ino, "another inode");
+    assert_eq!(now.size, b"previous version".len() as u64);
+    assert!(matches!(fs.read(second, 0, 10).await, Err(Error::LostWrite)));
+    assert!(matches!(fs.lookup(ROOT, "new").await, Err(Error::NotFound)));
+    for h in [w, second, nh, nh2] {
+        let _ = fs.release(h).await;
+    }
+    assert_eq!(read_name(&fs, "old").await, b"previous version");
+}
+
 /// While the store does not answer, a directory's stat past the TTL answers with what is known
 /// of it (the root's included), so a file kept after its failed close stays reachable and
 /// readable. Found by a black-box probe: `stat` and `cat` of a kept file failed with `EIO`

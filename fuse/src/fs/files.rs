@@ -552,6 +552,7 @@ impl Fs {
             Some(info) => self.names.renamed_to_version(ino, info),
             None => {
                 let i = self.names.inode(ino).ok().filter(|i| i.parent != 0)?;
+                self.names.table().remove_name(i.parent, &i.name);
                 self.names.removed(i.parent, &i.name, true);
                 Some((i.parent, i.name))
             }

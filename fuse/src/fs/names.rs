@@ -381,13 +381,17 @@ impl Fs {
                 .try_collect::<Vec<()>>()
                 .await?;
             if objects.is_empty() {
-                // A local bucket's directory with no object (another program made it) is moved
-                // whole, with the empty directories and what else the listings do not show in it.
-                if let Some(local) = &self.bucket.local {
-                    local.move_dir(&self.names.key(&from), &self.names.key(&to)).await?;
-                }
                 let attr = self.names.table().child(parent, name).map(|d| d.attr.clone());
-                self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?;
+                match &self.bucket.local {
+                    // A local bucket's directory with no object (another program made it) gets
+                    // its marker, then moves whole, with the empty directories and what else the
+                    // listings do not show in it: a failure leaves it where it was.
+                    Some(local) => {
+                        self.put_dir_marker(&from, &attr.unwrap_or_else(Attr::empty)).await?;
+                        local.move_dir(&self.names.key(&from), &self.names.key(&to)).await?;
+                    }
+                    None => self.put_dir_marker(&to, &attr.unwrap_or_else(Attr::empty)).await?,
+                }
             }
             // Each old key goes only if it still holds the version copied (see `finish_move`).
             futures::stream::iter(moves)

@@ -849,6 +849,14 @@ mod tests {
         assert!(at("full/f").exists() && at("sock/s").exists() && at("odd/.shrinkfs.dir").is_dir());
         // Gone already: not found.
         assert_eq!(kind(store.remove_dir(&Path::from("e1")).await).err(), Some("NotFound"));
+        // A directory moves whole, nested, to a place whose parents are made; never over one
+        // that is there.
+        std::fs::create_dir_all(at("deep/a/b/empty")).unwrap();
+        store.move_dir(&Path::from("deep/a"), &Path::from("new/place/a2")).await.unwrap();
+        assert!(at("new/place/a2/b/empty").is_dir() && !at("deep/a").exists() && at("deep").is_dir());
+        let e = store.move_dir(&Path::from("sock"), &Path::from("full")).await.unwrap_err();
+        assert_eq!(kind::<()>(Err(e)).err(), Some("AlreadyExists"));
+        assert!(at("sock/s").exists() && at("full/f").exists());
         drop(socket);
     }
 

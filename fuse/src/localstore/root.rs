@@ -316,15 +316,18 @@ impl Root {
         self.create_parents(to)?;
         let (a, a_name) = self.parent_of(from).map_err(fail)?;
         let (b, b_name) = self.parent_of(to).map_err(fail)?;
-        match rustix::fs::renameat_with(&a, a_name, &b, b_name, RenameFlags::NOREPLACE) {
+        let moved = match rustix::fs::renameat_with(&a, a_name, &b, b_name, RenameFlags::NOREPLACE) {
+            // A filesystem without that flag (NFS): the caller has made sure `to` is not there.
+            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => rustix::fs::renameat(&a, a_name, &b, b_name),
+            moved => moved,
+        };
+        match moved {
             Ok(()) => {}
             Err(Errno::EXIST | Errno::NOTEMPTY) => return Err(already_exists(self.display(to))),
             Err(e) => return Err(fail(e)),
         }
-        for dir in [&a, &b] {
-            rustix::fs::fsync(dir).map_err(fail)?;
-        }
-        Ok(())
+        self.sync_dir(parent(from))?;
+        self.sync_dir(parent(to))
     }
 
     /// `renameat2(RENAME_NOREPLACE)`, or a hard link and an unlink where the filesystem has no

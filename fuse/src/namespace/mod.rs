@@ -435,7 +435,7 @@ impl Namespace {
         let mut t = self.table();
         let cur = t.get(ino)?;
         let (parent, name) = (cur.parent, cur.name.clone());
-        if parent == 0 {
+        if parent == 0 || t.child(parent, &name).is_none_or(|c| c.ino != ino) {
             return None;
         }
         t.remove_name(parent, &name);
