@@ -222,7 +222,9 @@ impl Output {
             // An existing regular file is removed first, as `zstd -f` does: renaming over it would
             // make ext4 (auto_da_alloc) flush the whole new file synchronously at the rename, which
             // cost packing 512 MiB more than half its time. A crash between the two steps leaves
-            // the finished temporary file and no output; never a partial output.
+            // the finished temporary file and no output. There is no fsync, as `zstd` makes none:
+            // a crash of the host soon after may leave the output with part of its bytes, which
+            // a decoder then refuses (`truncated`).
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                 let _ = std::fs::remove_file(&path);
             }

@@ -195,6 +195,7 @@ impl Root {
     pub(super) fn remove_dir(&self, rel: &str) -> Result<()> {
         let fail = |what, e: std::io::Error| io_error(what, &self.display(rel), e);
         let fd = self.open_dir(rel).map_err(|e| fail("remove directory", e))?;
+        let mut has_marker = false;
         for entry in Dir::read_from(&fd).map_err(|e| fail("list", e.into()))? {
             let entry = entry.map_err(|e| fail("list", e.into()))?;
             let name = entry.file_name().to_bytes();
@@ -207,16 +208,32 @@ impl Root {
             if !marker_file {
                 return Err(fail("remove directory", Errno::NOTEMPTY.into()));
             }
+            has_marker = true;
         }
-        match rustix::fs::unlinkat(&fd, DIR_MARKER, AtFlags::empty()) {
-            Ok(()) | Err(Errno::NOENT) => {}
-            Err(e) => return Err(fail("remove directory marker in", e.into())),
+        // The marker is moved aside first, and back where the directory cannot go after all (an
+        // entry made meanwhile): it keeps its mode, owner and times.
+        // (Where it cannot be moved, to a staging directory that is gone or on another
+        // filesystem, it is removed.)
+        let aside = format!("{TMP_DIR}/rmdir-{:016x}", rand::random::<u64>());
+        let moved = has_marker && rustix::fs::renameat(&fd, DIR_MARKER, &self.fd, &aside).is_ok();
+        if has_marker && !moved {
+            match rustix::fs::unlinkat(&fd, DIR_MARKER, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(fail("remove directory marker in", e.into())),
+            }
         }
         let (from, name) = self.parent_of(rel).map_err(|e| fail("remove directory", e.into()))?;
-        match rustix::fs::unlinkat(from, name, AtFlags::REMOVEDIR) {
+        let removed = match rustix::fs::unlinkat(from, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
             Err(e) => Err(fail("remove directory", e.into())),
+        };
+        if moved {
+            let _ = match removed {
+                Ok(()) => rustix::fs::unlinkat(&self.fd, &aside, AtFlags::empty()),
+                Err(_) => rustix::fs::renameat(&self.fd, &aside, &fd, DIR_MARKER),
+            };
         }
+        removed
     }
 
     /// Runs `make` on a fresh path in the staging directory, recreating the directory if someone
