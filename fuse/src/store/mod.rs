@@ -257,12 +257,8 @@ pub enum OpenError {
         #[source]
         source: object_store::Error,
     },
-    /// The first request got no answer in time.
-    #[error(
-        "{describe}: no answer within {} s (is the endpoint reachable?){}",
-        .after.as_secs(),
-        .last.as_ref().map(|e| format!("; the last try failed: {e}")).unwrap_or_default()
-    )]
+    /// The first request got no answer in time, or none but failures it tried again.
+    #[error("{describe}: {}", no_answer(.after, .last.as_deref()))]
     NoAnswer {
         /// The bucket.
         describe: String,
@@ -280,6 +276,15 @@ pub enum OpenError {
         #[source]
         source: object_store::Error,
     },
+}
+
+/// What [`OpenError::NoAnswer`] says: a store that kept failing (a server answering 500, a
+/// connection refused) is not one that never answered.
+fn no_answer(after: &std::time::Duration, last: Option<&str>) -> String {
+    match last {
+        Some(e) => format!("the first request kept failing for {} s; the last try failed: {e}", after.as_secs()),
+        None => format!("no answer within {} s (is the endpoint reachable?)", after.as_secs()),
+    }
 }
 
 impl std::fmt::Debug for Bucket {
@@ -489,8 +494,8 @@ mod tests {
         let m = e.to_string();
         assert!(matches!(e, OpenError::NoAnswer { .. }), "{e:?}");
         assert!(
-            m.starts_with("s3://b/: no answer within")
-                && m.contains("the last try failed: ")
+            m.starts_with("s3://b/: the first request kept failing for 0 s; the last try failed: ")
+                && !m.contains("reachable")
                 && m.contains("injected outage"),
             "{m}"
         );
