@@ -351,7 +351,6 @@ impl Fs {
             };
             let listed: Vec<_> = self.bucket.store.list(Some(&self.names.key(&from))).try_collect().await?;
             fits(&listed)?;
-
             if dst.is_some() {
                 self.remove_dir(new_parent, new_name).await?;
             }
