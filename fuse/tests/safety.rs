@@ -664,6 +664,21 @@ async fn a_version_another_mount_stores_during_a_rename_follows_it_and_is_never_
     assert!(!in_store(&store, "d/f").await && !in_store(&store, "x").await, "the old keys are gone");
 }
 
+/// A mount over `store` holding file `old` ("previous version"), stored, and its attributes.
+async fn with_a_stored_file(store: &Arc<InMemory>) -> (Fs, shrinkfs_fuse::fs::FileAttrs) {
+    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
+    let (_, fh) = fs.create(ROOT, "old", 0o644, 0, 0).await.unwrap();
+    fs.write(fh, 0, b"previous version").await.unwrap();
+    fs.release(fh).await.unwrap();
+    let old = fs.lookup(ROOT, "old").await.unwrap();
+    (fs, old)
+}
+
+/// The adapter's answer to a write from the kernel's page cache refused with `ENOSPC`.
+async fn refuse_write_back(fs: &Fs, fh: u64) {
+    fs.write_back_failed(fh, &Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC))).await;
+}
+
 /// A write the kernel sent from its page cache (`--writeback-cache`, a mapping) that was refused
 /// leaves the file without bytes its writer was told were written: the file is then never
 /// stored (close and fsync fail, nothing is kept for later) nor read, its previous version stays,
@@ -672,17 +687,13 @@ async fn a_version_another_mount_stores_during_a_rename_follows_it_and_is_never_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_missing_a_refused_write_back_is_never_stored_and_its_old_version_stays() {
     let store = Arc::new(InMemory::new());
-    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
-    let (_, fh) = fs.create(ROOT, "old", 0o644, 0, 0).await.unwrap();
-    fs.write(fh, 0, b"previous version").await.unwrap();
-    fs.release(fh).await.unwrap();
-    let old = fs.lookup(ROOT, "old").await.unwrap();
+    let (fs, old) = with_a_stored_file(&store).await;
     let fh = fs.open(old.ino, true, true).await.unwrap();
     let (_, nh) = fs.create(ROOT, "new", 0o644, 0, 0).await.unwrap();
     for h in [fh, nh] {
         fs.write(h, 0, &data(100 << 10, 3)).await.unwrap();
-        // The adapter's answer to a refused write from the page cache at 100 KiB..200 KiB.
-        fs.write_back_failed(h, &Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC))).await;
+        // A refused write from the page cache at 100 KiB..200 KiB.
+        refuse_write_back(&fs, h).await;
         assert!(matches!(fs.write(h, 200 << 10, b"after the hole").await, Err(Error::LostWrite)));
         assert!(matches!(fs.read(h, 0, 10).await, Err(Error::LostWrite)), "not read");
         assert!(matches!(fs.fsync(h).await, Err(Error::LostWrite)));
@@ -705,17 +716,13 @@ async fn a_file_missing_a_refused_write_back_is_never_stored_and_its_old_version
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_file_s_name_shows_the_stored_version_from_the_failed_close_on() {
     let store = Arc::new(InMemory::new());
-    let fs = Fs::new(Bucket::new(store.clone(), Path::from("pre"), "memory"), config(64 << 10), Services::default());
-    let (_, fh) = fs.create(ROOT, "old", 0o644, 0, 0).await.unwrap();
-    fs.write(fh, 0, b"previous version").await.unwrap();
-    fs.release(fh).await.unwrap();
-    let old = fs.lookup(ROOT, "old").await.unwrap();
+    let (fs, old) = with_a_stored_file(&store).await;
     let (w, second) = (fs.open(old.ino, true, true).await.unwrap(), fs.open(old.ino, false, false).await.unwrap());
     let (new, nh) = fs.create(ROOT, "new", 0o644, 0, 0).await.unwrap();
     let nh2 = fs.open(new.ino, false, false).await.unwrap();
     for h in [w, nh] {
         fs.write(h, 0, &data(100 << 10, 3)).await.unwrap();
-        fs.write_back_failed(h, &Error::Local(std::io::Error::from_raw_os_error(libc::ENOSPC))).await;
+        refuse_write_back(&fs, h).await;
         assert!(matches!(fs.flush(h).await, Err(Error::LostWrite)));
     }
     // Other descriptors are still open on both files.
